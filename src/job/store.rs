@@ -1,0 +1,121 @@
+//! The job directory on disk (SPEC §7). Records are written atomically (temp file, fsync,
+//! rename) and appended to `trials.jsonl` with an fsync, so a killed run never leaves a
+//! half-written record that looks finished.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::trial::TrialRecord;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {source}")]
+pub struct StoreError {
+    pub path: PathBuf,
+    #[source]
+    pub source: io::Error,
+}
+
+fn at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError { path: path.to_path_buf(), source }
+}
+
+/// Write `bytes` to `path` so that readers see either the old content or all of the new.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(at(path))?;
+    tmp.write_all(bytes).map_err(at(path))?;
+    tmp.as_file().sync_all().map_err(at(path))?;
+    tmp.persist(path).map_err(|e| StoreError { path: path.to_path_buf(), source: e.error })?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// A job directory.
+#[derive(Debug, Clone)]
+pub struct JobStore {
+    root: PathBuf,
+}
+
+impl JobStore {
+    pub fn open(root: &Path) -> Result<Self, StoreError> {
+        fs::create_dir_all(root.join("trials")).map_err(at(root))?;
+        Ok(JobStore { root: root.to_path_buf() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn trial_dir(&self, id: &str) -> PathBuf {
+        self.root.join("trials").join(id)
+    }
+
+    /// Whether the trial has a finished record.
+    pub fn is_finished(&self, id: &str) -> bool {
+        self.trial_dir(id).join("result.json").is_file()
+    }
+
+    /// Make an empty directory for a trial about to run, discarding what a killed run left.
+    pub fn fresh_trial_dir(&self, id: &str) -> Result<PathBuf, StoreError> {
+        let dir = self.trial_dir(id);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(at(&dir))?;
+        }
+        fs::create_dir_all(&dir).map_err(at(&dir))?;
+        Ok(dir)
+    }
+
+    /// Persist a finished trial: `result.json` first, then its line in `trials.jsonl`.
+    pub fn record(&self, record: &TrialRecord) -> Result<(), StoreError> {
+        let dir = self.trial_dir(&record.id);
+        let result = dir.join("result.json");
+        let pretty = serde_json::to_vec_pretty(record).map_err(|e| StoreError { path: result.clone(), source: e.into() })?;
+        write_atomic(&result, &pretty)?;
+        let jsonl = self.root.join("trials.jsonl");
+        let mut line = serde_json::to_vec(record).map_err(|e| StoreError { path: jsonl.clone(), source: e.into() })?;
+        line.push(b'\n');
+        let mut file = OpenOptions::new().create(true).append(true).open(&jsonl).map_err(at(&jsonl))?;
+        file.write_all(&line).map_err(at(&jsonl))?;
+        file.sync_all().map_err(at(&jsonl))?;
+        Ok(())
+    }
+
+    /// Read a finished trial's record.
+    pub fn load(&self, id: &str) -> Option<TrialRecord> {
+        let bytes = fs::read(self.trial_dir(id).join("result.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        write_atomic(&self.root.join(name), bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_whole_content() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let p = tmp.path().join("a.json");
+        write_atomic(&p, b"first").expect("write");
+        write_atomic(&p, b"second").expect("write");
+        assert_eq!(fs::read(&p).expect("read"), b"second");
+        assert_eq!(fs::read_dir(tmp.path()).expect("ls").count(), 1, "no temp files left behind");
+    }
+
+    #[test]
+    fn fresh_trial_dir_discards_half_written_state() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = JobStore::open(tmp.path()).expect("open");
+        let dir = store.fresh_trial_dir("t1").expect("dir");
+        fs::write(dir.join("partial.log"), b"x").expect("write");
+        assert!(!store.is_finished("t1"));
+        let dir = store.fresh_trial_dir("t1").expect("dir");
+        assert_eq!(fs::read_dir(dir).expect("ls").count(), 0);
+    }
+}

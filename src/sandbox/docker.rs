@@ -1,0 +1,467 @@
+//! [`Sandbox`] on a Docker engine through bollard.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
+    ListImagesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Mutex, OnceCell};
+
+use super::error::status_of;
+use super::tarball::dir_to_tar;
+use super::{ContainerSpec, ContainerState, ExecOutcome, ExecSpec, Fetched, ImageSpec, Labelled, Sandbox, SandboxError};
+
+/// PID 1's child in every container: sleeps forever and ignores SIGTERM, so that a deadline's
+/// `kill -TERM -1` reaches the agent's processes but not the container's keep-alive. The
+/// container itself always ends with SIGKILL, which nothing survives.
+const KEEPALIVE: &str = "trap '' TERM INT HUP; while :; do sleep 3600; done";
+
+/// A Docker engine reached through bollard.
+pub struct DockerSandbox {
+    docker: Docker,
+    builds: Mutex<HashMap<String, Arc<OnceCell<String>>>>,
+}
+
+impl DockerSandbox {
+    /// Connect using `DOCKER_HOST` or the platform default socket, negotiate the API version
+    /// (engines as old as API 1.41 are fine) and check the engine answers.
+    pub async fn connect() -> Result<Self, SandboxError> {
+        let hint = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
+        let connect = |source| SandboxError::Connect { hint: hint.clone(), source };
+        let docker = Docker::connect_with_defaults().map_err(connect)?.with_timeout(Duration::from_secs(120));
+        let docker = match tokio::time::timeout(Duration::from_secs(15), docker.negotiate_version()).await {
+            Ok(result) => result.map_err(connect)?,
+            Err(_) => return Err(SandboxError::Timeout { op: "version negotiation", seconds: 15 }),
+        };
+        match tokio::time::timeout(Duration::from_secs(15), docker.ping()).await {
+            Ok(result) => result.map_err(connect)?,
+            Err(_) => return Err(SandboxError::Timeout { op: "ping", seconds: 15 }),
+        };
+        tracing::debug!(api = %docker.client_version(), "connected to docker");
+        Ok(DockerSandbox { docker, builds: Mutex::new(HashMap::new()) })
+    }
+
+    async fn image_exists(&self, name: &str) -> Result<bool, SandboxError> {
+        match self.docker.inspect_image(name).await {
+            Ok(_) => Ok(true),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(SandboxError::Engine { op: "image inspect", source: e }),
+        }
+    }
+
+    async fn build(
+        &self,
+        context: &Path,
+        dockerfile: &str,
+        tag: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), SandboxError> {
+        let context = context.to_path_buf();
+        let tar = tokio::task::spawn_blocking({
+            let context = context.clone();
+            move || dir_to_tar(&context, ".")
+        })
+        .await
+        .map_err(|e| SandboxError::Build { tag: tag.to_string(), message: format!("packing context: {e}") })?
+        .map_err(SandboxError::io(&context))?;
+        let labels: HashMap<String, String> = labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let options = BuildImageOptionsBuilder::new()
+            .dockerfile(dockerfile)
+            .t(tag)
+            .rm(true)
+            .forcerm(true)
+            .labels(&labels)
+            .build();
+        let mut stream = self.docker.build_image(options, None, Some(bollard::body_full(tar.into())));
+        let mut tail: Vec<String> = Vec::new();
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| SandboxError::Build { tag: tag.to_string(), message: e.to_string() })?;
+            if let Some(detail) = info.error_detail {
+                let message = detail.message.unwrap_or_else(|| "unknown build error".to_string());
+                return Err(SandboxError::Build { tag: tag.to_string(), message: one_line(&message) });
+            }
+            if let Some(line) = info.stream {
+                let line = line.trim_end().to_string();
+                if !line.is_empty() {
+                    tracing::trace!(tag, "{line}");
+                    tail.push(line);
+                    if tail.len() > 20 {
+                        tail.remove(0);
+                    }
+                }
+            }
+        }
+        if !self.image_exists(tag).await? {
+            return Err(SandboxError::Build {
+                tag: tag.to_string(),
+                message: format!("engine reported no image; last output: {}", tail.join(" | ")),
+            });
+        }
+        Ok(())
+    }
+
+    async fn pull(&self, name: &str) -> Result<(), SandboxError> {
+        let options = CreateImageOptionsBuilder::new().from_image(name).build();
+        let mut stream = self.docker.create_image(Some(options), None, None);
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| SandboxError::Image { image: name.to_string(), message: e.to_string() })?;
+            if let Some(detail) = info.error_detail {
+                return Err(SandboxError::Image {
+                    image: name.to_string(),
+                    message: detail.message.unwrap_or_else(|| "pull failed".to_string()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Send SIGTERM to every process in the container except PID 1 and the keep-alive.
+    async fn terminate_all(&self, id: &str) {
+        let options = CreateExecOptions {
+            cmd: Some(vec!["sh".to_string(), "-c".to_string(), "kill -TERM -1 2>/dev/null; true".to_string()]),
+            user: Some("0".to_string()),
+            ..Default::default()
+        };
+        let detached = bollard::exec::StartExecOptions { detach: true, ..Default::default() };
+        let sent = async {
+            let created = self.docker.create_exec(id, options).await?;
+            self.docker.start_exec(&created.id, Some(detached)).await.map(|_| ())
+        };
+        match tokio::time::timeout(Duration::from_secs(5), sent).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(id, "SIGTERM broadcast failed: {e}"),
+            Err(_) => tracing::debug!(id, "SIGTERM broadcast did not finish"),
+        }
+    }
+
+    async fn exec_inner(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
+        let started = Instant::now();
+        let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let options = CreateExecOptions {
+            cmd: Some(spec.argv.clone()),
+            env: if env.is_empty() { None } else { Some(env) },
+            user: spec.user.clone(),
+            working_dir: spec.workdir.clone(),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            attach_stdin: Some(false),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let created = self.docker.create_exec(id, options).await.map_err(SandboxError::engine("exec create"))?;
+        let StartExecResults::Attached { mut output, .. } =
+            self.docker.start_exec(&created.id, None).await.map_err(SandboxError::engine("exec start"))?
+        else {
+            return Err(SandboxError::Refused { op: "exec start", message: "engine detached the exec".into() });
+        };
+        let mut stdout = CappedSink::open(spec.stdout.as_deref(), spec.cap_bytes).await?;
+        let mut stderr = CappedSink::open(spec.stderr.as_deref(), spec.cap_bytes).await?;
+
+        let mut deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut timed_out = false;
+        let mut killed = false;
+        loop {
+            let next = match deadline {
+                Some(at) => match tokio::time::timeout_at(at, output.next()).await {
+                    Ok(next) => next,
+                    Err(_) if !timed_out => {
+                        timed_out = true;
+                        tracing::debug!(id, "exec deadline reached: SIGTERM, then kill after grace");
+                        self.terminate_all(id).await;
+                        deadline = Some(tokio::time::Instant::now() + spec.grace);
+                        continue;
+                    }
+                    Err(_) if !killed => {
+                        killed = true;
+                        self.kill(id).await?;
+                        deadline = Some(tokio::time::Instant::now() + Duration::from_secs(10));
+                        continue;
+                    }
+                    Err(_) => break,
+                },
+                None => output.next().await,
+            };
+            match next {
+                None => break,
+                Some(Ok(bollard::container::LogOutput::StdOut { message })) => stdout.write(&message).await?,
+                Some(Ok(bollard::container::LogOutput::StdErr { message })) => stderr.write(&message).await?,
+                Some(Ok(_)) => {}
+                Some(Err(e)) if timed_out => {
+                    tracing::debug!(id, "exec stream ended after kill: {e}");
+                    break;
+                }
+                Some(Err(e)) => return Err(SandboxError::Engine { op: "exec stream", source: e }),
+            }
+        }
+        stdout.finish().await?;
+        stderr.finish().await?;
+        let exit_code = match self.docker.inspect_exec(&created.id).await {
+            Ok(inspect) if inspect.running == Some(false) => inspect.exit_code,
+            Ok(_) => None,
+            Err(e) if timed_out => {
+                tracing::debug!(id, "exec inspect after kill: {e}");
+                None
+            }
+            Err(e) => return Err(SandboxError::Engine { op: "exec inspect", source: e }),
+        };
+        Ok(ExecOutcome {
+            exit_code,
+            timed_out,
+            stdout_bytes: stdout.total,
+            stderr_bytes: stderr.total,
+            truncated: stdout.total > stdout.kept || stderr.total > stderr.kept,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// A file that keeps the first `cap` bytes written to it and counts the rest.
+struct CappedSink {
+    file: Option<tokio::io::BufWriter<tokio::fs::File>>,
+    path: Option<std::path::PathBuf>,
+    cap: u64,
+    kept: u64,
+    total: u64,
+}
+
+impl CappedSink {
+    async fn open(path: Option<&Path>, cap: u64) -> Result<Self, SandboxError> {
+        let file = match path {
+            Some(p) => Some(tokio::io::BufWriter::new(tokio::fs::File::create(p).await.map_err(SandboxError::io(p))?)),
+            None => None,
+        };
+        Ok(CappedSink { file, path: path.map(Path::to_path_buf), cap, kept: 0, total: 0 })
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
+        self.total += bytes.len() as u64;
+        let room = self.cap.saturating_sub(self.kept) as usize;
+        let take = room.min(bytes.len());
+        if let (Some(file), true) = (self.file.as_mut(), take > 0) {
+            file.write_all(&bytes[..take]).await.map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
+            self.kept += take as u64;
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> Result<(), SandboxError> {
+        if let Some(file) = self.file.as_mut() {
+            if self.total > self.kept {
+                let note = format!("\n[arbiter: output truncated: kept {} of {} bytes]\n", self.kept, self.total);
+                let _ = file.write_all(note.as_bytes()).await;
+            }
+            file.flush().await.map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
+        }
+        Ok(())
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn labels_filter(labels: &[String]) -> HashMap<String, Vec<String>> {
+    HashMap::from([("label".to_string(), labels.to_vec())])
+}
+
+impl Sandbox for DockerSandbox {
+    async fn ensure_image(&self, spec: &ImageSpec) -> Result<String, SandboxError> {
+        let reference = spec.reference().to_string();
+        let cell = {
+            let mut builds = self.builds.lock().await;
+            builds.entry(reference.clone()).or_insert_with(|| Arc::new(OnceCell::new())).clone()
+        };
+        let ready = cell
+            .get_or_try_init(|| async {
+                if self.image_exists(&reference).await? {
+                    return Ok::<_, SandboxError>(reference.clone());
+                }
+                match spec {
+                    ImageSpec::Build { context, dockerfile, tag, timeout, labels } => {
+                        tracing::info!(tag, "building image");
+                        match tokio::time::timeout(*timeout, self.build(context, dockerfile, tag, labels)).await {
+                            Ok(result) => result?,
+                            Err(_) => {
+                                return Err(SandboxError::Build {
+                                    tag: tag.clone(),
+                                    message: format!("build timed out after {}s", timeout.as_secs()),
+                                });
+                            }
+                        }
+                    }
+                    ImageSpec::Existing { name, timeout } => {
+                        tracing::info!(image = name, "pulling image");
+                        match tokio::time::timeout(*timeout, self.pull(name)).await {
+                            Ok(result) => result?,
+                            Err(_) => {
+                                return Err(SandboxError::Image {
+                                    image: name.clone(),
+                                    message: format!("pull timed out after {}s", timeout.as_secs()),
+                                });
+                            }
+                        }
+                    }
+                }
+                Ok(reference.clone())
+            })
+            .await?;
+        Ok(ready.clone())
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError> {
+        let mut binds: Vec<String> =
+            spec.ro_mounts.iter().map(|(host, inside)| format!("{}:{}:ro", host.display(), inside)).collect();
+        binds.extend(spec.rw_mounts.iter().map(|(host, inside)| format!("{}:{}:rw", host.display(), inside)));
+        let memory = (spec.memory_mb as i64).saturating_mul(1024 * 1024);
+        let host_config = HostConfig {
+            init: Some(true),
+            nano_cpus: Some((spec.cpus * 1e9) as i64),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(spec.pids_limit),
+            network_mode: Some(spec.network.docker_mode().to_string()),
+            binds: if binds.is_empty() { None } else { Some(binds) },
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            entrypoint: Some(vec!["sh".to_string(), "-c".to_string(), KEEPALIVE.to_string()]),
+            cmd: Some(vec!["arbiter-keepalive".to_string()]),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            working_dir: spec.workdir.clone(),
+            network_disabled: Some(spec.network == super::Network::None),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = spec.name.as_deref().map(|name| CreateContainerOptionsBuilder::new().name(name).build());
+        let created = self.docker.create_container(options, body).await.map_err(SandboxError::engine("container create"))?;
+        Ok(created.id)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), SandboxError> {
+        self.docker.start_container(id, None).await.map_err(SandboxError::engine("container start"))
+    }
+
+    async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
+        self.exec_inner(id, spec).await
+    }
+
+    async fn put_archive(&self, id: &str, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
+        let options = UploadToContainerOptionsBuilder::new().path(dest).build();
+        self.docker
+            .upload_to_container(id, Some(options), bollard::body_full(tar.into()))
+            .await
+            .map_err(SandboxError::engine("copy into container"))
+    }
+
+    async fn get_archive(&self, id: &str, path: &str, to: &Path, limit: u64) -> Result<Fetched, SandboxError> {
+        let options = DownloadFromContainerOptionsBuilder::new().path(path).build();
+        let mut stream = self.docker.download_from_container(id, Some(options));
+        let mut file = tokio::fs::File::create(to).await.map_err(SandboxError::io(to))?;
+        let mut bytes = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) if status_of(&e) == Some(404) => {
+                    drop(file);
+                    let _ = tokio::fs::remove_file(to).await;
+                    return Ok(Fetched::NotFound);
+                }
+                Err(e) => return Err(SandboxError::Engine { op: "copy from container", source: e }),
+            };
+            bytes += chunk.len() as u64;
+            if bytes > limit {
+                drop(file);
+                let _ = tokio::fs::remove_file(to).await;
+                return Ok(Fetched::TooLarge { limit });
+            }
+            file.write_all(&chunk).await.map_err(SandboxError::io(to))?;
+        }
+        file.sync_all().await.map_err(SandboxError::io(to))?;
+        Ok(Fetched::Archive { bytes })
+    }
+
+    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        let options = KillContainerOptionsBuilder::new().signal("KILL").build();
+        match self.docker.kill_container(id, Some(options)).await {
+            Ok(()) => {}
+            Err(e) if status_of(&e) == Some(409) => {}
+            Err(e) => return Err(SandboxError::Engine { op: "container kill", source: e }),
+        }
+        // Wait until the engine reports it stopped, so a commit sees a quiescent filesystem.
+        for _ in 0..100 {
+            if !self.inspect(id).await?.running {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(SandboxError::Refused { op: "container kill", message: "container still running 2s after SIGKILL".into() })
+    }
+
+    async fn inspect(&self, id: &str) -> Result<ContainerState, SandboxError> {
+        let info = self.docker.inspect_container(id, None).await.map_err(SandboxError::engine("container inspect"))?;
+        let state = info.state.unwrap_or_default();
+        Ok(ContainerState {
+            running: state.running.unwrap_or(false),
+            oom_killed: state.oom_killed.unwrap_or(false),
+            exit_code: state.exit_code,
+        })
+    }
+
+    async fn commit(&self, id: &str, labels: &BTreeMap<String, String>) -> Result<String, SandboxError> {
+        let options = CommitContainerOptionsBuilder::new().container(id).pause(false).build();
+        let config = ContainerConfig {
+            labels: Some(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            ..Default::default()
+        };
+        let response = self.docker.commit_container(options, config).await.map_err(SandboxError::engine("commit"))?;
+        Ok(response.id)
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), SandboxError> {
+        let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(status_of(&e), Some(404) | Some(409)) => Ok(()),
+            Err(e) => Err(SandboxError::Engine { op: "container remove", source: e }),
+        }
+    }
+
+    async fn remove_image(&self, id: &str) -> Result<(), SandboxError> {
+        let options = RemoveImageOptionsBuilder::new().force(true).build();
+        match self.docker.remove_image(id, Some(options), None).await {
+            Ok(_) => Ok(()),
+            Err(e) if status_of(&e) == Some(404) => Ok(()),
+            Err(e) => Err(SandboxError::Engine { op: "image remove", source: e }),
+        }
+    }
+
+    async fn list_containers(&self, labels: &[String]) -> Result<Vec<Labelled>, SandboxError> {
+        let options = ListContainersOptionsBuilder::new().all(true).filters(&labels_filter(labels)).build();
+        let list = self.docker.list_containers(Some(options)).await.map_err(SandboxError::engine("container list"))?;
+        Ok(list
+            .into_iter()
+            .map(|c| Labelled {
+                id: c.id.unwrap_or_default(),
+                labels: c.labels.unwrap_or_default().into_iter().collect(),
+            })
+            .collect())
+    }
+
+    async fn list_images(&self, labels: &[String]) -> Result<Vec<Labelled>, SandboxError> {
+        let options = ListImagesOptionsBuilder::new().all(false).filters(&labels_filter(labels)).build();
+        let list = self.docker.list_images(Some(options)).await.map_err(SandboxError::engine("image list"))?;
+        Ok(list.into_iter().map(|i| Labelled { id: i.id, labels: i.labels.into_iter().collect() }).collect())
+    }
+}

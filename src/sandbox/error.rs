@@ -1,0 +1,52 @@
+use std::path::PathBuf;
+
+/// Failures of the container engine or of talking to it. All of them are infrastructure
+/// failures from the point of view of a trial: none is the agent's doing.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot reach the Docker engine ({hint}): {source}")]
+    Connect {
+        hint: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("docker {op} failed: {source}")]
+    Engine {
+        op: &'static str,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("docker {op} failed: {message}")]
+    Refused { op: &'static str, message: String },
+    #[error("image build {tag} failed: {message}")]
+    Build { tag: String, message: String },
+    #[error("image {image} not available: {message}")]
+    Image { image: String, message: String },
+    #[error("docker {op} did not answer within {seconds}s")]
+    Timeout { op: &'static str, seconds: u64 },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SandboxError {
+    pub(crate) fn engine(op: &'static str) -> impl FnOnce(bollard::errors::Error) -> SandboxError {
+        move |source| SandboxError::Engine { op, source }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SandboxError {
+        let path = path.into();
+        move |source| SandboxError::Io { path, source }
+    }
+}
+
+/// HTTP status of an engine error, when there is one.
+pub(crate) fn status_of(err: &bollard::errors::Error) -> Option<u16> {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}

@@ -1,0 +1,273 @@
+//! Tar archives in and out of containers, without trusting their contents.
+//!
+//! Archives read out of a container were shaped by the agent: entries may be symlinks to host
+//! paths, `..` components, devices or huge files. Extraction keeps regular files and
+//! directories only, never leaves the destination, and stops at a byte and entry budget.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Build an uncompressed tar of the contents of `dir`, rooted at `prefix/` (no symlinks followed).
+pub fn dir_to_tar(dir: &Path, prefix: &str) -> io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    builder.mode(tar::HeaderMode::Deterministic);
+    builder.append_dir_all(prefix, dir)?;
+    builder.into_inner()
+}
+
+/// One entry of an in-memory archive: a directory (`content = None`) or a file.
+pub struct TarEntry<'a> {
+    pub path: &'a str,
+    pub content: Option<&'a [u8]>,
+    pub mode: u32,
+}
+
+/// Build an uncompressed tar from in-memory entries.
+pub fn files_to_tar(entries: &[TarEntry<'_>]) -> io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for entry in entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(entry.mode);
+        header.set_mtime(0);
+        header.set_uid(0);
+        header.set_gid(0);
+        match entry.content {
+            Some(bytes) => {
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_size(bytes.len() as u64);
+                builder.append_data(&mut header, entry.path, bytes)?;
+            }
+            None => {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_size(0);
+                builder.append_data(&mut header, entry.path, io::empty())?;
+            }
+        }
+    }
+    builder.into_inner()
+}
+
+/// Budget for an extraction.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtractLimits {
+    pub max_bytes: u64,
+    pub max_entries: usize,
+}
+
+impl Default for ExtractLimits {
+    fn default() -> Self {
+        ExtractLimits { max_bytes: 64 * 1024 * 1024, max_entries: 10_000 }
+    }
+}
+
+/// A file written by an extraction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtractedFile {
+    /// Path relative to the archive root ("" when the root itself is a file).
+    pub relative: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// An entry that was not extracted, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedEntry {
+    pub path: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExtractReport {
+    pub files: Vec<ExtractedFile>,
+    pub skipped: Vec<SkippedEntry>,
+    /// The byte or entry budget ran out; later entries were dropped.
+    pub truncated: bool,
+}
+
+/// Extract the archive in `tar_path` (as produced by the engine's archive endpoint) to `dest`.
+///
+/// The archive's first path component is its root (the basename of what was fetched). When the
+/// root is a file it is written to `dest` itself; when it is a directory, its contents go under
+/// `dest/`. Only regular files and directories are written.
+pub fn extract_tar_file(tar_path: &Path, dest: &Path, limits: ExtractLimits) -> io::Result<ExtractReport> {
+    let mut archive = tar::Archive::new(File::open(tar_path)?);
+    let mut report = ExtractReport::default();
+    let mut total: u64 = 0;
+    let mut count = 0usize;
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        count += 1;
+        if count > limits.max_entries {
+            report.truncated = true;
+            break;
+        }
+        let Some(relative) = safe_relative(&raw) else {
+            report.skipped.push(SkippedEntry { path: raw, reason: "unsafe path".into() });
+            continue;
+        };
+        let target = if relative.as_os_str().is_empty() { dest.to_path_buf() } else { dest.join(&relative) };
+        let kind = entry.header().entry_type();
+        if kind.is_dir() {
+            fs::create_dir_all(&target)?;
+            continue;
+        }
+        if !(kind.is_file() || kind == tar::EntryType::Continuous) {
+            let reason = if kind.is_symlink() {
+                let link = entry.link_name()?.map(|l| l.display().to_string()).unwrap_or_default();
+                format!("symlink to {link} (not followed)")
+            } else if kind.is_hard_link() {
+                "hard link (not followed)".to_string()
+            } else {
+                format!("special file ({kind:?})")
+            };
+            report.skipped.push(SkippedEntry { path: raw, reason });
+            continue;
+        }
+        let size = entry.header().size()?;
+        if total.saturating_add(size) > limits.max_bytes {
+            report.skipped.push(SkippedEntry { path: raw, reason: format!("over the {} byte budget", limits.max_bytes) });
+            report.truncated = true;
+            continue;
+        }
+        total += size;
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        // Never write through a symlink that might already sit at the target.
+        if fs::symlink_metadata(&target).is_ok() {
+            fs::remove_file(&target)?;
+        }
+        let mut out = File::create(&target)?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut written = 0u64;
+        loop {
+            let n = entry.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            out.write_all(&buf[..n])?;
+            written += n as u64;
+        }
+        out.sync_all()?;
+        report.files.push(ExtractedFile {
+            relative: relative.to_string_lossy().into_owned(),
+            size: written,
+            sha256: hex(&hasher.finalize()),
+        });
+    }
+    Ok(report)
+}
+
+/// The part of an archive path below its root component, if it is safe to join.
+fn safe_relative(raw: &str) -> Option<PathBuf> {
+    let mut parts = Path::new(raw).components().filter(|c| !matches!(c, Component::CurDir));
+    match parts.next() {
+        Some(Component::Normal(_)) => {}
+        _ => return None,
+    }
+    let mut out = PathBuf::new();
+    for part in parts {
+        match part {
+            Component::Normal(p) => out.push(p),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Lowercase hex of a byte string.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archive(build: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> tempfile::NamedTempFile {
+        let mut b = tar::Builder::new(Vec::new());
+        build(&mut b);
+        let bytes = b.into_inner().expect("tar");
+        let mut f = tempfile::NamedTempFile::new().expect("tmp");
+        f.write_all(&bytes).expect("write");
+        f
+    }
+
+    fn file(b: &mut tar::Builder<Vec<u8>>, path: &str, data: &[u8]) {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        // set_path refuses `..`; write the raw name to simulate a hostile archive.
+        let name = h.as_old_mut().name.as_mut();
+        name[..path.len()].copy_from_slice(path.as_bytes());
+        h.set_cksum();
+        b.append(&h, data).expect("append");
+    }
+
+    #[test]
+    fn directory_root_goes_under_dest_and_files_are_hashed() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ar = archive(|b| {
+            file(b, "agent/outcome.json", b"{}");
+            file(b, "agent/sub/x.txt", b"hello");
+        });
+        let report = extract_tar_file(ar.path(), tmp.path(), ExtractLimits::default()).expect("extract");
+        assert_eq!(fs::read(tmp.path().join("sub/x.txt")).expect("read"), b"hello");
+        let x = report.files.iter().find(|f| f.relative == "sub/x.txt").expect("listed");
+        assert_eq!(x.sha256, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+        assert!(!report.truncated);
+    }
+
+    #[test]
+    fn file_root_is_written_to_dest_itself() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ar = archive(|b| file(b, "out.txt", b"abc"));
+        let dest = tmp.path().join("copy");
+        extract_tar_file(ar.path(), &dest, ExtractLimits::default()).expect("extract");
+        assert_eq!(fs::read(&dest).expect("read"), b"abc");
+    }
+
+    #[test]
+    fn dotdot_and_symlinks_are_skipped() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dest = tmp.path().join("d");
+        let ar = archive(|b| {
+            file(b, "agent/../../escape.txt", b"x");
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_size(0);
+            b.append_link(&mut h, "agent/link", "/etc/passwd").expect("link");
+        });
+        let report = extract_tar_file(ar.path(), &dest, ExtractLimits::default()).expect("extract");
+        assert!(!tmp.path().join("escape.txt").exists());
+        assert!(!dest.join("link").exists());
+        assert_eq!(report.skipped.len(), 2, "{report:?}");
+        assert!(report.skipped[1].reason.contains("symlink to /etc/passwd"));
+    }
+
+    #[test]
+    fn byte_budget_truncates() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ar = archive(|b| {
+            file(b, "r/a", &[1u8; 100]);
+            file(b, "r/b", &[2u8; 100]);
+        });
+        let report =
+            extract_tar_file(ar.path(), tmp.path(), ExtractLimits { max_bytes: 150, max_entries: 10 }).expect("extract");
+        assert!(report.truncated);
+        assert_eq!(report.files.len(), 1);
+        assert!(!tmp.path().join("b").exists());
+    }
+}

@@ -1,0 +1,158 @@
+//! The trial record (`arbiter.trial.v1`): the three facts of a trial kept apart.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::{Audit, Claim};
+use crate::verifier::Reward;
+
+pub const TRIAL_SCHEMA: &str = "arbiter.trial.v1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminationKind {
+    Exited,
+    Timeout,
+    Oom,
+    Killed,
+    Cancelled,
+    InfraError,
+}
+
+/// How the agent process ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Termination {
+    pub kind: TerminationKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifierStatus {
+    Passed,
+    Failed,
+    Error,
+    Skipped,
+}
+
+/// What the verifier measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifierOutcome {
+    pub status: VerifierStatus,
+    pub mode: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reward: Option<Reward>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl VerifierOutcome {
+    pub fn skipped(mode: &str, why: &str) -> Self {
+        VerifierOutcome {
+            status: VerifierStatus::Skipped,
+            mode: mode.to_string(),
+            reward: None,
+            exit_code: None,
+            detail: Some(why.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTime {
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactStatus {
+    Ok,
+    Missing,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactEntry {
+    pub path: String,
+    pub status: ArtifactStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A failure of the harness or the engine (never the agent's doing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InfraError {
+    pub phase: String,
+    pub message: String,
+}
+
+/// Resource limits the trial ran under.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub pids_limit: i64,
+    pub network: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_mb: Option<u64>,
+    /// Whether `storage_mb` was enforced by the engine (it is recorded either way).
+    pub storage_enforced: bool,
+}
+
+/// Output captured from the agent's run step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutputStats {
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    pub schema: String,
+    pub id: String,
+    pub job: String,
+    pub task: String,
+    pub agent: String,
+    pub variant: String,
+    pub attempt: u32,
+    pub task_checksum: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    pub termination: Termination,
+    pub claim: Claim,
+    pub verifier: VerifierOutcome,
+    /// `None` when the trial was not scored (infra error).
+    pub audit: Option<Audit>,
+    pub phases: BTreeMap<String, PhaseTime>,
+    pub retries: u32,
+    pub artifacts: Vec<ArtifactEntry>,
+    pub overrides: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub infra_error: Option<InfraError>,
+    pub limits: Limits,
+    pub output: OutputStats,
+    pub started_at: String,
+    pub finished_at: String,
+}
+
+impl TrialRecord {
+    /// The trial failed because of the harness or engine, not the agent: excluded from rates.
+    pub fn is_infra(&self) -> bool {
+        self.infra_error.is_some() || self.termination.kind == TerminationKind::InfraError
+    }
+
+    pub fn passed(&self) -> bool {
+        !self.is_infra() && self.verifier.status == VerifierStatus::Passed
+    }
+}

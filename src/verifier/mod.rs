@@ -1,0 +1,7 @@
+//! Reading what the verifier measured. The verifier phase itself (containers, modes) runs in
+//! `trial/`, through the sandbox; this module owns the rules for turning its files into a
+//! reward and a status.
+
+mod reward;
+
+pub use reward::{Reward, RewardError, parse_reward, primary_value};

@@ -1,0 +1,1 @@
+"""Helpers for holiday-rental bookings."""
