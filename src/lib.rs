@@ -2,4 +2,12 @@
 //!
 //! See `docs/architecture.md` for the shape of the crate.
 
+pub mod agent;
+pub mod cli;
+pub mod job;
+pub mod outcome;
 pub mod sandbox;
+pub mod task;
+pub mod timefmt;
+pub mod trial;
+pub mod verifier;

@@ -5,20 +5,32 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// `2026-11-30T02:31:48Z` for now.
 pub fn now_rfc3339() -> String {
     let (date, time) = parts(SystemTime::now());
-    format!("{}-{:02}-{:02}T{:02}:{:02}:{:02}Z", date.0, date.1, date.2, time.0, time.1, time.2)
+    format!(
+        "{}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        date.0, date.1, date.2, time.0, time.1, time.2
+    )
 }
 
 /// `20261130T023148Z` for now (used in default job dir names).
 pub fn now_compact() -> String {
     let (date, time) = parts(SystemTime::now());
-    format!("{}{:02}{:02}T{:02}{:02}{:02}Z", date.0, date.1, date.2, time.0, time.1, time.2)
+    format!(
+        "{}{:02}{:02}T{:02}{:02}{:02}Z",
+        date.0, date.1, date.2, time.0, time.1, time.2
+    )
 }
 
 fn parts(at: SystemTime) -> ((i64, u32, u32), (u64, u64, u64)) {
-    let secs = at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = at
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    (civil_from_days(days), (rem / 3600, rem % 3600 / 60, rem % 60))
+    (
+        civil_from_days(days),
+        (rem / 3600, rem % 3600 / 60, rem % 60),
+    )
 }
 
 /// Howard Hinnant's days-to-civil algorithm.

@@ -10,27 +10,63 @@ pub enum EnvError {
     Unterminated { key: String },
 }
 
+impl EnvError {
+    /// The env key whose value is at fault.
+    pub fn key(&self) -> &str {
+        match self {
+            EnvError::Unset { key, .. } | EnvError::Unterminated { key } => key,
+        }
+    }
+
+    /// What is wrong, without the key.
+    pub fn reason(&self) -> String {
+        match self {
+            EnvError::Unset { name, .. } => {
+                format!("${{{name}}} is not set in arbiter's environment")
+            }
+            EnvError::Unterminated { .. } => "unterminated ${ reference".to_string(),
+        }
+    }
+}
+
 /// Keys whose values are secrets even when written literally.
 pub fn is_secret_key(key: &str) -> bool {
     let upper = key.to_ascii_uppercase();
-    ["KEY", "TOKEN", "SECRET", "PASSWORD"].iter().any(|word| upper.contains(word))
+    ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+        .iter()
+        .any(|word| upper.contains(word))
 }
 
 /// Resolve `${NAME}` references against the process environment.
 pub fn resolve_env(env: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, EnvError> {
-    env.iter().map(|(k, v)| Ok((k.clone(), substitute(k, v, |name| std::env::var(name).ok())?))).collect()
+    env.iter()
+        .map(|(k, v)| {
+            Ok((
+                k.clone(),
+                substitute(k, v, |name| std::env::var(name).ok())?,
+            ))
+        })
+        .collect()
 }
 
-fn substitute(key: &str, value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, EnvError> {
+fn substitute(
+    key: &str,
+    value: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, EnvError> {
     let mut out = String::new();
     let mut rest = value;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| EnvError::Unterminated { key: key.to_string() })?;
+        let end = after.find('}').ok_or_else(|| EnvError::Unterminated {
+            key: key.to_string(),
+        })?;
         let name = &after[..end];
-        let resolved =
-            lookup(name).ok_or_else(|| EnvError::Unset { key: key.to_string(), name: name.to_string() })?;
+        let resolved = lookup(name).ok_or_else(|| EnvError::Unset {
+            key: key.to_string(),
+            name: name.to_string(),
+        })?;
         out.push_str(&resolved);
         rest = &after[end + 1..];
     }
@@ -42,7 +78,11 @@ fn substitute(key: &str, value: &str, lookup: impl Fn(&str) -> Option<String>) -
 pub fn redact_env(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     env.iter()
         .map(|(k, v)| {
-            let shown = if is_secret_key(k) && !is_pure_reference(v) { "***".to_string() } else { v.clone() };
+            let shown = if is_secret_key(k) && !is_pure_reference(v) {
+                "***".to_string()
+            } else {
+                v.clone()
+            };
             (k.clone(), shown)
         })
         .collect()
@@ -59,12 +99,21 @@ mod tests {
     #[test]
     fn substitution() {
         let lookup = |n: &str| (n == "A").then(|| "1".to_string());
-        assert_eq!(substitute("K", "x${A}y${A}", lookup), Ok("x1y1".to_string()));
+        assert_eq!(
+            substitute("K", "x${A}y${A}", lookup),
+            Ok("x1y1".to_string())
+        );
         assert_eq!(
             substitute("K", "${B}", lookup),
-            Err(EnvError::Unset { key: "K".into(), name: "B".into() })
+            Err(EnvError::Unset {
+                key: "K".into(),
+                name: "B".into()
+            })
         );
-        assert_eq!(substitute("K", "${A", lookup), Err(EnvError::Unterminated { key: "K".into() }));
+        assert_eq!(
+            substitute("K", "${A", lookup),
+            Err(EnvError::Unterminated { key: "K".into() })
+        );
     }
 
     #[test]

@@ -125,7 +125,9 @@ pub fn shell_script(path: &str) -> Vec<String> {
     vec![
         "sh".to_string(),
         "-c".to_string(),
-        format!("if command -v bash >/dev/null 2>&1; then exec bash {path}; else exec sh {path}; fi"),
+        format!(
+            "if command -v bash >/dev/null 2>&1; then exec bash {path}; else exec sh {path}; fi"
+        ),
     ]
 }
 
@@ -137,19 +139,28 @@ impl Agent {
             "nop" => AgentKind::Nop,
             _ => return None,
         };
-        Some(Agent { name: name.to_string(), kind })
+        Some(Agent {
+            name: name.to_string(),
+            kind,
+        })
     }
 
     /// Check up front that the agent can run `task` (e.g. the oracle needs a solution).
     pub fn check(&self, task: &Task) -> Result<(), AgentError> {
         match &self.kind {
-            AgentKind::Oracle if task.solution_dir.is_none() => Err(AgentError::NoSolution { task: task.name.clone() }),
+            AgentKind::Oracle if task.solution_dir.is_none() => Err(AgentError::NoSolution {
+                task: task.name.clone(),
+            }),
             _ => Ok(()),
         }
     }
 
     /// What the agent needs in `task`'s container. `overrides` are variant env overrides.
-    pub fn plan(&self, task: &Task, overrides: &BTreeMap<String, String>) -> Result<AgentPlan, AgentError> {
+    pub fn plan(
+        &self,
+        task: &Task,
+        overrides: &BTreeMap<String, String>,
+    ) -> Result<AgentPlan, AgentError> {
         let timeout = Duration::from_secs_f64(task.agent.timeout_sec);
         let mut plan = AgentPlan {
             uploads: Vec::new(),
@@ -162,31 +173,68 @@ impl Agent {
         match &self.kind {
             AgentKind::Nop => {}
             AgentKind::Oracle => {
-                let dir = task.solution_dir.as_ref().ok_or_else(|| AgentError::NoSolution { task: task.name.clone() })?;
-                let tar = dir_to_tar(dir, "solution").map_err(|source| AgentError::Pack { path: dir.clone(), source })?;
-                plan.uploads.push(Upload { dest: "/".to_string(), tar });
-                plan.run = Some(Step { argv: shell_script("/solution/solve.sh"), timeout, user: task.agent.user.clone() });
+                let dir = task
+                    .solution_dir
+                    .as_ref()
+                    .ok_or_else(|| AgentError::NoSolution {
+                        task: task.name.clone(),
+                    })?;
+                let tar = dir_to_tar(dir, "solution").map_err(|source| AgentError::Pack {
+                    path: dir.clone(),
+                    source,
+                })?;
+                plan.uploads.push(Upload {
+                    dest: "/".to_string(),
+                    tar,
+                });
+                plan.run = Some(Step {
+                    argv: shell_script("/solution/solve.sh"),
+                    timeout,
+                    user: task.agent.user.clone(),
+                });
             }
             AgentKind::Command(cmd) => {
                 let user = cmd.user.clone().or_else(|| task.agent.user.clone());
                 if let Some(script) = &cmd.install {
                     let entries = [
-                        TarEntry { path: "arbiter/", content: None, mode: 0o755 },
-                        TarEntry { path: "arbiter/install.sh", content: Some(script.as_bytes()), mode: 0o755 },
+                        TarEntry {
+                            path: "arbiter/",
+                            content: None,
+                            mode: 0o755,
+                        },
+                        TarEntry {
+                            path: "arbiter/install.sh",
+                            content: Some(script.as_bytes()),
+                            mode: 0o755,
+                        },
                     ];
-                    let tar = files_to_tar(&entries).map_err(|source| AgentError::Pack { path: "install.sh".into(), source })?;
-                    plan.uploads.push(Upload { dest: "/".to_string(), tar });
+                    let tar = files_to_tar(&entries).map_err(|source| AgentError::Pack {
+                        path: "install.sh".into(),
+                        source,
+                    })?;
+                    plan.uploads.push(Upload {
+                        dest: "/".to_string(),
+                        tar,
+                    });
                     plan.install = Some(Step {
                         argv: shell_script("/arbiter/install.sh"),
                         timeout: Duration::from_secs_f64(cmd.install_timeout_sec),
                         user: Some("0".to_string()),
                     });
                 }
-                plan.run = Some(Step { argv: cmd.run.clone(), timeout, user });
+                plan.run = Some(Step {
+                    argv: cmd.run.clone(),
+                    timeout,
+                    user,
+                });
                 let mut env = cmd.env.clone();
                 env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
                 plan.env = resolve_env(&env)?;
-                plan.ro_mounts = cmd.mounts.iter().map(|m| (m.host.clone(), m.container.clone())).collect();
+                plan.ro_mounts = cmd
+                    .mounts
+                    .iter()
+                    .map(|m| (m.host.clone(), m.container.clone()))
+                    .collect();
                 plan.outcome_path = cmd.outcome_path.clone();
             }
         }

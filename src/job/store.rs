@@ -17,7 +17,10 @@ pub struct StoreError {
 }
 
 fn at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
-    move |source| StoreError { path: path.to_path_buf(), source }
+    move |source| StoreError {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Write `bytes` to `path` so that readers see either the old content or all of the new.
@@ -26,7 +29,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(at(path))?;
     tmp.write_all(bytes).map_err(at(path))?;
     tmp.as_file().sync_all().map_err(at(path))?;
-    tmp.persist(path).map_err(|e| StoreError { path: path.to_path_buf(), source: e.error })?;
+    tmp.persist(path).map_err(|e| StoreError {
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
@@ -42,7 +48,9 @@ pub struct JobStore {
 impl JobStore {
     pub fn open(root: &Path) -> Result<Self, StoreError> {
         fs::create_dir_all(root.join("trials")).map_err(at(root))?;
-        Ok(JobStore { root: root.to_path_buf() })
+        Ok(JobStore {
+            root: root.to_path_buf(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -72,12 +80,22 @@ impl JobStore {
     pub fn record(&self, record: &TrialRecord) -> Result<(), StoreError> {
         let dir = self.trial_dir(&record.id);
         let result = dir.join("result.json");
-        let pretty = serde_json::to_vec_pretty(record).map_err(|e| StoreError { path: result.clone(), source: e.into() })?;
+        let pretty = serde_json::to_vec_pretty(record).map_err(|e| StoreError {
+            path: result.clone(),
+            source: e.into(),
+        })?;
         write_atomic(&result, &pretty)?;
         let jsonl = self.root.join("trials.jsonl");
-        let mut line = serde_json::to_vec(record).map_err(|e| StoreError { path: jsonl.clone(), source: e.into() })?;
+        let mut line = serde_json::to_vec(record).map_err(|e| StoreError {
+            path: jsonl.clone(),
+            source: e.into(),
+        })?;
         line.push(b'\n');
-        let mut file = OpenOptions::new().create(true).append(true).open(&jsonl).map_err(at(&jsonl))?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&jsonl)
+            .map_err(at(&jsonl))?;
         file.write_all(&line).map_err(at(&jsonl))?;
         file.sync_all().map_err(at(&jsonl))?;
         Ok(())
@@ -105,7 +123,11 @@ mod tests {
         write_atomic(&p, b"first").expect("write");
         write_atomic(&p, b"second").expect("write");
         assert_eq!(fs::read(&p).expect("read"), b"second");
-        assert_eq!(fs::read_dir(tmp.path()).expect("ls").count(), 1, "no temp files left behind");
+        assert_eq!(
+            fs::read_dir(tmp.path()).expect("ls").count(),
+            1,
+            "no temp files left behind"
+        );
     }
 
     #[test]

@@ -96,7 +96,11 @@ fn parse_record(bytes: &[u8], source: ClaimSource) -> Claim {
     };
     match object.get("schema_version").and_then(Value::as_str) {
         Some(OUTCOME_SCHEMA) => {}
-        Some(other) => return invalid(format!("schema_version is {other:?}, expected {OUTCOME_SCHEMA:?}")),
+        Some(other) => {
+            return invalid(format!(
+                "schema_version is {other:?}, expected {OUTCOME_SCHEMA:?}"
+            ));
+        }
         None => return invalid("schema_version missing".to_string()),
     }
     let semantic_status = match object.get("semantic_status") {
@@ -115,7 +119,10 @@ fn parse_record(bytes: &[u8], source: ClaimSource) -> Claim {
 
 /// Payload of the last line that starts with `marker` (leading whitespace allowed).
 fn last_marker<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
-    text.lines().rev().find_map(|line| line.trim_start().strip_prefix(marker)).map(str::trim)
+    text.lines()
+        .rev()
+        .find_map(|line| line.trim_start().strip_prefix(marker))
+        .map(str::trim)
 }
 
 /// A marker payload as JSON, or as a plain string when it is not JSON.
@@ -145,7 +152,10 @@ mod tests {
         let claim = collect_claim(None, DEADLINE.as_bytes());
         assert_eq!(claim.status, ClaimStatus::Present);
         assert_eq!(claim.source, Some(ClaimSource::Stderr));
-        assert_eq!(claim.agent_termination.expect("termination")["reason"], "task_deadline_exhausted");
+        assert_eq!(
+            claim.agent_termination.expect("termination")["reason"],
+            "task_deadline_exhausted"
+        );
     }
 
     #[test]
@@ -155,7 +165,12 @@ mod tests {
             r#"{"schema_version":"aworld.run.outcome.v1","semantic_status":"succeeded"}"#,
             r#"{"schema_version":"aworld.run.outcome.v1","semantic_status":"task_failed"}"#
         );
-        assert_eq!(collect_claim(None, stderr.as_bytes()).semantic_status.as_deref(), Some("task_failed"));
+        assert_eq!(
+            collect_claim(None, stderr.as_bytes())
+                .semantic_status
+                .as_deref(),
+            Some("task_failed")
+        );
         let file = br#"{"schema_version":"aworld.run.outcome.v1","semantic_status":"cancelled"}"#;
         let claim = collect_claim(Some(file), stderr.as_bytes());
         assert_eq!(claim.semantic_status.as_deref(), Some("cancelled"));
@@ -167,9 +182,15 @@ mod tests {
         let claim = collect_claim(Some(b"{not json"), b"");
         assert_eq!(claim.status, ClaimStatus::Invalid);
         assert!(claim.error.expect("error").starts_with("not valid JSON"));
-        let claim = collect_claim(Some(br#"{"schema_version":"other","semantic_status":"succeeded"}"#), b"");
+        let claim = collect_claim(
+            Some(br#"{"schema_version":"other","semantic_status":"succeeded"}"#),
+            b"",
+        );
         assert_eq!(claim.status, ClaimStatus::Invalid);
         assert!(!claim.claims_success());
-        assert_eq!(collect_claim(None, b"just logs\n").status, ClaimStatus::Missing);
+        assert_eq!(
+            collect_claim(None, b"just logs\n").status,
+            ClaimStatus::Missing
+        );
     }
 }

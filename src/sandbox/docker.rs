@@ -9,9 +9,10 @@ use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
-    DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
-    ListImagesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, UploadToContainerOptionsBuilder,
+    BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateContainerOptionsBuilder,
+    CreateImageOptionsBuilder, DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveImageOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -19,7 +20,10 @@ use tokio::sync::{Mutex, OnceCell};
 
 use super::error::status_of;
 use super::tarball::dir_to_tar;
-use super::{ContainerSpec, ContainerState, ExecOutcome, ExecSpec, Fetched, ImageSpec, Labelled, Sandbox, SandboxError};
+use super::{
+    ContainerSpec, ContainerState, ExecOutcome, ExecSpec, Fetched, ImageSpec, Labelled, Sandbox,
+    SandboxError,
+};
 
 /// PID 1's child in every container: sleeps forever and ignores SIGTERM, so that a deadline's
 /// `kill -TERM -1` reaches the agent's processes but not the container's keep-alive. The
@@ -36,26 +40,49 @@ impl DockerSandbox {
     /// Connect using `DOCKER_HOST` or the platform default socket, negotiate the API version
     /// (engines as old as API 1.41 are fine) and check the engine answers.
     pub async fn connect() -> Result<Self, SandboxError> {
-        let hint = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
-        let connect = |source| SandboxError::Connect { hint: hint.clone(), source };
-        let docker = Docker::connect_with_defaults().map_err(connect)?.with_timeout(Duration::from_secs(120));
-        let docker = match tokio::time::timeout(Duration::from_secs(15), docker.negotiate_version()).await {
-            Ok(result) => result.map_err(connect)?,
-            Err(_) => return Err(SandboxError::Timeout { op: "version negotiation", seconds: 15 }),
+        let hint = std::env::var("DOCKER_HOST")
+            .unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
+        let connect = |source| SandboxError::Connect {
+            hint: hint.clone(),
+            source,
         };
+        let docker = Docker::connect_with_defaults()
+            .map_err(connect)?
+            .with_timeout(Duration::from_secs(120));
+        let docker =
+            match tokio::time::timeout(Duration::from_secs(15), docker.negotiate_version()).await {
+                Ok(result) => result.map_err(connect)?,
+                Err(_) => {
+                    return Err(SandboxError::Timeout {
+                        op: "version negotiation",
+                        seconds: 15,
+                    });
+                }
+            };
         match tokio::time::timeout(Duration::from_secs(15), docker.ping()).await {
             Ok(result) => result.map_err(connect)?,
-            Err(_) => return Err(SandboxError::Timeout { op: "ping", seconds: 15 }),
+            Err(_) => {
+                return Err(SandboxError::Timeout {
+                    op: "ping",
+                    seconds: 15,
+                });
+            }
         };
         tracing::debug!(api = %docker.client_version(), "connected to docker");
-        Ok(DockerSandbox { docker, builds: Mutex::new(HashMap::new()) })
+        Ok(DockerSandbox {
+            docker,
+            builds: Mutex::new(HashMap::new()),
+        })
     }
 
     async fn image_exists(&self, name: &str) -> Result<bool, SandboxError> {
         match self.docker.inspect_image(name).await {
             Ok(_) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => Ok(false),
-            Err(e) => Err(SandboxError::Engine { op: "image inspect", source: e }),
+            Err(e) => Err(SandboxError::Engine {
+                op: "image inspect",
+                source: e,
+            }),
         }
     }
 
@@ -72,9 +99,13 @@ impl DockerSandbox {
             move || dir_to_tar(&context, ".")
         })
         .await
-        .map_err(|e| SandboxError::Build { tag: tag.to_string(), message: format!("packing context: {e}") })?
+        .map_err(|e| SandboxError::Build {
+            tag: tag.to_string(),
+            message: format!("packing context: {e}"),
+        })?
         .map_err(SandboxError::io(&context))?;
-        let labels: HashMap<String, String> = labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let labels: HashMap<String, String> =
+            labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let options = BuildImageOptionsBuilder::new()
             .dockerfile(dockerfile)
             .t(tag)
@@ -82,13 +113,23 @@ impl DockerSandbox {
             .forcerm(true)
             .labels(&labels)
             .build();
-        let mut stream = self.docker.build_image(options, None, Some(bollard::body_full(tar.into())));
+        let mut stream =
+            self.docker
+                .build_image(options, None, Some(bollard::body_full(tar.into())));
         let mut tail: Vec<String> = Vec::new();
         while let Some(item) = stream.next().await {
-            let info = item.map_err(|e| SandboxError::Build { tag: tag.to_string(), message: e.to_string() })?;
+            let info = item.map_err(|e| SandboxError::Build {
+                tag: tag.to_string(),
+                message: e.to_string(),
+            })?;
             if let Some(detail) = info.error_detail {
-                let message = detail.message.unwrap_or_else(|| "unknown build error".to_string());
-                return Err(SandboxError::Build { tag: tag.to_string(), message: one_line(&message) });
+                let message = detail
+                    .message
+                    .unwrap_or_else(|| "unknown build error".to_string());
+                return Err(SandboxError::Build {
+                    tag: tag.to_string(),
+                    message: one_line(&message),
+                });
             }
             if let Some(line) = info.stream {
                 let line = line.trim_end().to_string();
@@ -104,7 +145,10 @@ impl DockerSandbox {
         if !self.image_exists(tag).await? {
             return Err(SandboxError::Build {
                 tag: tag.to_string(),
-                message: format!("engine reported no image; last output: {}", tail.join(" | ")),
+                message: format!(
+                    "engine reported no image; last output: {}",
+                    tail.join(" | ")
+                ),
             });
         }
         Ok(())
@@ -114,7 +158,10 @@ impl DockerSandbox {
         let options = CreateImageOptionsBuilder::new().from_image(name).build();
         let mut stream = self.docker.create_image(Some(options), None, None);
         while let Some(item) = stream.next().await {
-            let info = item.map_err(|e| SandboxError::Image { image: name.to_string(), message: e.to_string() })?;
+            let info = item.map_err(|e| SandboxError::Image {
+                image: name.to_string(),
+                message: e.to_string(),
+            })?;
             if let Some(detail) = info.error_detail {
                 return Err(SandboxError::Image {
                     image: name.to_string(),
@@ -128,14 +175,24 @@ impl DockerSandbox {
     /// Send SIGTERM to every process in the container except PID 1 and the keep-alive.
     async fn terminate_all(&self, id: &str) {
         let options = CreateExecOptions {
-            cmd: Some(vec!["sh".to_string(), "-c".to_string(), "kill -TERM -1 2>/dev/null; true".to_string()]),
+            cmd: Some(vec![
+                "sh".to_string(),
+                "-c".to_string(),
+                "kill -TERM -1 2>/dev/null; true".to_string(),
+            ]),
             user: Some("0".to_string()),
             ..Default::default()
         };
-        let detached = bollard::exec::StartExecOptions { detach: true, ..Default::default() };
+        let detached = bollard::exec::StartExecOptions {
+            detach: true,
+            ..Default::default()
+        };
         let sent = async {
             let created = self.docker.create_exec(id, options).await?;
-            self.docker.start_exec(&created.id, Some(detached)).await.map(|_| ())
+            self.docker
+                .start_exec(&created.id, Some(detached))
+                .await
+                .map(|_| ())
         };
         match tokio::time::timeout(Duration::from_secs(5), sent).await {
             Ok(Ok(())) => {}
@@ -158,11 +215,21 @@ impl DockerSandbox {
             tty: Some(false),
             ..Default::default()
         };
-        let created = self.docker.create_exec(id, options).await.map_err(SandboxError::engine("exec create"))?;
-        let StartExecResults::Attached { mut output, .. } =
-            self.docker.start_exec(&created.id, None).await.map_err(SandboxError::engine("exec start"))?
+        let created = self
+            .docker
+            .create_exec(id, options)
+            .await
+            .map_err(SandboxError::engine("exec create"))?;
+        let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&created.id, None)
+            .await
+            .map_err(SandboxError::engine("exec start"))?
         else {
-            return Err(SandboxError::Refused { op: "exec start", message: "engine detached the exec".into() });
+            return Err(SandboxError::Refused {
+                op: "exec start",
+                message: "engine detached the exec".into(),
+            });
         };
         let mut stdout = CappedSink::open(spec.stdout.as_deref(), spec.cap_bytes).await?;
         let mut stderr = CappedSink::open(spec.stderr.as_deref(), spec.cap_bytes).await?;
@@ -176,7 +243,10 @@ impl DockerSandbox {
                     Ok(next) => next,
                     Err(_) if !timed_out => {
                         timed_out = true;
-                        tracing::debug!(id, "exec deadline reached: SIGTERM, then kill after grace");
+                        tracing::debug!(
+                            id,
+                            "exec deadline reached: SIGTERM, then kill after grace"
+                        );
                         self.terminate_all(id).await;
                         deadline = Some(tokio::time::Instant::now() + spec.grace);
                         continue;
@@ -193,14 +263,23 @@ impl DockerSandbox {
             };
             match next {
                 None => break,
-                Some(Ok(bollard::container::LogOutput::StdOut { message })) => stdout.write(&message).await?,
-                Some(Ok(bollard::container::LogOutput::StdErr { message })) => stderr.write(&message).await?,
+                Some(Ok(bollard::container::LogOutput::StdOut { message })) => {
+                    stdout.write(&message).await?
+                }
+                Some(Ok(bollard::container::LogOutput::StdErr { message })) => {
+                    stderr.write(&message).await?
+                }
                 Some(Ok(_)) => {}
                 Some(Err(e)) if timed_out => {
                     tracing::debug!(id, "exec stream ended after kill: {e}");
                     break;
                 }
-                Some(Err(e)) => return Err(SandboxError::Engine { op: "exec stream", source: e }),
+                Some(Err(e)) => {
+                    return Err(SandboxError::Engine {
+                        op: "exec stream",
+                        source: e,
+                    });
+                }
             }
         }
         stdout.finish().await?;
@@ -212,7 +291,12 @@ impl DockerSandbox {
                 tracing::debug!(id, "exec inspect after kill: {e}");
                 None
             }
-            Err(e) => return Err(SandboxError::Engine { op: "exec inspect", source: e }),
+            Err(e) => {
+                return Err(SandboxError::Engine {
+                    op: "exec inspect",
+                    source: e,
+                });
+            }
         };
         Ok(ExecOutcome {
             exit_code,
@@ -237,10 +321,20 @@ struct CappedSink {
 impl CappedSink {
     async fn open(path: Option<&Path>, cap: u64) -> Result<Self, SandboxError> {
         let file = match path {
-            Some(p) => Some(tokio::io::BufWriter::new(tokio::fs::File::create(p).await.map_err(SandboxError::io(p))?)),
+            Some(p) => Some(tokio::io::BufWriter::new(
+                tokio::fs::File::create(p)
+                    .await
+                    .map_err(SandboxError::io(p))?,
+            )),
             None => None,
         };
-        Ok(CappedSink { file, path: path.map(Path::to_path_buf), cap, kept: 0, total: 0 })
+        Ok(CappedSink {
+            file,
+            path: path.map(Path::to_path_buf),
+            cap,
+            kept: 0,
+            total: 0,
+        })
     }
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
@@ -248,7 +342,9 @@ impl CappedSink {
         let room = self.cap.saturating_sub(self.kept) as usize;
         let take = room.min(bytes.len());
         if let (Some(file), true) = (self.file.as_mut(), take > 0) {
-            file.write_all(&bytes[..take]).await.map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
+            file.write_all(&bytes[..take])
+                .await
+                .map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
             self.kept += take as u64;
         }
         Ok(())
@@ -257,10 +353,15 @@ impl CappedSink {
     async fn finish(&mut self) -> Result<(), SandboxError> {
         if let Some(file) = self.file.as_mut() {
             if self.total > self.kept {
-                let note = format!("\n[arbiter: output truncated: kept {} of {} bytes]\n", self.kept, self.total);
+                let note = format!(
+                    "\n[arbiter: output truncated: kept {} of {} bytes]\n",
+                    self.kept, self.total
+                );
                 let _ = file.write_all(note.as_bytes()).await;
             }
-            file.flush().await.map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
+            file.flush()
+                .await
+                .map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
         }
         Ok(())
     }
@@ -279,7 +380,10 @@ impl Sandbox for DockerSandbox {
         let reference = spec.reference().to_string();
         let cell = {
             let mut builds = self.builds.lock().await;
-            builds.entry(reference.clone()).or_insert_with(|| Arc::new(OnceCell::new())).clone()
+            builds
+                .entry(reference.clone())
+                .or_insert_with(|| Arc::new(OnceCell::new()))
+                .clone()
         };
         let ready = cell
             .get_or_try_init(|| async {
@@ -287,14 +391,28 @@ impl Sandbox for DockerSandbox {
                     return Ok::<_, SandboxError>(reference.clone());
                 }
                 match spec {
-                    ImageSpec::Build { context, dockerfile, tag, timeout, labels } => {
+                    ImageSpec::Build {
+                        context,
+                        dockerfile,
+                        tag,
+                        timeout,
+                        labels,
+                    } => {
                         tracing::info!(tag, "building image");
-                        match tokio::time::timeout(*timeout, self.build(context, dockerfile, tag, labels)).await {
+                        match tokio::time::timeout(
+                            *timeout,
+                            self.build(context, dockerfile, tag, labels),
+                        )
+                        .await
+                        {
                             Ok(result) => result?,
                             Err(_) => {
                                 return Err(SandboxError::Build {
                                     tag: tag.clone(),
-                                    message: format!("build timed out after {}s", timeout.as_secs()),
+                                    message: format!(
+                                        "build timed out after {}s",
+                                        timeout.as_secs()
+                                    ),
                                 });
                             }
                         }
@@ -319,9 +437,16 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError> {
-        let mut binds: Vec<String> =
-            spec.ro_mounts.iter().map(|(host, inside)| format!("{}:{}:ro", host.display(), inside)).collect();
-        binds.extend(spec.rw_mounts.iter().map(|(host, inside)| format!("{}:{}:rw", host.display(), inside)));
+        let mut binds: Vec<String> = spec
+            .ro_mounts
+            .iter()
+            .map(|(host, inside)| format!("{}:{}:ro", host.display(), inside))
+            .collect();
+        binds.extend(
+            spec.rw_mounts
+                .iter()
+                .map(|(host, inside)| format!("{}:{}:rw", host.display(), inside)),
+        );
         let memory = (spec.memory_mb as i64).saturating_mul(1024 * 1024);
         let host_config = HostConfig {
             init: Some(true),
@@ -335,22 +460,41 @@ impl Sandbox for DockerSandbox {
         };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
-            entrypoint: Some(vec!["sh".to_string(), "-c".to_string(), KEEPALIVE.to_string()]),
+            entrypoint: Some(vec![
+                "sh".to_string(),
+                "-c".to_string(),
+                KEEPALIVE.to_string(),
+            ]),
             cmd: Some(vec!["arbiter-keepalive".to_string()]),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            labels: Some(
+                spec.labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
             working_dir: spec.workdir.clone(),
             network_disabled: Some(spec.network == super::Network::None),
             host_config: Some(host_config),
             ..Default::default()
         };
-        let options = spec.name.as_deref().map(|name| CreateContainerOptionsBuilder::new().name(name).build());
-        let created = self.docker.create_container(options, body).await.map_err(SandboxError::engine("container create"))?;
+        let options = spec
+            .name
+            .as_deref()
+            .map(|name| CreateContainerOptionsBuilder::new().name(name).build());
+        let created = self
+            .docker
+            .create_container(options, body)
+            .await
+            .map_err(SandboxError::engine("container create"))?;
         Ok(created.id)
     }
 
     async fn start(&self, id: &str) -> Result<(), SandboxError> {
-        self.docker.start_container(id, None).await.map_err(SandboxError::engine("container start"))
+        self.docker
+            .start_container(id, None)
+            .await
+            .map_err(SandboxError::engine("container start"))
     }
 
     async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
@@ -365,10 +509,20 @@ impl Sandbox for DockerSandbox {
             .map_err(SandboxError::engine("copy into container"))
     }
 
-    async fn get_archive(&self, id: &str, path: &str, to: &Path, limit: u64) -> Result<Fetched, SandboxError> {
-        let options = DownloadFromContainerOptionsBuilder::new().path(path).build();
+    async fn get_archive(
+        &self,
+        id: &str,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> Result<Fetched, SandboxError> {
+        let options = DownloadFromContainerOptionsBuilder::new()
+            .path(path)
+            .build();
         let mut stream = self.docker.download_from_container(id, Some(options));
-        let mut file = tokio::fs::File::create(to).await.map_err(SandboxError::io(to))?;
+        let mut file = tokio::fs::File::create(to)
+            .await
+            .map_err(SandboxError::io(to))?;
         let mut bytes = 0u64;
         while let Some(chunk) = stream.next().await {
             let chunk = match chunk {
@@ -378,7 +532,12 @@ impl Sandbox for DockerSandbox {
                     let _ = tokio::fs::remove_file(to).await;
                     return Ok(Fetched::NotFound);
                 }
-                Err(e) => return Err(SandboxError::Engine { op: "copy from container", source: e }),
+                Err(e) => {
+                    return Err(SandboxError::Engine {
+                        op: "copy from container",
+                        source: e,
+                    });
+                }
             };
             bytes += chunk.len() as u64;
             if bytes > limit {
@@ -397,7 +556,12 @@ impl Sandbox for DockerSandbox {
         match self.docker.kill_container(id, Some(options)).await {
             Ok(()) => {}
             Err(e) if status_of(&e) == Some(409) => {}
-            Err(e) => return Err(SandboxError::Engine { op: "container kill", source: e }),
+            Err(e) => {
+                return Err(SandboxError::Engine {
+                    op: "container kill",
+                    source: e,
+                });
+            }
         }
         // Wait until the engine reports it stopped, so a commit sees a quiescent filesystem.
         for _ in 0..100 {
@@ -406,11 +570,18 @@ impl Sandbox for DockerSandbox {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Err(SandboxError::Refused { op: "container kill", message: "container still running 2s after SIGKILL".into() })
+        Err(SandboxError::Refused {
+            op: "container kill",
+            message: "container still running 2s after SIGKILL".into(),
+        })
     }
 
     async fn inspect(&self, id: &str) -> Result<ContainerState, SandboxError> {
-        let info = self.docker.inspect_container(id, None).await.map_err(SandboxError::engine("container inspect"))?;
+        let info = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(SandboxError::engine("container inspect"))?;
         let state = info.state.unwrap_or_default();
         Ok(ContainerState {
             running: state.running.unwrap_or(false),
@@ -419,22 +590,39 @@ impl Sandbox for DockerSandbox {
         })
     }
 
-    async fn commit(&self, id: &str, labels: &BTreeMap<String, String>) -> Result<String, SandboxError> {
-        let options = CommitContainerOptionsBuilder::new().container(id).pause(false).build();
+    async fn commit(
+        &self,
+        id: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<String, SandboxError> {
+        let options = CommitContainerOptionsBuilder::new()
+            .container(id)
+            .pause(false)
+            .build();
         let config = ContainerConfig {
             labels: Some(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
             ..Default::default()
         };
-        let response = self.docker.commit_container(options, config).await.map_err(SandboxError::engine("commit"))?;
+        let response = self
+            .docker
+            .commit_container(options, config)
+            .await
+            .map_err(SandboxError::engine("commit"))?;
         Ok(response.id)
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), SandboxError> {
-        let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
         match self.docker.remove_container(id, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if matches!(status_of(&e), Some(404) | Some(409)) => Ok(()),
-            Err(e) => Err(SandboxError::Engine { op: "container remove", source: e }),
+            Err(e) => Err(SandboxError::Engine {
+                op: "container remove",
+                source: e,
+            }),
         }
     }
 
@@ -443,13 +631,23 @@ impl Sandbox for DockerSandbox {
         match self.docker.remove_image(id, Some(options), None).await {
             Ok(_) => Ok(()),
             Err(e) if status_of(&e) == Some(404) => Ok(()),
-            Err(e) => Err(SandboxError::Engine { op: "image remove", source: e }),
+            Err(e) => Err(SandboxError::Engine {
+                op: "image remove",
+                source: e,
+            }),
         }
     }
 
     async fn list_containers(&self, labels: &[String]) -> Result<Vec<Labelled>, SandboxError> {
-        let options = ListContainersOptionsBuilder::new().all(true).filters(&labels_filter(labels)).build();
-        let list = self.docker.list_containers(Some(options)).await.map_err(SandboxError::engine("container list"))?;
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&labels_filter(labels))
+            .build();
+        let list = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(SandboxError::engine("container list"))?;
         Ok(list
             .into_iter()
             .map(|c| Labelled {
@@ -460,8 +658,21 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn list_images(&self, labels: &[String]) -> Result<Vec<Labelled>, SandboxError> {
-        let options = ListImagesOptionsBuilder::new().all(false).filters(&labels_filter(labels)).build();
-        let list = self.docker.list_images(Some(options)).await.map_err(SandboxError::engine("image list"))?;
-        Ok(list.into_iter().map(|i| Labelled { id: i.id, labels: i.labels.into_iter().collect() }).collect())
+        let options = ListImagesOptionsBuilder::new()
+            .all(false)
+            .filters(&labels_filter(labels))
+            .build();
+        let list = self
+            .docker
+            .list_images(Some(options))
+            .await
+            .map_err(SandboxError::engine("image list"))?;
+        Ok(list
+            .into_iter()
+            .map(|i| Labelled {
+                id: i.id,
+                labels: i.labels.into_iter().collect(),
+            })
+            .collect())
     }
 }

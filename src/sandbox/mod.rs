@@ -17,7 +17,8 @@ use std::time::Duration;
 pub use docker::DockerSandbox;
 pub use error::SandboxError;
 pub use tarball::{
-    ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, dir_to_tar, extract_tar_file, files_to_tar, hex,
+    ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, dir_to_tar,
+    extract_tar_file, files_to_tar, hex,
 };
 
 /// Label carried by every resource arbiter creates.
@@ -151,12 +152,27 @@ pub struct Labelled {
 
 /// The engine operations a trial needs. Implementations must be cheap to share (`Arc`).
 pub trait Sandbox: Send + Sync + 'static {
-    fn ensure_image(&self, spec: &ImageSpec) -> impl Future<Output = Result<String, SandboxError>> + Send;
-    fn create(&self, spec: &ContainerSpec) -> impl Future<Output = Result<String, SandboxError>> + Send;
+    fn ensure_image(
+        &self,
+        spec: &ImageSpec,
+    ) -> impl Future<Output = Result<String, SandboxError>> + Send;
+    fn create(
+        &self,
+        spec: &ContainerSpec,
+    ) -> impl Future<Output = Result<String, SandboxError>> + Send;
     fn start(&self, id: &str) -> impl Future<Output = Result<(), SandboxError>> + Send;
-    fn exec(&self, id: &str, spec: &ExecSpec) -> impl Future<Output = Result<ExecOutcome, SandboxError>> + Send;
+    fn exec(
+        &self,
+        id: &str,
+        spec: &ExecSpec,
+    ) -> impl Future<Output = Result<ExecOutcome, SandboxError>> + Send;
     /// Unpack a tar archive at `dest` (a directory that must exist) inside the container.
-    fn put_archive(&self, id: &str, dest: &str, tar: Vec<u8>) -> impl Future<Output = Result<(), SandboxError>> + Send;
+    fn put_archive(
+        &self,
+        id: &str,
+        dest: &str,
+        tar: Vec<u8>,
+    ) -> impl Future<Output = Result<(), SandboxError>> + Send;
     /// Write a tar archive of `path` inside the container to `to` on the host, at most `limit` bytes.
     fn get_archive(
         &self,
@@ -167,15 +183,28 @@ pub trait Sandbox: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send;
     /// SIGKILL every process of the container. A container that is not running is fine.
     fn kill(&self, id: &str) -> impl Future<Output = Result<(), SandboxError>> + Send;
-    fn inspect(&self, id: &str) -> impl Future<Output = Result<ContainerState, SandboxError>> + Send;
+    fn inspect(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<ContainerState, SandboxError>> + Send;
     /// Commit a (stopped) container to a new untagged image carrying `labels`.
-    fn commit(&self, id: &str, labels: &BTreeMap<String, String>) -> impl Future<Output = Result<String, SandboxError>> + Send;
+    fn commit(
+        &self,
+        id: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<String, SandboxError>> + Send;
     /// Force-remove a container; one that is already gone counts as removed.
     fn remove_container(&self, id: &str) -> impl Future<Output = Result<(), SandboxError>> + Send;
     /// Remove an image; one that is already gone counts as removed.
     fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), SandboxError>> + Send;
     /// Containers (all states) matching every label filter (`key` or `key=value`).
-    fn list_containers(&self, labels: &[String]) -> impl Future<Output = Result<Vec<Labelled>, SandboxError>> + Send;
+    fn list_containers(
+        &self,
+        labels: &[String],
+    ) -> impl Future<Output = Result<Vec<Labelled>, SandboxError>> + Send;
     /// Images matching every label filter (`key` or `key=value`).
-    fn list_images(&self, labels: &[String]) -> impl Future<Output = Result<Vec<Labelled>, SandboxError>> + Send;
+    fn list_images(
+        &self,
+        labels: &[String],
+    ) -> impl Future<Output = Result<Vec<Labelled>, SandboxError>> + Send;
 }

@@ -60,7 +60,10 @@ pub struct ExtractLimits {
 
 impl Default for ExtractLimits {
     fn default() -> Self {
-        ExtractLimits { max_bytes: 64 * 1024 * 1024, max_entries: 10_000 }
+        ExtractLimits {
+            max_bytes: 64 * 1024 * 1024,
+            max_entries: 10_000,
+        }
     }
 }
 
@@ -93,7 +96,11 @@ pub struct ExtractReport {
 /// The archive's first path component is its root (the basename of what was fetched). When the
 /// root is a file it is written to `dest` itself; when it is a directory, its contents go under
 /// `dest/`. Only regular files and directories are written.
-pub fn extract_tar_file(tar_path: &Path, dest: &Path, limits: ExtractLimits) -> io::Result<ExtractReport> {
+pub fn extract_tar_file(
+    tar_path: &Path,
+    dest: &Path,
+    limits: ExtractLimits,
+) -> io::Result<ExtractReport> {
     let mut archive = tar::Archive::new(File::open(tar_path)?);
     let mut report = ExtractReport::default();
     let mut total: u64 = 0;
@@ -107,10 +114,17 @@ pub fn extract_tar_file(tar_path: &Path, dest: &Path, limits: ExtractLimits) -> 
             break;
         }
         let Some(relative) = safe_relative(&raw) else {
-            report.skipped.push(SkippedEntry { path: raw, reason: "unsafe path".into() });
+            report.skipped.push(SkippedEntry {
+                path: raw,
+                reason: "unsafe path".into(),
+            });
             continue;
         };
-        let target = if relative.as_os_str().is_empty() { dest.to_path_buf() } else { dest.join(&relative) };
+        let target = if relative.as_os_str().is_empty() {
+            dest.to_path_buf()
+        } else {
+            dest.join(&relative)
+        };
         let kind = entry.header().entry_type();
         if kind.is_dir() {
             fs::create_dir_all(&target)?;
@@ -118,7 +132,10 @@ pub fn extract_tar_file(tar_path: &Path, dest: &Path, limits: ExtractLimits) -> 
         }
         if !(kind.is_file() || kind == tar::EntryType::Continuous) {
             let reason = if kind.is_symlink() {
-                let link = entry.link_name()?.map(|l| l.display().to_string()).unwrap_or_default();
+                let link = entry
+                    .link_name()?
+                    .map(|l| l.display().to_string())
+                    .unwrap_or_default();
                 format!("symlink to {link} (not followed)")
             } else if kind.is_hard_link() {
                 "hard link (not followed)".to_string()
@@ -130,7 +147,10 @@ pub fn extract_tar_file(tar_path: &Path, dest: &Path, limits: ExtractLimits) -> 
         }
         let size = entry.header().size()?;
         if total.saturating_add(size) > limits.max_bytes {
-            report.skipped.push(SkippedEntry { path: raw, reason: format!("over the {} byte budget", limits.max_bytes) });
+            report.skipped.push(SkippedEntry {
+                path: raw,
+                reason: format!("over the {} byte budget", limits.max_bytes),
+            });
             report.truncated = true;
             continue;
         }
@@ -167,7 +187,9 @@ pub fn extract_tar_file(tar_path: &Path, dest: &Path, limits: ExtractLimits) -> 
 
 /// The part of an archive path below its root component, if it is safe to join.
 fn safe_relative(raw: &str) -> Option<PathBuf> {
-    let mut parts = Path::new(raw).components().filter(|c| !matches!(c, Component::CurDir));
+    let mut parts = Path::new(raw)
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir));
     match parts.next() {
         Some(Component::Normal(_)) => {}
         _ => return None,
@@ -223,10 +245,21 @@ mod tests {
             file(b, "agent/outcome.json", b"{}");
             file(b, "agent/sub/x.txt", b"hello");
         });
-        let report = extract_tar_file(ar.path(), tmp.path(), ExtractLimits::default()).expect("extract");
-        assert_eq!(fs::read(tmp.path().join("sub/x.txt")).expect("read"), b"hello");
-        let x = report.files.iter().find(|f| f.relative == "sub/x.txt").expect("listed");
-        assert_eq!(x.sha256, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+        let report =
+            extract_tar_file(ar.path(), tmp.path(), ExtractLimits::default()).expect("extract");
+        assert_eq!(
+            fs::read(tmp.path().join("sub/x.txt")).expect("read"),
+            b"hello"
+        );
+        let x = report
+            .files
+            .iter()
+            .find(|f| f.relative == "sub/x.txt")
+            .expect("listed");
+        assert_eq!(
+            x.sha256,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
         assert!(!report.truncated);
     }
 
@@ -248,7 +281,8 @@ mod tests {
             let mut h = tar::Header::new_gnu();
             h.set_entry_type(tar::EntryType::Symlink);
             h.set_size(0);
-            b.append_link(&mut h, "agent/link", "/etc/passwd").expect("link");
+            b.append_link(&mut h, "agent/link", "/etc/passwd")
+                .expect("link");
         });
         let report = extract_tar_file(ar.path(), &dest, ExtractLimits::default()).expect("extract");
         assert!(!tmp.path().join("escape.txt").exists());
@@ -264,8 +298,15 @@ mod tests {
             file(b, "r/a", &[1u8; 100]);
             file(b, "r/b", &[2u8; 100]);
         });
-        let report =
-            extract_tar_file(ar.path(), tmp.path(), ExtractLimits { max_bytes: 150, max_entries: 10 }).expect("extract");
+        let report = extract_tar_file(
+            ar.path(),
+            tmp.path(),
+            ExtractLimits {
+                max_bytes: 150,
+                max_entries: 10,
+            },
+        )
+        .expect("extract");
         assert!(report.truncated);
         assert_eq!(report.files.len(), 1);
         assert!(!tmp.path().join("b").exists());

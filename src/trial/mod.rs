@@ -13,7 +13,7 @@ mod record;
 mod run;
 
 pub use record::{
-    ArtifactEntry, ArtifactStatus, InfraError, Limits, OutputStats, PhaseTime, TRIAL_SCHEMA, Termination,
-    TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
+    ArtifactEntry, ArtifactStatus, InfraError, Limits, OutputStats, PhaseTime, TRIAL_SCHEMA,
+    Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
 };
 pub use run::{Phase, TrialPlan, TrialRun, TrialSettings, run};

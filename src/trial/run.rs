@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use crate::agent::{Agent, AgentPlan, INSTRUCTION_PATH, resolve_env, shell_script};
 use crate::outcome::{Claim, audit, collect_claim};
 use crate::sandbox::{
-    ContainerSpec, ExecOutcome, ExecSpec, ExtractLimits, Fetched, ImageSpec, LABEL_JOB, LABEL_MANAGED, LABEL_TRIAL,
-    Network, Sandbox, SandboxError, TarEntry, dir_to_tar, extract_tar_file, files_to_tar,
+    ContainerSpec, ExecOutcome, ExecSpec, ExtractLimits, Fetched, ImageSpec, LABEL_JOB,
+    LABEL_MANAGED, LABEL_TRIAL, Network, Sandbox, SandboxError, TarEntry, dir_to_tar,
+    extract_tar_file, files_to_tar,
 };
 use crate::task::{NetworkMode, Task, VerifierMode};
 use crate::timefmt::now_rfc3339;
@@ -80,7 +81,10 @@ struct Infra {
 }
 
 fn infra<E: std::fmt::Display>(phase: Phase) -> impl FnOnce(E) -> Infra {
-    move |e| Infra { phase, message: e.to_string() }
+    move |e| Infra {
+        phase,
+        message: e.to_string(),
+    }
 }
 
 const AGENT_LOGS_LIMIT: u64 = 64 * 1024 * 1024;
@@ -102,7 +106,12 @@ pub async fn run<S: Sandbox>(
     };
     on_phase(Phase::Cleanup);
     let cleanup_started = Instant::now();
-    let swept = trial.cleanup(&*sandbox, outcome.is_none() || matches!(outcome, Some(Err(_)))).await;
+    let swept = trial
+        .cleanup(
+            &*sandbox,
+            outcome.is_none() || matches!(outcome, Some(Err(_))),
+        )
+        .await;
     trial.time(Phase::Cleanup, cleanup_started);
     match outcome {
         None => TrialRun::Cancelled,
@@ -147,7 +156,10 @@ impl<'a> Trial<'a> {
                 detail: Some("the agent phase did not run".to_string()),
             },
             claim: Claim::missing(),
-            verifier: VerifierOutcome::skipped(mode_name(task.verifier.mode), "the verifier did not run"),
+            verifier: VerifierOutcome::skipped(
+                mode_name(task.verifier.mode),
+                "the verifier did not run",
+            ),
             audit: None,
             phases: BTreeMap::new(),
             retries: 0,
@@ -166,11 +178,23 @@ impl<'a> Trial<'a> {
             started_at: now_rfc3339(),
             finished_at: String::new(),
         };
-        Trial { plan, rec, containers: Vec::new(), images: Vec::new(), agent_plan: None, agent_done: false }
+        Trial {
+            plan,
+            rec,
+            containers: Vec::new(),
+            images: Vec::new(),
+            agent_plan: None,
+            agent_done: false,
+        }
     }
 
     fn time(&mut self, phase: Phase, started: Instant) {
-        self.rec.phases.insert(phase.as_str().to_string(), PhaseTime { seconds: round3(started.elapsed().as_secs_f64()) });
+        self.rec.phases.insert(
+            phase.as_str().to_string(),
+            PhaseTime {
+                seconds: round3(started.elapsed().as_secs_f64()),
+            },
+        );
     }
 
     fn labels(&self, role: &str) -> BTreeMap<String, String> {
@@ -186,10 +210,17 @@ impl<'a> Trial<'a> {
         self.plan.dir.join(rel)
     }
 
-    async fn phases<S: Sandbox>(&mut self, sb: &S, on_phase: &(dyn Fn(Phase) + Send + Sync)) -> Result<(), Infra> {
+    async fn phases<S: Sandbox>(
+        &mut self,
+        sb: &S,
+        on_phase: &(dyn Fn(Phase) + Send + Sync),
+    ) -> Result<(), Infra> {
         for sub in ["agent", "artifacts", "verifier"] {
             let dir = self.path(sub);
-            std::fs::create_dir_all(&dir).map_err(|e| Infra { phase: Phase::Environment, message: format!("{}: {e}", dir.display()) })?;
+            std::fs::create_dir_all(&dir).map_err(|e| Infra {
+                phase: Phase::Environment,
+                message: format!("{}: {e}", dir.display()),
+            })?;
         }
         on_phase(Phase::Environment);
         let started = Instant::now();
@@ -213,9 +244,14 @@ impl<'a> Trial<'a> {
         let verifier_image = if live {
             None
         } else {
-            let image = sb.commit(&agent_id, &self.labels("snapshot")).await.map_err(infra(Phase::Collect))?;
+            let image = sb
+                .commit(&agent_id, &self.labels("snapshot"))
+                .await
+                .map_err(infra(Phase::Collect))?;
             self.images.push(image.clone());
-            sb.remove_container(&agent_id).await.map_err(infra(Phase::Collect))?;
+            sb.remove_container(&agent_id)
+                .await
+                .map_err(infra(Phase::Collect))?;
             self.containers.retain(|c| c != &agent_id);
             Some(image)
         };
@@ -223,7 +259,8 @@ impl<'a> Trial<'a> {
 
         on_phase(Phase::Verify);
         let started = Instant::now();
-        self.verify(sb, &agent_id, verifier_image.as_deref()).await?;
+        self.verify(sb, &agent_id, verifier_image.as_deref())
+            .await?;
         if live {
             sb.kill(&agent_id).await.map_err(infra(Phase::Verify))?;
             self.check_oom(sb, &agent_id).await?;
@@ -234,11 +271,21 @@ impl<'a> Trial<'a> {
 
     async fn environment<S: Sandbox>(&mut self, sb: &S) -> Result<String, Infra> {
         let task = &self.plan.task;
-        let image = sb.ensure_image(&self.plan.image).await.map_err(infra(Phase::Environment))?;
+        let image = sb
+            .ensure_image(&self.plan.image)
+            .await
+            .map_err(infra(Phase::Environment))?;
         self.rec.image = Some(image.clone());
-        let agent_plan = self.plan.agent.plan(task, &self.plan.overrides).map_err(infra(Phase::Environment))?;
+        let agent_plan = self
+            .plan
+            .agent
+            .plan(task, &self.plan.overrides)
+            .map_err(infra(Phase::Environment))?;
         let mut env = agent_plan.env.clone();
-        env.push(("ARBITER_INSTRUCTION_FILE".to_string(), INSTRUCTION_PATH.to_string()));
+        env.push((
+            "ARBITER_INSTRUCTION_FILE".to_string(),
+            INSTRUCTION_PATH.to_string(),
+        ));
         let spec = ContainerSpec {
             image,
             name: None,
@@ -256,21 +303,47 @@ impl<'a> Trial<'a> {
         self.containers.push(id.clone());
         sb.start(&id).await.map_err(infra(Phase::Environment))?;
         let base = files_to_tar(&[
-            TarEntry { path: "arbiter/", content: None, mode: 0o755 },
-            TarEntry { path: "arbiter/instruction.md", content: Some(task.instruction.as_bytes()), mode: 0o644 },
-            TarEntry { path: "logs/", content: None, mode: 0o755 },
-            TarEntry { path: "logs/agent/", content: None, mode: 0o777 },
+            TarEntry {
+                path: "arbiter/",
+                content: None,
+                mode: 0o755,
+            },
+            TarEntry {
+                path: "arbiter/instruction.md",
+                content: Some(task.instruction.as_bytes()),
+                mode: 0o644,
+            },
+            TarEntry {
+                path: "logs/",
+                content: None,
+                mode: 0o755,
+            },
+            TarEntry {
+                path: "logs/agent/",
+                content: None,
+                mode: 0o777,
+            },
         ])
         .map_err(infra(Phase::Environment))?;
-        sb.put_archive(&id, "/", base).await.map_err(infra(Phase::Environment))?;
+        sb.put_archive(&id, "/", base)
+            .await
+            .map_err(infra(Phase::Environment))?;
         for upload in &agent_plan.uploads {
-            sb.put_archive(&id, &upload.dest, upload.tar.clone()).await.map_err(infra(Phase::Environment))?;
+            sb.put_archive(&id, &upload.dest, upload.tar.clone())
+                .await
+                .map_err(infra(Phase::Environment))?;
         }
         self.agent_plan = Some(agent_plan);
         Ok(id)
     }
 
-    fn exec_spec(&self, argv: Vec<String>, user: Option<String>, timeout: Duration, logs: Option<(&str, &str)>) -> ExecSpec {
+    fn exec_spec(
+        &self,
+        argv: Vec<String>,
+        user: Option<String>,
+        timeout: Duration,
+        logs: Option<(&str, &str)>,
+    ) -> ExecSpec {
         ExecSpec {
             argv,
             env: Vec::new(),
@@ -286,7 +359,10 @@ impl<'a> Trial<'a> {
 
     async fn agent<S: Sandbox>(&mut self, sb: &S, id: &str) -> Result<(), Infra> {
         let Some(agent_plan) = self.agent_plan.take() else {
-            return Err(Infra { phase: Phase::Agent, message: "agent plan missing".to_string() });
+            return Err(Infra {
+                phase: Phase::Agent,
+                message: "agent plan missing".to_string(),
+            });
         };
         if let Some(install) = &agent_plan.install {
             let spec = self.exec_spec(
@@ -297,12 +373,21 @@ impl<'a> Trial<'a> {
             );
             let out = sb.exec(id, &spec).await.map_err(infra(Phase::Agent))?;
             if out.timed_out {
-                return Err(Infra { phase: Phase::Agent, message: format!("agent install timed out after {}s", install.timeout.as_secs()) });
+                return Err(Infra {
+                    phase: Phase::Agent,
+                    message: format!(
+                        "agent install timed out after {}s",
+                        install.timeout.as_secs()
+                    ),
+                });
             }
             if out.exit_code != Some(0) {
                 return Err(Infra {
                     phase: Phase::Agent,
-                    message: format!("agent install exited with {} (see agent/install.stderr.log)", code_words(out.exit_code)),
+                    message: format!(
+                        "agent install exited with {} (see agent/install.stderr.log)",
+                        code_words(out.exit_code)
+                    ),
                 });
             }
         }
@@ -315,10 +400,19 @@ impl<'a> Trial<'a> {
                 };
             }
             Some(step) => {
-                let mut spec = self.exec_spec(step.argv.clone(), step.user.clone(), step.timeout, Some(("agent/stdout.log", "agent/stderr.log")));
+                let mut spec = self.exec_spec(
+                    step.argv.clone(),
+                    step.user.clone(),
+                    step.timeout,
+                    Some(("agent/stdout.log", "agent/stderr.log")),
+                );
                 spec.env = agent_plan.env.clone();
                 let out = sb.exec(id, &spec).await.map_err(infra(Phase::Agent))?;
-                self.rec.output = OutputStats { stdout_bytes: out.stdout_bytes, stderr_bytes: out.stderr_bytes, truncated: out.truncated };
+                self.rec.output = OutputStats {
+                    stdout_bytes: out.stdout_bytes,
+                    stderr_bytes: out.stderr_bytes,
+                    truncated: out.truncated,
+                };
                 self.rec.termination = self.termination_of(&out, step.timeout);
             }
         }
@@ -339,7 +433,11 @@ impl<'a> Trial<'a> {
             };
         }
         match out.exit_code {
-            Some(code) => Termination { kind: TerminationKind::Exited, exit_code: Some(code), detail: None },
+            Some(code) => Termination {
+                kind: TerminationKind::Exited,
+                exit_code: Some(code),
+                detail: None,
+            },
             None => Termination {
                 kind: TerminationKind::Killed,
                 exit_code: None,
@@ -356,11 +454,16 @@ impl<'a> Trial<'a> {
         }
         let memory = self.plan.task.environment.memory_mb;
         let t = &mut self.rec.termination;
-        if t.kind == TerminationKind::Killed || (t.kind == TerminationKind::Exited && t.exit_code == Some(137)) {
+        if t.kind == TerminationKind::Killed
+            || (t.kind == TerminationKind::Exited && t.exit_code == Some(137))
+        {
             t.kind = TerminationKind::Oom;
-            t.detail = Some(format!("killed by the kernel OOM killer (memory limit {memory} MiB)"));
+            t.detail = Some(format!(
+                "killed by the kernel OOM killer (memory limit {memory} MiB)"
+            ));
         } else {
-            let note = format!("a process in the container was OOM-killed (memory limit {memory} MiB)");
+            let note =
+                format!("a process in the container was OOM-killed (memory limit {memory} MiB)");
             t.detail = Some(match t.detail.take() {
                 Some(d) => format!("{d}; {note}"),
                 None => note,
@@ -369,14 +472,29 @@ impl<'a> Trial<'a> {
         Ok(())
     }
 
-    async fn fetch<S: Sandbox>(&self, sb: &S, id: &str, path: &str, dest: &Path, limit: u64) -> Result<FetchResult, Infra> {
+    async fn fetch<S: Sandbox>(
+        &self,
+        sb: &S,
+        id: &str,
+        path: &str,
+        dest: &Path,
+        limit: u64,
+    ) -> Result<FetchResult, Infra> {
         let tmp = self.plan.dir.join(".fetch.tar");
-        let fetched = sb.get_archive(id, path, &tmp, limit.saturating_add(1024 * 1024)).await.map_err(infra(Phase::Collect))?;
+        let fetched = sb
+            .get_archive(id, path, &tmp, limit.saturating_add(1024 * 1024))
+            .await
+            .map_err(infra(Phase::Collect))?;
         let result = match fetched {
             Fetched::NotFound => FetchResult::Missing,
-            Fetched::TooLarge { limit } => FetchResult::Failed(format!("larger than {limit} bytes")),
+            Fetched::TooLarge { limit } => {
+                FetchResult::Failed(format!("larger than {limit} bytes"))
+            }
             Fetched::Archive { .. } => {
-                let limits = ExtractLimits { max_bytes: limit, max_entries: 10_000 };
+                let limits = ExtractLimits {
+                    max_bytes: limit,
+                    max_entries: 10_000,
+                };
                 match extract_tar_file(&tmp, dest, limits) {
                     Ok(report) => FetchResult::Ok(report),
                     Err(e) => FetchResult::Failed(format!("unpacking: {e}")),
@@ -389,12 +507,22 @@ impl<'a> Trial<'a> {
 
     async fn collect<S: Sandbox>(&mut self, sb: &S, id: &str) -> Result<(), Infra> {
         let logs_dir = self.path("agent/logs");
-        if let FetchResult::Failed(why) = self.fetch(sb, id, "/logs/agent", &logs_dir, AGENT_LOGS_LIMIT).await? {
+        if let FetchResult::Failed(why) = self
+            .fetch(sb, id, "/logs/agent", &logs_dir, AGENT_LOGS_LIMIT)
+            .await?
+        {
             tracing::warn!(trial = self.plan.id, "agent logs not collected: {why}");
         }
-        let outcome_path = self.agent_plan.as_ref().map(|p| p.outcome_path.clone()).unwrap_or_default();
+        let outcome_path = self
+            .agent_plan
+            .as_ref()
+            .map(|p| p.outcome_path.clone())
+            .unwrap_or_default();
         let outcome_bytes = self.read_outcome(sb, id, &outcome_path).await?;
-        let stderr = read_capped(&self.path("agent/stderr.log"), self.plan.settings.log_cap_bytes);
+        let stderr = read_capped(
+            &self.path("agent/stderr.log"),
+            self.plan.settings.log_cap_bytes,
+        );
         self.rec.claim = match outcome_bytes {
             Ok(bytes) => collect_claim(bytes.as_deref(), &stderr),
             Err(why) => Claim {
@@ -408,12 +536,28 @@ impl<'a> Trial<'a> {
         for path in artifacts {
             let dest = self.path("artifacts").join(path.trim_start_matches('/'));
             let entry = match self.fetch(sb, id, &path, &dest, ARTIFACT_LIMIT).await? {
-                FetchResult::Missing => ArtifactEntry { path, status: ArtifactStatus::Missing, size: None, sha256: None, detail: None },
-                FetchResult::Failed(why) => ArtifactEntry { path, status: ArtifactStatus::Failed, size: None, sha256: None, detail: Some(why) },
+                FetchResult::Missing => ArtifactEntry {
+                    path,
+                    status: ArtifactStatus::Missing,
+                    size: None,
+                    sha256: None,
+                    detail: None,
+                },
+                FetchResult::Failed(why) => ArtifactEntry {
+                    path,
+                    status: ArtifactStatus::Failed,
+                    size: None,
+                    sha256: None,
+                    detail: Some(why),
+                },
                 FetchResult::Ok(report) => {
                     let size = report.files.iter().map(|f| f.size).sum();
                     let single = report.files.iter().find(|f| f.relative.is_empty());
-                    let mut notes: Vec<String> = report.skipped.iter().map(|s| format!("{}: {}", s.path, s.reason)).collect();
+                    let mut notes: Vec<String> = report
+                        .skipped
+                        .iter()
+                        .map(|s| format!("{}: {}", s.path, s.reason))
+                        .collect();
                     if report.truncated {
                         notes.push("truncated".to_string());
                     }
@@ -422,19 +566,30 @@ impl<'a> Trial<'a> {
                         status: ArtifactStatus::Ok,
                         size: Some(size),
                         sha256: single.map(|f| f.sha256.clone()),
-                        detail: if notes.is_empty() { None } else { Some(notes.join("; ")) },
+                        detail: if notes.is_empty() {
+                            None
+                        } else {
+                            Some(notes.join("; "))
+                        },
                     }
                 }
             };
             self.rec.artifacts.push(entry);
         }
-        let manifest = serde_json::to_vec_pretty(&self.rec.artifacts).map_err(infra(Phase::Collect))?;
-        std::fs::write(self.path("artifacts/manifest.json"), manifest).map_err(infra(Phase::Collect))?;
+        let manifest =
+            serde_json::to_vec_pretty(&self.rec.artifacts).map_err(infra(Phase::Collect))?;
+        std::fs::write(self.path("artifacts/manifest.json"), manifest)
+            .map_err(infra(Phase::Collect))?;
         Ok(())
     }
 
     /// The agent's outcome file: `Ok(None)` if absent, `Err` if present but unreadable.
-    async fn read_outcome<S: Sandbox>(&self, sb: &S, id: &str, path: &str) -> Result<Result<Option<Vec<u8>>, String>, Infra> {
+    async fn read_outcome<S: Sandbox>(
+        &self,
+        sb: &S,
+        id: &str,
+        path: &str,
+    ) -> Result<Result<Option<Vec<u8>>, String>, Infra> {
         let dest = self.path("agent/outcome.json");
         let local = match path.strip_prefix("/logs/agent/") {
             Some(rel) if !rel.contains("..") => {
@@ -442,7 +597,9 @@ impl<'a> Trial<'a> {
                 match std::fs::symlink_metadata(&src) {
                     Ok(meta) if meta.is_file() => {
                         if meta.len() > OUTCOME_LIMIT {
-                            return Ok(Err(format!("outcome record larger than {OUTCOME_LIMIT} bytes")));
+                            return Ok(Err(format!(
+                                "outcome record larger than {OUTCOME_LIMIT} bytes"
+                            )));
                         }
                         let _ = std::fs::copy(&src, &dest);
                         return Ok(Ok(Some(read_capped(&src, OUTCOME_LIMIT))));
@@ -455,12 +612,19 @@ impl<'a> Trial<'a> {
         Ok(match local {
             FetchResult::Missing => Ok(None),
             FetchResult::Failed(why) => Err(format!("outcome record not readable: {why}")),
-            FetchResult::Ok(report) if report.files.iter().any(|f| f.relative.is_empty()) => Ok(Some(read_capped(&dest, OUTCOME_LIMIT))),
+            FetchResult::Ok(report) if report.files.iter().any(|f| f.relative.is_empty()) => {
+                Ok(Some(read_capped(&dest, OUTCOME_LIMIT)))
+            }
             FetchResult::Ok(_) => Err("outcome record is not a regular file".to_string()),
         })
     }
 
-    async fn verify<S: Sandbox>(&mut self, sb: &S, agent_id: &str, snapshot: Option<&str>) -> Result<(), Infra> {
+    async fn verify<S: Sandbox>(
+        &mut self,
+        sb: &S,
+        agent_id: &str,
+        snapshot: Option<&str>,
+    ) -> Result<(), Infra> {
         let task = self.plan.task.clone();
         let mode = mode_name(task.verifier.mode);
         let id = match snapshot {
@@ -491,21 +655,34 @@ impl<'a> Trial<'a> {
             "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier && chmod 0777 /logs/verifier".to_string(),
         ];
         let prep_spec = self.exec_spec(prep, Some("0".to_string()), Duration::from_secs(60), None);
-        let prepared = sb.exec(&id, &prep_spec).await.map_err(infra(Phase::Verify))?;
+        let prepared = sb
+            .exec(&id, &prep_spec)
+            .await
+            .map_err(infra(Phase::Verify))?;
         if prepared.exit_code != Some(0) {
             self.rec.verifier = VerifierOutcome {
                 status: VerifierStatus::Error,
                 mode: mode.to_string(),
                 reward: None,
                 exit_code: prepared.exit_code,
-                detail: Some("could not prepare /tests and /logs/verifier in the agent's final filesystem".to_string()),
+                detail: Some(
+                    "could not prepare /tests and /logs/verifier in the agent's final filesystem"
+                        .to_string(),
+                ),
             };
             return Ok(());
         }
         let tests = dir_to_tar(&task.tests_dir, "tests").map_err(infra(Phase::Verify))?;
-        sb.put_archive(&id, "/", tests).await.map_err(infra(Phase::Verify))?;
+        sb.put_archive(&id, "/", tests)
+            .await
+            .map_err(infra(Phase::Verify))?;
         let timeout = Duration::from_secs_f64(task.verifier.timeout_sec);
-        let mut spec = self.exec_spec(shell_script("/tests/test.sh"), None, timeout, Some(("verifier/stdout.log", "verifier/stderr.log")));
+        let mut spec = self.exec_spec(
+            shell_script("/tests/test.sh"),
+            None,
+            timeout,
+            Some(("verifier/stdout.log", "verifier/stderr.log")),
+        );
         spec.env = resolve_env(&task.verifier.env).map_err(infra(Phase::Verify))?;
         let out = sb.exec(&id, &spec).await.map_err(infra(Phase::Verify))?;
         if out.timed_out {
@@ -519,7 +696,10 @@ impl<'a> Trial<'a> {
             return Ok(());
         }
         let logs = self.path("verifier/logs");
-        if let FetchResult::Failed(why) = self.fetch(sb, &id, "/logs/verifier", &logs, VERIFIER_LOGS_LIMIT).await? {
+        if let FetchResult::Failed(why) = self
+            .fetch(sb, &id, "/logs/verifier", &logs, VERIFIER_LOGS_LIMIT)
+            .await?
+        {
             tracing::warn!(trial = self.plan.id, "verifier logs not collected: {why}");
         }
         let read = |name: &str| -> Option<Vec<u8>> {
@@ -537,7 +717,11 @@ impl<'a> Trial<'a> {
             Ok(reward) => {
                 let passed = primary_value(&reward) >= self.plan.settings.pass_threshold;
                 VerifierOutcome {
-                    status: if passed { VerifierStatus::Passed } else { VerifierStatus::Failed },
+                    status: if passed {
+                        VerifierStatus::Passed
+                    } else {
+                        VerifierStatus::Failed
+                    },
                     mode: mode.to_string(),
                     reward: Some(reward),
                     exit_code: out.exit_code,
@@ -549,14 +733,22 @@ impl<'a> Trial<'a> {
                 mode: mode.to_string(),
                 reward: None,
                 exit_code: out.exit_code,
-                detail: Some(format!("{e} (test.sh exited with {})", code_words(out.exit_code))),
+                detail: Some(format!(
+                    "{e} (test.sh exited with {})",
+                    code_words(out.exit_code)
+                )),
             },
         };
         Ok(())
     }
 
     fn fail(&mut self, failure: Infra) {
-        tracing::warn!(trial = self.plan.id, phase = failure.phase.as_str(), "infrastructure error: {}", failure.message);
+        tracing::warn!(
+            trial = self.plan.id,
+            phase = failure.phase.as_str(),
+            "infrastructure error: {}",
+            failure.message
+        );
         if !self.agent_done {
             self.rec.termination = Termination {
                 kind: TerminationKind::InfraError,
@@ -565,9 +757,15 @@ impl<'a> Trial<'a> {
             };
         }
         if matches!(self.rec.verifier.status, VerifierStatus::Skipped) {
-            self.rec.verifier.detail = Some(format!("not run: infrastructure error in the {} phase", failure.phase.as_str()));
+            self.rec.verifier.detail = Some(format!(
+                "not run: infrastructure error in the {} phase",
+                failure.phase.as_str()
+            ));
         }
-        self.rec.infra_error = Some(InfraError { phase: failure.phase.as_str().to_string(), message: failure.message });
+        self.rec.infra_error = Some(InfraError {
+            phase: failure.phase.as_str().to_string(),
+            message: failure.message,
+        });
     }
 
     /// Remove what the trial created. With `sweep`, also anything labelled with this trial
@@ -608,7 +806,11 @@ impl<'a> Trial<'a> {
                 errors.push(e.to_string());
             }
         }
-        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
     }
 
     fn finish(mut self) -> TrialRecord {
@@ -617,7 +819,11 @@ impl<'a> Trial<'a> {
             VerifierStatus::Failed => Some(false),
             VerifierStatus::Error | VerifierStatus::Skipped => None,
         };
-        self.rec.audit = if self.rec.is_infra() { None } else { Some(audit(&self.rec.claim, passed)) };
+        self.rec.audit = if self.rec.is_infra() {
+            None
+        } else {
+            Some(audit(&self.rec.claim, passed))
+        };
         self.rec.finished_at = now_rfc3339();
         self.rec
     }
@@ -631,7 +837,10 @@ enum FetchResult {
 
 impl From<SandboxError> for Infra {
     fn from(e: SandboxError) -> Self {
-        Infra { phase: Phase::Collect, message: e.to_string() }
+        Infra {
+            phase: Phase::Collect,
+            message: e.to_string(),
+        }
     }
 }
 
@@ -669,12 +878,17 @@ fn mode_name(mode: VerifierMode) -> &'static str {
 }
 
 fn code_words(code: Option<i64>) -> String {
-    code.map(|c| c.to_string()).unwrap_or_else(|| "no exit code".to_string())
+    code.map(|c| c.to_string())
+        .unwrap_or_else(|| "no exit code".to_string())
 }
 
 fn fmt_secs(d: Duration) -> String {
     let s = d.as_secs_f64();
-    if s.fract() == 0.0 { format!("{}", s as u64) } else { format!("{s:.1}") }
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s:.1}")
+    }
 }
 
 fn round3(x: f64) -> f64 {

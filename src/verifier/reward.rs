@@ -18,9 +18,11 @@ pub enum RewardError {
 /// (one finite number, key `reward`). `reward.json` wins when both exist.
 pub fn parse_reward(json: Option<&[u8]>, txt: Option<&[u8]>) -> Result<Reward, RewardError> {
     if let Some(bytes) = json {
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| RewardError::Json(format!("not valid JSON: {e}")))?;
-        let object = value.as_object().ok_or_else(|| RewardError::Json("not a JSON object".into()))?;
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| RewardError::Json(format!("not valid JSON: {e}")))?;
+        let object = value
+            .as_object()
+            .ok_or_else(|| RewardError::Json("not a JSON object".into()))?;
         if object.is_empty() {
             return Err(RewardError::Json("empty object".into()));
         }
@@ -35,8 +37,12 @@ pub fn parse_reward(json: Option<&[u8]>, txt: Option<&[u8]>) -> Result<Reward, R
         return Ok(reward);
     }
     if let Some(bytes) = txt {
-        let text = std::str::from_utf8(bytes).map_err(|_| RewardError::Text("not UTF-8".into()))?.trim();
-        let number: f64 = text.parse().map_err(|_| RewardError::Text(format!("not a number: {:?}", clip(text))))?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| RewardError::Text("not UTF-8".into()))?
+            .trim();
+        let number: f64 = text
+            .parse()
+            .map_err(|_| RewardError::Text(format!("not a number: {:?}", clip(text))))?;
         if !number.is_finite() {
             return Err(RewardError::Text(format!("not a finite number: {text}")));
         }
@@ -63,7 +69,10 @@ mod tests {
 
     #[test]
     fn txt_and_json() {
-        assert_eq!(parse_reward(None, Some(b" 1\n")), Ok(Reward::from([("reward".into(), 1.0)])));
+        assert_eq!(
+            parse_reward(None, Some(b" 1\n")),
+            Ok(Reward::from([("reward".into(), 1.0)]))
+        );
         let r = parse_reward(Some(br#"{"a": 1, "b": 0.5}"#), Some(b"0")).expect("json wins");
         assert_eq!(primary_value(&r), 0.75);
         let r = parse_reward(Some(br#"{"reward": 0.2, "b": 1}"#), None).expect("json");
@@ -73,11 +82,29 @@ mod tests {
     #[test]
     fn garbage_is_an_error_not_a_zero() {
         assert_eq!(parse_reward(None, None), Err(RewardError::Missing));
-        assert!(matches!(parse_reward(None, Some(b"")), Err(RewardError::Text(_))));
-        assert!(matches!(parse_reward(None, Some(b"yes")), Err(RewardError::Text(_))));
-        assert!(matches!(parse_reward(None, Some(b"NaN")), Err(RewardError::Text(_))));
-        assert!(matches!(parse_reward(Some(b"[1]"), None), Err(RewardError::Json(_))));
-        assert!(matches!(parse_reward(Some(br#"{"a":"1"}"#), None), Err(RewardError::Json(_))));
-        assert!(matches!(parse_reward(Some(b"{}"), None), Err(RewardError::Json(_))));
+        assert!(matches!(
+            parse_reward(None, Some(b"")),
+            Err(RewardError::Text(_))
+        ));
+        assert!(matches!(
+            parse_reward(None, Some(b"yes")),
+            Err(RewardError::Text(_))
+        ));
+        assert!(matches!(
+            parse_reward(None, Some(b"NaN")),
+            Err(RewardError::Text(_))
+        ));
+        assert!(matches!(
+            parse_reward(Some(b"[1]"), None),
+            Err(RewardError::Json(_))
+        ));
+        assert!(matches!(
+            parse_reward(Some(br#"{"a":"1"}"#), None),
+            Err(RewardError::Json(_))
+        ));
+        assert!(matches!(
+            parse_reward(Some(b"{}"), None),
+            Err(RewardError::Json(_))
+        ));
     }
 }

@@ -1,0 +1,25 @@
+//! A job: tasks × agents × variants × attempts, run with bounded concurrency into a job dir.
+//!
+//! Owns: turning a config into trial plans ([`plan`]), the scheduler loop ([`runner`]), the
+//! job directory ([`store`]) and the event stream that reporters consume ([`events`]).
+//!
+//! Invariants:
+//! - one loop owns job state; trials run as tokio tasks and hand back records; only that
+//!   loop writes `result.json` / `trials.jsonl`, so records are never interleaved;
+//! - a trial with a `result.json` is finished and never re-run; a trial dir without one is
+//!   discarded and the trial re-run;
+//! - on cancellation no new trial starts, running trials clean up and are not recorded.
+
+mod config;
+mod events;
+mod plan;
+mod runner;
+mod store;
+mod summary;
+
+pub use config::{ConfigError, JobConfig, RunArgs, resolve};
+pub use events::JobEvent;
+pub use plan::{JobSpec, trial_id};
+pub use runner::{JobOutcome, run};
+pub use store::{JobStore, StoreError, write_atomic};
+pub use summary::{ArmSummary, summarize};

@@ -1,0 +1,180 @@
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::agent::Agent;
+use crate::sandbox::{ImageSpec, LABEL_CACHE, LABEL_MANAGED};
+use crate::task::{ImageSource, Task};
+use crate::trial::{TrialPlan, TrialSettings};
+
+/// A resolved, validated job: everything needed to plan its trials.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub name: String,
+    pub dir: PathBuf,
+    pub tasks: Vec<Arc<Task>>,
+    /// Environment image per task (same order as `tasks`).
+    pub images: Vec<ImageSpec>,
+    pub agents: Vec<Arc<Agent>>,
+    pub attempts: u32,
+    pub concurrency: usize,
+    pub pass_threshold: f64,
+    pub log_cap_bytes: u64,
+    pub kill_grace: Duration,
+    /// The resolved configuration as saved in `job.yaml` (secrets redacted).
+    pub resolved_yaml: String,
+}
+
+/// `<task>__<agent>__<variant>__<attempt>`, each part reduced to `[A-Za-z0-9._-]`.
+pub fn trial_id(task: &str, agent: &str, variant: &str, attempt: u32) -> String {
+    format!(
+        "{}__{}__{}__{attempt}",
+        sanitize(task),
+        sanitize(agent),
+        sanitize(variant)
+    )
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// The image a task's environment resolves to. Built images are tagged with a hash of the
+/// build context, so each distinct environment is built once per engine.
+pub fn image_spec(task: &Task, context_digest: Option<&str>) -> ImageSpec {
+    let timeout = Duration::from_secs_f64(task.environment.build_timeout_sec);
+    match (&task.environment.source, context_digest) {
+        (ImageSource::Image(name), _) => ImageSpec::Existing {
+            name: name.clone(),
+            timeout,
+        },
+        (
+            ImageSource::Build {
+                context,
+                dockerfile,
+            },
+            digest,
+        ) => {
+            let digest = digest.unwrap_or("unknown");
+            let hex = digest.trim_start_matches("sha256:");
+            let repo: String = task
+                .name
+                .to_ascii_lowercase()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            let dockerfile = dockerfile
+                .strip_prefix(context)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "Dockerfile".to_string());
+            ImageSpec::Build {
+                context: context.clone(),
+                dockerfile,
+                tag: format!(
+                    "arbiter-env/{}:{}",
+                    repo.trim_matches(|c| c == '.' || c == '-'),
+                    &hex[..hex.len().min(16)]
+                ),
+                timeout,
+                labels: BTreeMap::from([
+                    (LABEL_MANAGED.to_string(), "true".to_string()),
+                    (LABEL_CACHE.to_string(), "env".to_string()),
+                ]),
+            }
+        }
+    }
+}
+
+impl JobSpec {
+    /// Label value identifying this job's resources on the engine.
+    pub fn job_label(&self) -> String {
+        let digest = crate::sandbox::hex(&<sha2::Sha256 as sha2::Digest>::digest(
+            self.dir.to_string_lossy().as_bytes(),
+        ));
+        format!("{}-{}", self.name, &digest[..12])
+    }
+
+    /// Every trial of the job, interleaved so agents alternate (attempt-major, then task, then agent).
+    pub fn trials(&self) -> Vec<TrialPlan> {
+        let settings = Arc::new(TrialSettings {
+            pass_threshold: self.pass_threshold,
+            log_cap_bytes: self.log_cap_bytes,
+            kill_grace: self.kill_grace,
+            job_label: self.job_label(),
+        });
+        let mut plans = Vec::new();
+        for attempt in 1..=self.attempts {
+            for (task, image) in self.tasks.iter().zip(&self.images) {
+                for agent in &self.agents {
+                    let id = trial_id(&task.name, &agent.name, "default", attempt);
+                    plans.push(TrialPlan {
+                        dir: self.dir.join("trials").join(&id),
+                        id,
+                        job: self.name.clone(),
+                        task: task.clone(),
+                        agent: agent.clone(),
+                        variant: "default".to_string(),
+                        overrides: BTreeMap::new(),
+                        attempt,
+                        image: image.clone(),
+                        settings: settings.clone(),
+                    });
+                }
+            }
+        }
+        plans
+    }
+}
+
+/// Serialisable view of the resolved job for `job.yaml`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ResolvedJob<'a> {
+    pub name: &'a str,
+    pub tasks: Vec<ResolvedTask<'a>>,
+    pub agents: Vec<Agent>,
+    pub attempts: u32,
+    pub concurrency: usize,
+    pub pass_threshold: f64,
+    pub log_cap_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ResolvedTask<'a> {
+    pub name: &'a str,
+    pub path: String,
+    pub checksum: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trial_ids_are_deterministic_and_sanitised() {
+        assert_eq!(
+            trial_id("hello", "oracle", "default", 1),
+            "hello__oracle__default__1"
+        );
+        assert_eq!(
+            trial_id("suite/a b", "my agent", "v:1", 3),
+            "suite-a-b__my-agent__v-1__3"
+        );
+    }
+}

@@ -1,0 +1,65 @@
+use crate::trial::{TrialRecord, VerifierStatus};
+
+/// Counts for one agent × variant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArmSummary {
+    pub agent: String,
+    pub variant: String,
+    pub trials: usize,
+    pub passed: usize,
+    /// Scored and not passed (failed reward, or verifier error: an agent can break its verifier).
+    pub failed: usize,
+    /// Of `failed`: the verifier gave no reward.
+    pub unverified: usize,
+    /// Harness / engine failures: excluded from the rate.
+    pub infra: usize,
+}
+
+impl ArmSummary {
+    /// Passed ÷ scored (infra errors excluded); `None` when nothing was scored.
+    pub fn pass_rate(&self) -> Option<f64> {
+        let scored = self.passed + self.failed;
+        (scored > 0).then(|| self.passed as f64 / scored as f64)
+    }
+}
+
+/// One row per agent × variant, in first-seen order.
+pub fn summarize<'a>(records: impl IntoIterator<Item = &'a TrialRecord>) -> Vec<ArmSummary> {
+    let mut arms: Vec<ArmSummary> = Vec::new();
+    for r in records {
+        let idx = match arms
+            .iter()
+            .position(|a| a.agent == r.agent && a.variant == r.variant)
+        {
+            Some(i) => i,
+            None => {
+                arms.push(ArmSummary {
+                    agent: r.agent.clone(),
+                    variant: r.variant.clone(),
+                    trials: 0,
+                    passed: 0,
+                    failed: 0,
+                    unverified: 0,
+                    infra: 0,
+                });
+                arms.len() - 1
+            }
+        };
+        let arm = &mut arms[idx];
+        arm.trials += 1;
+        if r.is_infra() {
+            arm.infra += 1;
+        } else if r.passed() {
+            arm.passed += 1;
+        } else {
+            arm.failed += 1;
+            if matches!(
+                r.verifier.status,
+                VerifierStatus::Error | VerifierStatus::Skipped
+            ) {
+                arm.unverified += 1;
+            }
+        }
+    }
+    arms
+}

@@ -1,0 +1,42 @@
+//! Task loading: a Harbor / Terminal-Bench 2 task directory → a validated [`Task`].
+//!
+//! What this module owns:
+//! - parsing `task.toml` (`config.rs`), reading the files the layout requires
+//!   (`load.rs`), and one walk of the directory for symlinks and the checksum
+//!   (`checksum.rs`);
+//! - the user-facing error contract ([`TaskError`]): one line,
+//!   `<file>:<field>: <what is wrong>`, naming the file as the user spelled
+//!   its directory and the dotted TOML key.
+//!
+//! Invariants of a loaded [`Task`]: every duration is finite, > 0 and at most
+//! [`MAX_DURATION_SEC`]; limits are in range; container paths are absolute
+//! without `..`; `tests/test.sh` exists (and `solution/solve.sh` when
+//! `solution/` does); no symlink under `tests/`, `solution/` or `environment/`
+//! leads outside the task directory; `checksum` covers every file. Nothing
+//! here panics on user input, and nothing touches Docker.
+//!
+//! Harbor compatibility: keys Harbor's `TaskConfig` accepts but arbiter does
+//! not use are kept in `Task::metadata` (a warning only when the value asks
+//! for something arbiter cannot do, e.g. `gpus > 0`). Harbor spellings load as
+//! their arbiter equivalents: `network_mode = "public"` → `bridge`,
+//! `environment_mode = "shared"` → `snapshot`, `memory = "2G"` →
+//! `memory_mb = 2048`, `[agent] user = 1000` → `"1000"`.
+
+mod checksum;
+mod config;
+mod error;
+mod load;
+mod model;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{TaskError, TaskErrorKind};
+pub use load::{load, load_all};
+pub use model::*;
+
+/// Checksum (`sha256:<hex>`, same format as [`Task::checksum`]) of one directory, e.g. a
+/// build context: used to tag environment images by content.
+pub fn dir_checksum(dir: &std::path::Path) -> Result<String, TaskError> {
+    checksum::scan(dir, dir).map(|scan| scan.checksum)
+}
