@@ -76,11 +76,25 @@ pub struct JobConfig {
 }
 
 /// A built-in agent by name, or a full definition.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum AgentEntry {
     Name(String),
     Def(Agent),
+}
+
+impl<'de> Deserialize<'de> for AgentEntry {
+    /// By hand rather than `untagged`, so a bad definition reports its own problem instead of
+    /// "did not match any variant".
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_yaml::Value::deserialize(deserializer)?;
+        match value {
+            serde_yaml::Value::String(name) => Ok(AgentEntry::Name(name)),
+            other => Agent::deserialize(other)
+                .map(AgentEntry::Def)
+                .map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 const BUILTINS: &str = "oracle, nop";
@@ -221,7 +235,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
                 checksum: &t.checksum,
             })
             .collect(),
-        agents: agents.iter().map(|a| redacted(a)).collect(),
+        agents: agents.iter().map(redacted).collect(),
         attempts,
         concurrency,
         pass_threshold,

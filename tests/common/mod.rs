@@ -1,0 +1,105 @@
+//! Shared helpers for integration tests that run the real `arbiter` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    repo().join("tests/fixtures/tasks").join(name)
+}
+
+/// Whether a Docker engine answers. With `ARBITER_REQUIRE_DOCKER=1` a missing engine is a
+/// test failure, not a skip.
+pub fn docker_available() -> bool {
+    let ok = Command::new("docker")
+        .args(["version", "--format", "{{.Server.APIVersion}}"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() == Ok("1") {
+            panic!("ARBITER_REQUIRE_DOCKER=1 but no Docker engine answers (run scripts/bootstrap)");
+        }
+        eprintln!("skipping: no Docker engine (set ARBITER_REQUIRE_DOCKER=1 to fail instead)");
+    }
+    ok
+}
+
+pub fn arbiter(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args(args)
+        .output()
+        .expect("run arbiter")
+}
+
+/// Run `arbiter run` into a fresh job dir; returns (output, job dir, tempdir guard).
+pub fn run_job(extra: &[&str]) -> (Output, PathBuf, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let unique: String = tmp
+        .path()
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let job_dir = tmp.path().join(format!("job-{unique}"));
+    let job_dir_s = job_dir.to_string_lossy().into_owned();
+    let mut args = vec!["run", "--quiet", "--job-dir", job_dir_s.as_str()];
+    args.extend_from_slice(extra);
+    let out = arbiter(&args);
+    let (out, dir) = (out, job_dir);
+    assert_no_leftovers(&dir);
+    (out, dir, tmp)
+}
+
+pub fn result(job_dir: &Path, trial: &str) -> Value {
+    let path = job_dir.join("trials").join(trial).join("result.json");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).expect("result.json is JSON")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// No container or image labelled with this job may remain on the engine.
+pub fn assert_no_leftovers(job_dir: &Path) {
+    let name = job_dir
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    for kind in [&["ps", "-a"][..], &["images"][..]] {
+        let out = Command::new("docker")
+            .args(kind)
+            .args([
+                "--filter",
+                "label=arbiter.managed=true",
+                "--format",
+                "{{.ID}} {{.Label \"arbiter.job\"}}",
+            ])
+            .output()
+            .expect("docker");
+        let listing = String::from_utf8_lossy(&out.stdout);
+        let ours: Vec<&str> = listing
+            .lines()
+            .filter(|l| {
+                l.split(' ')
+                    .nth(1)
+                    .is_some_and(|j| j.starts_with(&format!("{name}-")))
+            })
+            .collect();
+        assert!(ours.is_empty(), "leftover {kind:?} of job {name}: {ours:?}");
+    }
+}
