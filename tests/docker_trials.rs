@@ -202,3 +202,47 @@ fn oracle_passes_and_nop_fails_every_example_task() {
     let lines = std::fs::read_to_string(job_dir.join("trials.jsonl")).expect("trials.jsonl");
     assert_eq!(lines.lines().count(), dirs.len() * 2);
 }
+
+#[test]
+fn failed_image_build_is_an_infra_error_not_an_agent_failure() {
+    if !docker_available() {
+        return;
+    }
+    let (out, job_dir, _g) = run_job(&[
+        fixture("badbuild").to_str().expect("utf8"),
+        "--agent",
+        "oracle",
+        "--agent",
+        "nop",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "infra errors remain → exit 3: {}",
+        stderr(&out)
+    );
+    for agent in ["oracle", "nop"] {
+        let r = result(&job_dir, &format!("badbuild__{agent}__default__1"));
+        assert_eq!(r["termination"]["kind"], "infra_error", "{r:#}");
+        assert_eq!(r["infra_error"]["phase"], "environment");
+        assert!(
+            r["infra_error"]["message"]
+                .as_str()
+                .expect("message")
+                .contains("exit"),
+            "{r:#}"
+        );
+        assert!(r["audit"].is_null(), "an infra error is not scored: {r:#}");
+    }
+    let table = stdout(&out);
+    let oracle_row = table
+        .lines()
+        .find(|l| l.starts_with("oracle"))
+        .expect("oracle row");
+    let cells: Vec<&str> = oracle_row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        ["oracle", "default", "1", "0", "0", "1", "-"],
+        "{table}"
+    );
+}
