@@ -1,6 +1,7 @@
 //! Agent kinds and what each needs in a task container: files to upload, an optional install
 //! step, the run step, its environment, and where its outcome record appears. No Docker here.
 
+mod aworld;
 mod env;
 
 use std::collections::BTreeMap;
@@ -12,6 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::sandbox::{TarEntry, dir_to_tar, files_to_tar};
 use crate::task::Task;
 
+pub use aworld::{
+    AWORLD_OUTCOME_PATH, AWORLD_TRAJECTORY_PATH, AworldAgent, CONTROL_ROOT, DEADLINE_ENV,
+    HarnessOverride, ModelConfig, REQUIRED_FLAG,
+};
 pub use env::{EnvError, is_secret_key, redact_env, resolve_env};
 
 /// Container path of the instruction file every agent gets.
@@ -36,6 +41,8 @@ pub enum AgentKind {
     Nop,
     /// A generic installed agent.
     Command(CommandAgent),
+    /// `aworld-cli` run headless (a `command` preset, SPEC §4).
+    Aworld(AworldAgent),
 }
 
 /// The `command` kind (SPEC §3).
@@ -70,7 +77,7 @@ pub struct Mount {
     pub container: String,
 }
 
-fn default_install_timeout() -> f64 {
+pub(crate) fn default_install_timeout() -> f64 {
     600.0
 }
 
@@ -104,6 +111,47 @@ pub struct AgentPlan {
     pub env: Vec<(String, String)>,
     pub ro_mounts: Vec<(PathBuf, String)>,
     pub outcome_path: String,
+    /// A fresh per-trial control root to mount (the `aworld` kind).
+    pub control: Option<ControlPlan>,
+    /// Env var that receives the agent phase's deadline as Unix seconds when the run starts.
+    pub deadline_env: Option<String>,
+    /// A command whose output must mention a flag before the run may start.
+    pub cli_check: Option<CliCheck>,
+    /// An exit-0 run without an outcome record is an infrastructure failure (the `aworld` kind:
+    /// aworld-cli exits 0 with no record on a bad argument).
+    pub record_required: bool,
+    /// Container path of the agent's trajectory, when it writes one.
+    pub trajectory_path: Option<String>,
+    /// `AWORLD_*` settings that are not the preset's defaults, for the record.
+    pub harness_overrides: Vec<HarnessOverride>,
+    /// Resolved secret values (secret-named keys, `${NAME}`-derived values): scrubbed from
+    /// everything arbiter writes.
+    pub secrets: Vec<String>,
+}
+
+/// A per-trial control root.
+#[derive(Debug, Clone)]
+pub struct ControlPlan {
+    /// Container path it is mounted at.
+    pub container_path: String,
+    /// Host directory copied into it first.
+    pub template: Option<PathBuf>,
+}
+
+/// A pre-flight check of an installed CLI.
+#[derive(Debug, Clone)]
+pub struct CliCheck {
+    pub argv: Vec<String>,
+    /// Must appear in the command's stdout or stderr.
+    pub required: String,
+}
+
+/// A problem in an agent definition: the field (relative to the agent) and what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct AgentConfigError {
+    pub field: String,
+    pub message: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +166,8 @@ pub enum AgentError {
     },
     #[error(transparent)]
     Env(#[from] EnvError),
+    #[error("encoding the completion contract: {0}")]
+    Encode(String),
 }
 
 /// Run a script with bash when the image has it, else with sh.
@@ -169,6 +219,13 @@ impl Agent {
             env: Vec::new(),
             ro_mounts: Vec::new(),
             outcome_path: DEFAULT_OUTCOME_PATH.to_string(),
+            control: None,
+            deadline_env: None,
+            cli_check: None,
+            record_required: false,
+            trajectory_path: None,
+            harness_overrides: Vec::new(),
+            secrets: Vec::new(),
         };
         match &self.kind {
             AgentKind::Nop => {}
@@ -230,6 +287,7 @@ impl Agent {
                 let mut env = cmd.env.clone();
                 env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
                 plan.env = resolve_env(&env)?;
+                plan.secrets = secret_values(&env, &plan.env);
                 plan.ro_mounts = cmd
                     .mounts
                     .iter()
@@ -237,10 +295,153 @@ impl Agent {
                     .collect();
                 plan.outcome_path = cmd.outcome_path.clone();
             }
+            AgentKind::Aworld(aw) => {
+                let user = aw.user.clone().or_else(|| task.agent.user.clone());
+                if let Some(script) = &aw.install {
+                    plan.uploads.push(install_upload(script)?);
+                    plan.install = Some(Step {
+                        argv: shell_script("/arbiter/install.sh"),
+                        timeout: aw.install_timeout(),
+                        user: Some("0".to_string()),
+                    });
+                }
+                plan.run = Some(Step {
+                    argv: aw.run_argv(task),
+                    timeout,
+                    user: user.clone(),
+                });
+                let mut env = aw.base_env(task)?;
+                env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+                for fixed in ["AWORLD_CONTROL_ROOT", DEADLINE_ENV] {
+                    if let Some(value) = env.remove(fixed) {
+                        tracing::warn!(
+                            agent = self.name,
+                            "{fixed}={value} ignored: arbiter sets it for every trial"
+                        );
+                    }
+                }
+                env.insert("AWORLD_CONTROL_ROOT".to_string(), CONTROL_ROOT.to_string());
+                plan.env = resolve_env(&env)?;
+                plan.secrets = secret_values(&env, &plan.env);
+                plan.ro_mounts = aw
+                    .mounts
+                    .iter()
+                    .map(|m| (m.host.clone(), m.container.clone()))
+                    .collect();
+                plan.outcome_path = AWORLD_OUTCOME_PATH.to_string();
+                plan.trajectory_path = Some(AWORLD_TRAJECTORY_PATH.to_string());
+                plan.control = Some(ControlPlan {
+                    container_path: CONTROL_ROOT.to_string(),
+                    template: aw.control_template.clone(),
+                });
+                plan.deadline_env = Some(DEADLINE_ENV.to_string());
+                plan.cli_check = aw.check_cli.then(|| CliCheck {
+                    argv: aw.help_argv(),
+                    required: REQUIRED_FLAG.to_string(),
+                });
+                plan.record_required = true;
+                plan.harness_overrides = aw.harness_overrides(overrides);
+            }
         }
-        if !matches!(self.kind, AgentKind::Command(_)) && !overrides.is_empty() {
+        if !matches!(self.kind, AgentKind::Command(_) | AgentKind::Aworld(_))
+            && !overrides.is_empty()
+        {
             plan.env = resolve_env(overrides)?;
+            plan.secrets = secret_values(overrides, &plan.env);
         }
         Ok(plan)
     }
+
+    /// Check a definition before any trial starts (paths exist, `${NAME}` references resolve).
+    /// Fields are relative to the agent entry (`model.api_key`, `mounts[0].host`, …).
+    pub fn validate(&self) -> Result<(), AgentConfigError> {
+        let AgentKind::Aworld(aw) = &self.kind else {
+            return Ok(());
+        };
+        let err = |field: String, message: String| AgentConfigError { field, message };
+        if aw.binary.trim().is_empty() {
+            return Err(err("binary".into(), "must not be empty".into()));
+        }
+        resolve_env(&aw.configured_env()).map_err(|e| err(e.key().to_string(), e.reason()))?;
+        for (m, mount) in aw.mounts.iter().enumerate() {
+            if !mount.host.exists() {
+                return Err(err(
+                    format!("mounts[{m}].host"),
+                    format!("{} does not exist", mount.host.display()),
+                ));
+            }
+            if !mount.container.starts_with('/') {
+                return Err(err(
+                    format!("mounts[{m}].container"),
+                    "must be an absolute container path".into(),
+                ));
+            }
+        }
+        if let Some(template) = &aw.control_template
+            && !template.is_dir()
+        {
+            return Err(err(
+                "control_template".into(),
+                format!("{} is not a directory", template.display()),
+            ));
+        }
+        if !aw.install_timeout_sec.is_finite() || aw.install_timeout_sec <= 0.0 {
+            return Err(err(
+                "install_timeout_sec".into(),
+                "must be a positive number of seconds".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The definition as it may be written to disk (secrets redacted).
+    pub fn redacted(&self) -> Agent {
+        let mut agent = self.clone();
+        match &mut agent.kind {
+            AgentKind::Command(cmd) => cmd.env = redact_env(&cmd.env),
+            AgentKind::Aworld(aw) => *aw = aw.redacted(),
+            AgentKind::Oracle | AgentKind::Nop => {}
+        }
+        agent
+    }
 }
+
+fn install_upload(script: &str) -> Result<Upload, AgentError> {
+    let entries = [
+        TarEntry {
+            path: "arbiter/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "arbiter/install.sh",
+            content: Some(script.as_bytes()),
+            mode: 0o755,
+        },
+    ];
+    let tar = files_to_tar(&entries).map_err(|source| AgentError::Pack {
+        path: "install.sh".into(),
+        source,
+    })?;
+    Ok(Upload {
+        dest: "/".to_string(),
+        tar,
+    })
+}
+
+/// Resolved values that must never be written: those of secret-named keys and those that came
+/// from `${NAME}` references. Very short values are left alone (they would mangle every file).
+fn secret_values(raw: &BTreeMap<String, String>, resolved: &[(String, String)]) -> Vec<String> {
+    let mut out: Vec<String> = resolved
+        .iter()
+        .filter(|(k, v)| {
+            v.len() >= 4
+                && (is_secret_key(k) || raw.get(k).is_some_and(|r| r.contains("${") && r != v))
+        })
+        .map(|(_, v)| v.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, AgentKind, redact_env, resolve_env};
+use crate::agent::{Agent, AgentKind, resolve_env};
 use crate::task::{ImageSource, TaskError, VerifierMode};
 
 use super::plan::{JobSpec, ResolvedJob, ResolvedTask, image_spec, trial_id};
@@ -268,11 +268,7 @@ fn flag_or(config_name: &str, from_flag: bool, flag: &str) -> String {
 }
 
 fn redacted(agent: &Agent) -> Agent {
-    let mut agent = agent.clone();
-    if let AgentKind::Command(cmd) = &mut agent.kind {
-        cmd.env = redact_env(&cmd.env);
-    }
-    agent
+    agent.redacted()
 }
 
 fn resolve_agents(
@@ -313,6 +309,9 @@ fn resolve_agents(
                 }
             }
         }
+        agent
+            .validate()
+            .map_err(|e| field(config_name, format!("agents[{i}].{}", e.field), e.message))?;
         if defined.iter().any(|a| a.name == agent.name) {
             return Err(field(
                 config_name,

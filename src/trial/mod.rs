@@ -9,11 +9,13 @@
 //! - Every container and image the trial creates is registered before anything else happens
 //!   and removed on every path, including cancellation (plus a sweep by label).
 
+mod control;
 mod record;
 mod run;
+mod scrub;
 
 pub use record::{
-    ArtifactEntry, ArtifactStatus, InfraError, Limits, OutputStats, PhaseTime, TRIAL_SCHEMA,
+    ArtifactEntry, ArtifactStatus, ControlRootInfo, InfraError, Limits, OutputStats, PhaseTime, TRIAL_SCHEMA,
     Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
 };
 pub use run::{Phase, TrialPlan, TrialRun, TrialSettings, run};

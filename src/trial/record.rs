@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::{Audit, Claim};
+use crate::agent::HarnessOverride;
+use crate::outcome::{Audit, Claim, CompletionSummary, FileCheck, Receipt};
 use crate::verifier::Reward;
 
 pub const TRIAL_SCHEMA: &str = "arbiter.trial.v1";
@@ -142,8 +143,50 @@ pub struct TrialRecord {
     pub infra_error: Option<InfraError>,
     pub limits: Limits,
     pub output: OutputStats,
+    /// `AWORLD_*` settings that are not the preset's defaults (the `aworld` kind), labelled by
+    /// where they came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub harness_overrides: Vec<HarnessOverride>,
+    /// The agent phase's deadline as passed to the agent (Unix seconds), when it was passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_deadline_epoch: Option<u64>,
+    /// The per-trial control root, when the agent had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_root: Option<ControlRootInfo>,
+    /// The agent's trajectory file, when its kind names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trajectory: Option<ArtifactEntry>,
+    /// The task's declared deliverables (`[completion]`), as arbiter found them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deliverables: Vec<FileCheck>,
+    /// Other paths arbiter checked because the agent's completion record names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed_files: Vec<FileCheck>,
+    /// Receipts of the validation commands arbiter ran itself after the agent phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation: Vec<Receipt>,
+    /// The agent's typed completion record (`/logs/agent/completion.json`), when it wrote one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<CompletionSummary>,
     pub started_at: String,
     pub finished_at: String,
+}
+
+/// What the trial's control root held after the run (saved under `agent/control/`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlRootInfo {
+    /// Where the agent saw it.
+    pub container_path: String,
+    /// The template it was seeded from (host path), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// Relative to the trial directory.
+    pub saved_to: String,
+    pub files: u64,
+    pub bytes: u64,
+    /// Entries not saved (special files, over the limits), with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 impl TrialRecord {

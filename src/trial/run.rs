@@ -3,8 +3,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::{Agent, AgentPlan, INSTRUCTION_PATH, resolve_env, shell_script};
-use crate::outcome::{Claim, audit, collect_claim};
+use crate::agent::{Agent, AgentPlan, INSTRUCTION_PATH, redact_env, resolve_env, shell_script};
+use crate::outcome::{
+    AuditInput, Claim, CompletionRecord, CompletionSummary, FileCheck, FileStatus, Receipt, audit,
+    collect_claim,
+};
 use crate::sandbox::{
     ContainerSpec, ExecOutcome, ExecSpec, ExtractLimits, Fetched, ImageSpec, LABEL_JOB,
     LABEL_MANAGED, LABEL_TRIAL, Network, Sandbox, SandboxError, TarEntry, dir_to_tar,
@@ -14,7 +17,9 @@ use crate::task::{NetworkMode, Task, VerifierMode};
 use crate::timefmt::now_rfc3339;
 use crate::verifier::{parse_reward, primary_value};
 
+use super::control;
 use super::record::*;
+use super::scrub;
 
 /// Phases of a trial, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +96,10 @@ const AGENT_LOGS_LIMIT: u64 = 64 * 1024 * 1024;
 const VERIFIER_LOGS_LIMIT: u64 = 16 * 1024 * 1024;
 const OUTCOME_LIMIT: u64 = 1024 * 1024;
 const ARTIFACT_LIMIT: u64 = 256 * 1024 * 1024;
+/// At most this many extra paths named by a completion record are checked.
+const MAX_OBSERVED_PATHS: usize = 16;
+/// Limit of the CLI pre-flight check.
+const CLI_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Run one trial to its record (or to cancellation). Never fails: see the module invariants.
 pub async fn run<S: Sandbox>(
@@ -134,6 +143,12 @@ struct Trial<'a> {
     images: Vec<String>,
     agent_plan: Option<AgentPlan>,
     agent_done: bool,
+    /// Host directory mounted as the control root (removed when the trial ends).
+    control_dir: Option<PathBuf>,
+    /// The agent's typed completion record, when valid.
+    completion: Option<CompletionRecord>,
+    /// Resolved secret values to keep out of every file.
+    secrets: Vec<String>,
 }
 
 impl<'a> Trial<'a> {
@@ -164,7 +179,7 @@ impl<'a> Trial<'a> {
             phases: BTreeMap::new(),
             retries: 0,
             artifacts: Vec::new(),
-            overrides: plan.overrides.clone(),
+            overrides: redact_env(&plan.overrides),
             infra_error: None,
             limits: Limits {
                 cpus: env.cpus,
@@ -175,6 +190,14 @@ impl<'a> Trial<'a> {
                 storage_enforced: false,
             },
             output: OutputStats::default(),
+            harness_overrides: Vec::new(),
+            agent_deadline_epoch: None,
+            control_root: None,
+            trajectory: None,
+            deliverables: Vec::new(),
+            observed_files: Vec::new(),
+            validation: Vec::new(),
+            completion: None,
             started_at: now_rfc3339(),
             finished_at: String::new(),
         };
@@ -185,6 +208,9 @@ impl<'a> Trial<'a> {
             images: Vec::new(),
             agent_plan: None,
             agent_done: false,
+            control_dir: None,
+            completion: None,
+            secrets: Vec::new(),
         }
     }
 
@@ -257,6 +283,36 @@ impl<'a> Trial<'a> {
         };
         self.time(Phase::Collect, started);
 
+        let has_validation = self
+            .plan
+            .task
+            .completion
+            .as_ref()
+            .is_some_and(|c| !c.validation.is_empty());
+        if has_validation {
+            let started = Instant::now();
+            let image = match &verifier_image {
+                Some(image) => image.clone(),
+                None => {
+                    // Live mode: validate in a snapshot of the running agent container, so the
+                    // verifier later sees the container exactly as the agent left it.
+                    let image = sb
+                        .commit(&agent_id, &self.labels("validation-snapshot"))
+                        .await
+                        .map_err(infra(Phase::Collect))?;
+                    self.images.push(image.clone());
+                    image
+                }
+            };
+            self.validate(sb, &image).await?;
+            self.rec.phases.insert(
+                "validate".to_string(),
+                PhaseTime {
+                    seconds: round3(started.elapsed().as_secs_f64()),
+                },
+            );
+        }
+
         on_phase(Phase::Verify);
         let started = Instant::now();
         self.verify(sb, &agent_id, verifier_image.as_deref())
@@ -281,11 +337,21 @@ impl<'a> Trial<'a> {
             .agent
             .plan(task, &self.plan.overrides)
             .map_err(infra(Phase::Environment))?;
-        let mut env = agent_plan.env.clone();
-        env.push((
+        self.rec.harness_overrides = agent_plan.harness_overrides.clone();
+        self.secrets = agent_plan.secrets.clone();
+        // The agent's env (which may hold secrets) goes to its exec calls only: an env in the
+        // container's config would be committed into the snapshot the verifier starts from.
+        let env = vec![(
             "ARBITER_INSTRUCTION_FILE".to_string(),
             INSTRUCTION_PATH.to_string(),
-        ));
+        )];
+        let mut rw_mounts = Vec::new();
+        if let Some(control) = &agent_plan.control {
+            let dir = control::prepare(&self.path(".control"), control.template.as_deref())
+                .map_err(infra(Phase::Environment))?;
+            self.control_dir = Some(dir.clone());
+            rw_mounts.push((dir, control.container_path.clone()));
+        }
         let spec = ContainerSpec {
             image,
             name: None,
@@ -297,7 +363,7 @@ impl<'a> Trial<'a> {
             network: sandbox_network(task.environment.network),
             workdir: task.environment.workdir.clone(),
             ro_mounts: agent_plan.ro_mounts.clone(),
-            rw_mounts: Vec::new(),
+            rw_mounts,
         };
         let id = sb.create(&spec).await.map_err(infra(Phase::Environment))?;
         self.containers.push(id.clone());
@@ -365,12 +431,13 @@ impl<'a> Trial<'a> {
             });
         };
         if let Some(install) = &agent_plan.install {
-            let spec = self.exec_spec(
+            let mut spec = self.exec_spec(
                 install.argv.clone(),
                 install.user.clone(),
                 install.timeout,
                 Some(("agent/install.stdout.log", "agent/install.stderr.log")),
             );
+            spec.env = agent_plan.env.clone();
             let out = sb.exec(id, &spec).await.map_err(infra(Phase::Agent))?;
             if out.timed_out {
                 return Err(Infra {
@@ -391,6 +458,46 @@ impl<'a> Trial<'a> {
                 });
             }
         }
+        if let Some(check) = &agent_plan.cli_check {
+            let user = agent_plan.run.as_ref().and_then(|r| r.user.clone());
+            let mut spec = self.exec_spec(
+                check.argv.clone(),
+                user,
+                CLI_CHECK_TIMEOUT,
+                Some(("agent/cli-check.stdout.log", "agent/cli-check.stderr.log")),
+            );
+            spec.env = agent_plan.env.clone();
+            let out = sb.exec(id, &spec).await.map_err(infra(Phase::Agent))?;
+            let mut said = read_capped(&self.path("agent/cli-check.stdout.log"), 1024 * 1024);
+            said.extend(read_capped(
+                &self.path("agent/cli-check.stderr.log"),
+                1024 * 1024,
+            ));
+            let said = String::from_utf8_lossy(&said);
+            let shown = check.argv.join(" ");
+            if out.timed_out || out.exit_code != Some(0) && !said.contains(&check.required) {
+                return Err(Infra {
+                    phase: Phase::Agent,
+                    message: format!(
+                        "pre-flight `{shown}` {} — is aworld-cli installed in the task container (agent `install:` or a read-only `mounts:` entry, see docker/agents/aworld/README.md)? Output in agent/cli-check.stderr.log",
+                        if out.timed_out {
+                            format!("timed out after {}s", CLI_CHECK_TIMEOUT.as_secs())
+                        } else {
+                            format!("exited with {}", code_words(out.exit_code))
+                        }
+                    ),
+                });
+            }
+            if !said.contains(&check.required) {
+                return Err(Infra {
+                    phase: Phase::Agent,
+                    message: format!(
+                        "the installed aworld-cli does not support {flag} (`{shown}` does not mention it); arbiter needs {flag} to read the aworld.run.outcome.v1 record — upgrade aworld-cli to a release that has it (pip install -U aworld-cli, or rebuild docker/agents/aworld with a newer AWORLD_PIP_SPEC)",
+                        flag = check.required
+                    ),
+                });
+            }
+        }
         match &agent_plan.run {
             None => {
                 self.rec.termination = Termination {
@@ -407,6 +514,17 @@ impl<'a> Trial<'a> {
                     Some(("agent/stdout.log", "agent/stderr.log")),
                 );
                 spec.env = agent_plan.env.clone();
+                if let Some(name) = &agent_plan.deadline_env {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0);
+                    // Floor: the agent's bound is never later than the harness's.
+                    let deadline = now.saturating_add(step.timeout.as_secs());
+                    spec.env.retain(|(k, _)| k != name);
+                    spec.env.push((name.clone(), deadline.to_string()));
+                    self.rec.agent_deadline_epoch = Some(deadline);
+                }
                 let out = sb.exec(id, &spec).await.map_err(infra(Phase::Agent))?;
                 self.rec.output = OutputStats {
                     stdout_bytes: out.stdout_bytes,
@@ -532,54 +650,348 @@ impl<'a> Trial<'a> {
                 ..collect_claim(None, &stderr)
             },
         };
+        self.collect_trajectory();
+        self.collect_completion_record();
         let artifacts = self.plan.task.artifacts.clone();
         for path in artifacts {
-            let dest = self.path("artifacts").join(path.trim_start_matches('/'));
-            let entry = match self.fetch(sb, id, &path, &dest, ARTIFACT_LIMIT).await? {
-                FetchResult::Missing => ArtifactEntry {
-                    path,
-                    status: ArtifactStatus::Missing,
-                    size: None,
-                    sha256: None,
-                    detail: None,
-                },
-                FetchResult::Failed(why) => ArtifactEntry {
-                    path,
-                    status: ArtifactStatus::Failed,
-                    size: None,
-                    sha256: None,
-                    detail: Some(why),
-                },
-                FetchResult::Ok(report) => {
-                    let size = report.files.iter().map(|f| f.size).sum();
-                    let single = report.files.iter().find(|f| f.relative.is_empty());
-                    let mut notes: Vec<String> = report
-                        .skipped
-                        .iter()
-                        .map(|s| format!("{}: {}", s.path, s.reason))
-                        .collect();
-                    if report.truncated {
-                        notes.push("truncated".to_string());
-                    }
-                    ArtifactEntry {
-                        path,
-                        status: ArtifactStatus::Ok,
-                        size: Some(size),
-                        sha256: single.map(|f| f.sha256.clone()),
-                        detail: if notes.is_empty() {
-                            None
-                        } else {
-                            Some(notes.join("; "))
-                        },
-                    }
-                }
-            };
+            let (entry, _) = self.fetch_artifact(sb, id, &path).await?;
             self.rec.artifacts.push(entry);
         }
+        self.check_deliverables(sb, id).await?;
         let manifest =
             serde_json::to_vec_pretty(&self.rec.artifacts).map_err(infra(Phase::Collect))?;
         std::fs::write(self.path("artifacts/manifest.json"), manifest)
             .map_err(infra(Phase::Collect))?;
+        self.save_control_root()?;
+        let record_required = self
+            .agent_plan
+            .as_ref()
+            .is_some_and(|p| p.record_required);
+        if record_required
+            && self.rec.termination.kind == TerminationKind::Exited
+            && self.rec.termination.exit_code == Some(0)
+            && self.rec.claim.status == crate::outcome::ClaimStatus::Missing
+        {
+            return Err(Infra {
+                phase: Phase::Agent,
+                message: format!(
+                    "the agent exited 0 without an outcome record (no {} and no AWORLD_RUN_OUTCOME= line on stderr); aworld-cli does this when it rejects an argument — see agent/stderr.log",
+                    self.agent_plan
+                        .as_ref()
+                        .map(|p| p.outcome_path.as_str())
+                        .unwrap_or("outcome file")
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fetch `path` into `artifacts/`, describing what was found.
+    async fn fetch_artifact<S: Sandbox>(
+        &self,
+        sb: &S,
+        id: &str,
+        path: &str,
+    ) -> Result<(ArtifactEntry, Option<crate::sandbox::ExtractReport>), Infra> {
+        let entry = |status, detail: Option<String>| ArtifactEntry {
+            path: path.to_string(),
+            status,
+            size: None,
+            sha256: None,
+            detail,
+        };
+        let Some(relative) = safe_relative(path) else {
+            return Ok((
+                entry(
+                    ArtifactStatus::Failed,
+                    Some("not a plain absolute path (no `..`)".to_string()),
+                ),
+                None,
+            ));
+        };
+        let dest = self.path("artifacts").join(relative);
+        Ok(match self.fetch(sb, id, path, &dest, ARTIFACT_LIMIT).await? {
+            FetchResult::Missing => (entry(ArtifactStatus::Missing, None), None),
+            FetchResult::Failed(why) => (entry(ArtifactStatus::Failed, Some(why)), None),
+            FetchResult::Ok(report) => {
+                let size = report.files.iter().map(|f| f.size).sum();
+                let single = report.files.iter().find(|f| f.relative.is_empty());
+                let mut notes: Vec<String> = report
+                    .skipped
+                    .iter()
+                    .map(|s| format!("{}: {}", s.path, s.reason))
+                    .collect();
+                if report.truncated {
+                    notes.push("truncated".to_string());
+                }
+                let found = ArtifactEntry {
+                    path: path.to_string(),
+                    status: ArtifactStatus::Ok,
+                    size: Some(size),
+                    sha256: single.map(|f| f.sha256.clone()),
+                    detail: if notes.is_empty() {
+                        None
+                    } else {
+                        Some(notes.join("; "))
+                    },
+                };
+                (found, Some(report))
+            }
+        })
+    }
+
+    /// Check the task's declared deliverables (saved as artifacts) and any absolute paths the
+    /// agent's completion record names.
+    async fn check_deliverables<S: Sandbox>(&mut self, sb: &S, id: &str) -> Result<(), Infra> {
+        let declared = self
+            .plan
+            .task
+            .completion
+            .as_ref()
+            .map(|c| c.deliverables.clone())
+            .unwrap_or_default();
+        for d in &declared {
+            let check = self
+                .check_file(sb, id, &d.path, d.goal.clone(), d.non_empty, d.sha256.clone())
+                .await?;
+            self.rec.deliverables.push(check);
+        }
+        let named = self
+            .completion
+            .as_ref()
+            .map(CompletionRecord::named_paths)
+            .unwrap_or_default();
+        for path in named
+            .into_iter()
+            .filter(|p| !declared.iter().any(|d| &d.path == p))
+            .take(MAX_OBSERVED_PATHS)
+        {
+            let check = self.check_file(sb, id, &path, None, true, None).await?;
+            self.rec.observed_files.push(check);
+        }
+        Ok(())
+    }
+
+    async fn check_file<S: Sandbox>(
+        &mut self,
+        sb: &S,
+        id: &str,
+        path: &str,
+        goal: Option<String>,
+        non_empty: bool,
+        expected: Option<String>,
+    ) -> Result<FileCheck, Infra> {
+        let (entry, report) = self.fetch_artifact(sb, id, path).await?;
+        let status = match (&entry.status, &report) {
+            (ArtifactStatus::Missing, _) => FileStatus::Missing,
+            (ArtifactStatus::Failed, _) | (_, None) => FileStatus::Unreadable,
+            (ArtifactStatus::Ok, Some(report)) => {
+                let single = report.files.iter().find(|f| f.relative.is_empty());
+                match (single, &expected) {
+                    (None, Some(_)) => FileStatus::Unreadable,
+                    (None, None) if report.files.is_empty() && !report.skipped.is_empty() => {
+                        FileStatus::Unreadable
+                    }
+                    (None, None) if non_empty && report.files.is_empty() => FileStatus::Empty,
+                    (Some(f), _) if non_empty && f.size == 0 => FileStatus::Empty,
+                    (Some(f), Some(want)) if &f.sha256 != want => FileStatus::HashMismatch,
+                    _ => FileStatus::Ok,
+                }
+            }
+        };
+        let detail = match status {
+            FileStatus::Unreadable => entry.detail.clone().or_else(|| {
+                Some(if expected.is_some() {
+                    "not a regular file, so it has no sha256".to_string()
+                } else {
+                    "no regular file could be read back".to_string()
+                })
+            }),
+            _ => entry.detail.clone(),
+        };
+        if !self.rec.artifacts.iter().any(|a| a.path == path) {
+            self.rec.artifacts.push(entry.clone());
+        }
+        Ok(FileCheck {
+            path: path.to_string(),
+            goal,
+            status,
+            size: entry.size,
+            sha256: entry.sha256,
+            expected_sha256: expected,
+            detail,
+        })
+    }
+
+    /// Copy the agent's trajectory (already fetched with `/logs/agent`) to `agent/`.
+    fn collect_trajectory(&mut self) {
+        let Some(path) = self
+            .agent_plan
+            .as_ref()
+            .and_then(|p| p.trajectory_path.clone())
+        else {
+            return;
+        };
+        let Some(rel) = path.strip_prefix("/logs/agent/").filter(|r| !r.contains("..")) else {
+            return;
+        };
+        let src = self.path("agent/logs").join(rel);
+        let name = Path::new(rel)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "trajectory.json".to_string());
+        let entry = match std::fs::symlink_metadata(&src) {
+            Ok(meta) if meta.is_file() => {
+                let copied = std::fs::copy(&src, self.path("agent").join(&name));
+                ArtifactEntry {
+                    path,
+                    status: if copied.is_ok() {
+                        ArtifactStatus::Ok
+                    } else {
+                        ArtifactStatus::Failed
+                    },
+                    size: Some(meta.len()),
+                    sha256: None,
+                    detail: copied.err().map(|e| e.to_string()),
+                }
+            }
+            _ => ArtifactEntry {
+                path,
+                status: ArtifactStatus::Missing,
+                size: None,
+                sha256: None,
+                detail: None,
+            },
+        };
+        self.rec.trajectory = Some(entry);
+    }
+
+    /// Read `/logs/agent/completion.json` (fetched with `/logs/agent`), if the agent wrote one.
+    fn collect_completion_record(&mut self) {
+        let src = self.path("agent/logs/completion.json");
+        match std::fs::symlink_metadata(&src) {
+            Ok(meta) if meta.is_file() => {}
+            _ => return,
+        }
+        let bytes = read_capped(&src, OUTCOME_LIMIT);
+        let _ = std::fs::write(self.path("agent/completion.json"), &bytes);
+        self.rec.completion = Some(match CompletionRecord::parse(&bytes) {
+            Ok(record) => {
+                self.completion = Some(record);
+                CompletionSummary {
+                    status: "present".to_string(),
+                    error: None,
+                    record: serde_json::from_slice(&bytes).ok(),
+                }
+            }
+            Err(error) => CompletionSummary {
+                status: "invalid".to_string(),
+                error: Some(error),
+                record: None,
+            },
+        });
+    }
+
+    /// Save the control root to `agent/control/` and empty it, so that a live verifier finds
+    /// nothing there.
+    fn save_control_root(&mut self) -> Result<(), Infra> {
+        let Some(dir) = self.control_dir.clone() else {
+            return Ok(());
+        };
+        let report = control::save(&dir, &self.path("agent/control")).map_err(infra(Phase::Collect))?;
+        control::empty(&dir).map_err(infra(Phase::Collect))?;
+        let plan_control = self.agent_plan.as_ref().and_then(|p| p.control.clone());
+        self.rec.control_root = Some(ControlRootInfo {
+            container_path: plan_control
+                .as_ref()
+                .map(|c| c.container_path.clone())
+                .unwrap_or_default(),
+            template: plan_control
+                .and_then(|c| c.template)
+                .map(|t| t.display().to_string()),
+            saved_to: "agent/control".to_string(),
+            files: report.files,
+            bytes: report.bytes,
+            skipped: report.skipped,
+        });
+        Ok(())
+    }
+
+    /// Run the task's validation commands in containers from `image` (the agent's final
+    /// filesystem), one after the other; a command that times out takes its container down with
+    /// it (every process in it), and the next command gets a fresh one.
+    async fn validate<S: Sandbox>(&mut self, sb: &S, image: &str) -> Result<(), Infra> {
+        let task = self.plan.task.clone();
+        let Some(completion) = &task.completion else {
+            return Ok(());
+        };
+        let dir = self.path("validation");
+        std::fs::create_dir_all(&dir).map_err(infra(Phase::Collect))?;
+        let spec = ContainerSpec {
+            image: image.to_string(),
+            name: None,
+            env: Vec::new(),
+            labels: self.labels("validation"),
+            cpus: task.environment.cpus,
+            memory_mb: task.environment.memory_mb,
+            pids_limit: task.environment.pids_limit,
+            network: Network::None,
+            workdir: task.environment.workdir.clone(),
+            ro_mounts: Vec::new(),
+            rw_mounts: Vec::new(),
+        };
+        let mut container: Option<String> = None;
+        for (i, command) in completion.validation.iter().enumerate() {
+            let id = match &container {
+                Some(id) => id.clone(),
+                None => {
+                    let id = sb.create(&spec).await.map_err(infra(Phase::Collect))?;
+                    self.containers.push(id.clone());
+                    sb.start(&id).await.map_err(infra(Phase::Collect))?;
+                    container = Some(id.clone());
+                    id
+                }
+            };
+            let stem = format!("{:02}-{}", i + 1, sanitize_name(&command.id));
+            let out_rel = format!("validation/{stem}.stdout.log");
+            let err_rel = format!("validation/{stem}.stderr.log");
+            let argv = command.exec_argv();
+            let mut exec = self.exec_spec(
+                argv.clone(),
+                task.agent.user.clone(),
+                command.timeout(),
+                Some((&out_rel, &err_rel)),
+            );
+            if let Some(cwd) = &command.cwd {
+                exec.workdir = Some(cwd.clone());
+            }
+            let out = sb.exec(&id, &exec).await.map_err(infra(Phase::Collect))?;
+            let digest = |rel: &str| {
+                let bytes = std::fs::read(self.path(rel)).unwrap_or_default();
+                crate::sandbox::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+            };
+            self.rec.validation.push(Receipt {
+                id: command.id.clone(),
+                argv,
+                exit_code: if out.timed_out { None } else { out.exit_code },
+                seconds: round3(out.seconds),
+                timed_out: out.timed_out,
+                stdout_sha256: digest(&out_rel),
+                stderr_sha256: digest(&err_rel),
+                stdout_bytes: out.stdout_bytes,
+                stderr_bytes: out.stderr_bytes,
+            });
+            if out.timed_out {
+                // The sandbox killed the whole container at the deadline.
+                sb.remove_container(&id).await.map_err(infra(Phase::Collect))?;
+                self.containers.retain(|c| c != &id);
+                container = None;
+            }
+        }
+        if let Some(id) = container {
+            sb.remove_container(&id).await.map_err(infra(Phase::Collect))?;
+            self.containers.retain(|c| c != &id);
+        }
         Ok(())
     }
 
@@ -806,6 +1218,12 @@ impl<'a> Trial<'a> {
                 errors.push(e.to_string());
             }
         }
+        if let Some(dir) = self.control_dir.take()
+            && let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            errors.push(format!("{}: {e}", dir.display()));
+        }
         if errors.is_empty() {
             Ok(())
         } else {
@@ -822,9 +1240,40 @@ impl<'a> Trial<'a> {
         self.rec.audit = if self.rec.is_infra() {
             None
         } else {
-            Some(audit(&self.rec.claim, passed))
+            let answer = self.rec.claim.record.as_ref().and_then(|r| {
+                r.get("final_answer")
+                    .or_else(|| r.get("answer"))
+                    .and_then(|a| a.as_str())
+            });
+            Some(audit(&AuditInput {
+                claim: &self.rec.claim,
+                passed,
+                deliverables: &self.rec.deliverables,
+                observed: &self.rec.observed_files,
+                receipts: &self.rec.validation,
+                completion: self.completion.as_ref(),
+                final_answer: answer,
+            }))
         };
         self.rec.finished_at = now_rfc3339();
+        if !self.secrets.is_empty() {
+            let scrubbed = scrub::scrub_dir(&self.plan.dir, &self.secrets);
+            if !scrubbed.is_empty() {
+                tracing::warn!(
+                    trial = self.plan.id,
+                    files = ?scrubbed,
+                    "a secret value was found in the trial's files and replaced by ***"
+                );
+            }
+            if let Ok(mut bytes) = serde_json::to_vec(&self.rec)
+                && scrub::scrub_bytes(&mut bytes, &self.secrets)
+            {
+                match serde_json::from_slice(&bytes) {
+                    Ok(clean) => self.rec = clean,
+                    Err(e) => tracing::warn!(trial = self.plan.id, "scrubbing the record: {e}"),
+                }
+            }
+        }
         self.rec
     }
 }
@@ -842,6 +1291,36 @@ impl From<SandboxError> for Infra {
             message: e.to_string(),
         }
     }
+}
+
+/// `path` without its leading `/`, when it is absolute and made of plain components only.
+fn safe_relative(path: &str) -> Option<PathBuf> {
+    use std::path::Component;
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::new();
+    for component in p.components() {
+        match component {
+            Component::RootDir => {}
+            Component::Normal(part) => out.push(part),
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+fn sanitize_name(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
 }
 
 fn read_capped(path: &Path, cap: u64) -> Vec<u8> {
