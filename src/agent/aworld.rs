@@ -256,16 +256,13 @@ impl AworldAgent {
     pub(crate) fn redacted(&self) -> AworldAgent {
         let mut out = self.clone();
         out.env = redact_env(&self.env);
-        let secret = |v: &Option<String>| {
-            v.as_ref().map(|v| {
-                if v.starts_with("${") && v.ends_with('}') && v.matches("${").count() == 1 {
-                    v.clone()
-                } else {
-                    "***".to_string()
-                }
-            })
-        };
-        out.model.api_key = secret(&self.model.api_key);
+        out.model.api_key = self.model.api_key.as_ref().map(|v| {
+            if v.starts_with("${") && v.ends_with('}') && v.matches("${").count() == 1 {
+                v.clone()
+            } else {
+                "***".to_string()
+            }
+        });
         out
     }
 }
@@ -278,7 +275,7 @@ mod tests {
     fn agent(yaml: &str) -> AworldAgent {
         let agent: Agent = serde_yaml::from_str(yaml).expect("parses");
         match agent.kind {
-            AgentKind::Aworld(a) => a,
+            AgentKind::Aworld(a) => *a,
             other => panic!("not aworld: {other:?}"),
         }
     }
@@ -293,8 +290,8 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_refused() {
-        let err = serde_yaml::from_str::<Agent>("name: aw\nkind: aworld\nmodle: {}\n")
-            .expect_err("typo");
+        let err =
+            serde_yaml::from_str::<Agent>("name: aw\nkind: aworld\nmodle: {}\n").expect_err("typo");
         assert!(err.to_string().contains("modle"), "{err}");
     }
 
@@ -316,7 +313,10 @@ mod tests {
     fn harness_overrides_are_labelled_and_redacted() {
         let a = agent("name: aw\nkind: aworld\nenv: {AWORLD_X: '1', OTHER: '2'}\n");
         let overrides = BTreeMap::from([
-            ("AWORLD_SUCCESS_FIRST_TERMINAL_GATE".to_string(), "false".to_string()),
+            (
+                "AWORLD_SUCCESS_FIRST_TERMINAL_GATE".to_string(),
+                "false".to_string(),
+            ),
             ("AWORLD_API_KEY".to_string(), "sk".to_string()),
             ("UNRELATED".to_string(), "1".to_string()),
         ]);

@@ -42,7 +42,7 @@ pub enum AgentKind {
     /// A generic installed agent.
     Command(CommandAgent),
     /// `aworld-cli` run headless (a `command` preset, SPEC §4).
-    Aworld(AworldAgent),
+    Aworld(Box<AworldAgent>),
 }
 
 /// The `command` kind (SPEC §3).
@@ -399,7 +399,7 @@ impl Agent {
         let mut agent = self.clone();
         match &mut agent.kind {
             AgentKind::Command(cmd) => cmd.env = redact_env(&cmd.env),
-            AgentKind::Aworld(aw) => *aw = aw.redacted(),
+            AgentKind::Aworld(aw) => **aw = aw.redacted(),
             AgentKind::Oracle | AgentKind::Nop => {}
         }
         agent
@@ -444,4 +444,3 @@ fn secret_values(raw: &BTreeMap<String, String>, resolved: &[(String, String)]) 
     out.dedup();
     out
 }
-

@@ -118,7 +118,9 @@ fn copy_tree(
         let meta = std::fs::symlink_metadata(&src).map_err(io_at(&src))?;
         let kind = meta.file_type();
         if report.files >= max_entries {
-            report.skipped.push(format!("{shown}: more than {max_entries} entries"));
+            report
+                .skipped
+                .push(format!("{shown}: more than {max_entries} entries"));
             continue;
         }
         if kind.is_symlink() {

@@ -15,7 +15,7 @@ mod run;
 mod scrub;
 
 pub use record::{
-    ArtifactEntry, ArtifactStatus, ControlRootInfo, InfraError, Limits, OutputStats, PhaseTime, TRIAL_SCHEMA,
-    Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
+    ArtifactEntry, ArtifactStatus, ControlRootInfo, InfraError, Limits, OutputStats, PhaseTime,
+    TRIAL_SCHEMA, Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
 };
 pub use run::{Phase, TrialPlan, TrialRun, TrialSettings, run};

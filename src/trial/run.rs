@@ -663,10 +663,7 @@ impl<'a> Trial<'a> {
         std::fs::write(self.path("artifacts/manifest.json"), manifest)
             .map_err(infra(Phase::Collect))?;
         self.save_control_root()?;
-        let record_required = self
-            .agent_plan
-            .as_ref()
-            .is_some_and(|p| p.record_required);
+        let record_required = self.agent_plan.as_ref().is_some_and(|p| p.record_required);
         if record_required
             && self.rec.termination.kind == TerminationKind::Exited
             && self.rec.termination.exit_code == Some(0)
@@ -710,34 +707,36 @@ impl<'a> Trial<'a> {
             ));
         };
         let dest = self.path("artifacts").join(relative);
-        Ok(match self.fetch(sb, id, path, &dest, ARTIFACT_LIMIT).await? {
-            FetchResult::Missing => (entry(ArtifactStatus::Missing, None), None),
-            FetchResult::Failed(why) => (entry(ArtifactStatus::Failed, Some(why)), None),
-            FetchResult::Ok(report) => {
-                let size = report.files.iter().map(|f| f.size).sum();
-                let single = report.files.iter().find(|f| f.relative.is_empty());
-                let mut notes: Vec<String> = report
-                    .skipped
-                    .iter()
-                    .map(|s| format!("{}: {}", s.path, s.reason))
-                    .collect();
-                if report.truncated {
-                    notes.push("truncated".to_string());
+        Ok(
+            match self.fetch(sb, id, path, &dest, ARTIFACT_LIMIT).await? {
+                FetchResult::Missing => (entry(ArtifactStatus::Missing, None), None),
+                FetchResult::Failed(why) => (entry(ArtifactStatus::Failed, Some(why)), None),
+                FetchResult::Ok(report) => {
+                    let size = report.files.iter().map(|f| f.size).sum();
+                    let single = report.files.iter().find(|f| f.relative.is_empty());
+                    let mut notes: Vec<String> = report
+                        .skipped
+                        .iter()
+                        .map(|s| format!("{}: {}", s.path, s.reason))
+                        .collect();
+                    if report.truncated {
+                        notes.push("truncated".to_string());
+                    }
+                    let found = ArtifactEntry {
+                        path: path.to_string(),
+                        status: ArtifactStatus::Ok,
+                        size: Some(size),
+                        sha256: single.map(|f| f.sha256.clone()),
+                        detail: if notes.is_empty() {
+                            None
+                        } else {
+                            Some(notes.join("; "))
+                        },
+                    };
+                    (found, Some(report))
                 }
-                let found = ArtifactEntry {
-                    path: path.to_string(),
-                    status: ArtifactStatus::Ok,
-                    size: Some(size),
-                    sha256: single.map(|f| f.sha256.clone()),
-                    detail: if notes.is_empty() {
-                        None
-                    } else {
-                        Some(notes.join("; "))
-                    },
-                };
-                (found, Some(report))
-            }
-        })
+            },
+        )
     }
 
     /// Check the task's declared deliverables (saved as artifacts) and any absolute paths the
@@ -752,7 +751,14 @@ impl<'a> Trial<'a> {
             .unwrap_or_default();
         for d in &declared {
             let check = self
-                .check_file(sb, id, &d.path, d.goal.clone(), d.non_empty, d.sha256.clone())
+                .check_file(
+                    sb,
+                    id,
+                    &d.path,
+                    d.goal.clone(),
+                    d.non_empty,
+                    d.sha256.clone(),
+                )
                 .await?;
             self.rec.deliverables.push(check);
         }
@@ -832,7 +838,10 @@ impl<'a> Trial<'a> {
         else {
             return;
         };
-        let Some(rel) = path.strip_prefix("/logs/agent/").filter(|r| !r.contains("..")) else {
+        let Some(rel) = path
+            .strip_prefix("/logs/agent/")
+            .filter(|r| !r.contains(".."))
+        else {
             return;
         };
         let src = self.path("agent/logs").join(rel);
@@ -898,7 +907,8 @@ impl<'a> Trial<'a> {
         let Some(dir) = self.control_dir.clone() else {
             return Ok(());
         };
-        let report = control::save(&dir, &self.path("agent/control")).map_err(infra(Phase::Collect))?;
+        let report =
+            control::save(&dir, &self.path("agent/control")).map_err(infra(Phase::Collect))?;
         control::empty(&dir).map_err(infra(Phase::Collect))?;
         let plan_control = self.agent_plan.as_ref().and_then(|p| p.control.clone());
         self.rec.control_root = Some(ControlRootInfo {
@@ -983,13 +993,17 @@ impl<'a> Trial<'a> {
             });
             if out.timed_out {
                 // The sandbox killed the whole container at the deadline.
-                sb.remove_container(&id).await.map_err(infra(Phase::Collect))?;
+                sb.remove_container(&id)
+                    .await
+                    .map_err(infra(Phase::Collect))?;
                 self.containers.retain(|c| c != &id);
                 container = None;
             }
         }
         if let Some(id) = container {
-            sb.remove_container(&id).await.map_err(infra(Phase::Collect))?;
+            sb.remove_container(&id)
+                .await
+                .map_err(infra(Phase::Collect))?;
             self.containers.retain(|c| c != &id);
         }
         Ok(())
