@@ -101,6 +101,71 @@ impl JobStore {
         Ok(())
     }
 
+    /// Take the job dir's exclusive lock (held until the returned file is dropped);
+    /// `None` when another process holds it.
+    pub fn lock(&self) -> Result<Option<File>, StoreError> {
+        let path = self.root.join(".arbiter.lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(at(&path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(StoreError { path, source: e }),
+        }
+    }
+
+    /// Make `trials.jsonl` hold exactly one line per finished record. A run killed between
+    /// writing `result.json` and appending its line (or in the middle of a line) is mended
+    /// here; `result.json` files are the source of truth.
+    pub fn reconcile_jsonl(&self, finished: &[TrialRecord]) -> Result<bool, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct IdOnly {
+            id: String,
+        }
+        let path = self.root.join("trials.jsonl");
+        let text = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(StoreError { path, source: e }),
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        let mut consistent = text.is_empty() || text.ends_with(b"\n");
+        for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            match serde_json::from_slice::<IdOnly>(line) {
+                Ok(rec) if !seen.contains(&rec.id) => {
+                    seen.insert(rec.id);
+                }
+                _ => consistent = false,
+            }
+        }
+        let expected: std::collections::BTreeSet<&str> =
+            finished.iter().map(|r| r.id.as_str()).collect();
+        if consistent
+            && seen.len() == expected.len()
+            && seen.iter().all(|id| expected.contains(id.as_str()))
+        {
+            return Ok(false);
+        }
+        let mut out = Vec::new();
+        for record in finished {
+            serde_json::to_writer(&mut out, record).map_err(|e| StoreError {
+                path: path.clone(),
+                source: e.into(),
+            })?;
+            out.push(b'\n');
+        }
+        write_atomic(&path, &out)?;
+        tracing::info!(
+            records = finished.len(),
+            "rewrote trials.jsonl from the trial records"
+        );
+        Ok(true)
+    }
+
     /// Read a finished trial's record.
     pub fn load(&self, id: &str) -> Option<TrialRecord> {
         let bytes = fs::read(self.trial_dir(id).join("result.json")).ok()?;

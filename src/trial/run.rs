@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::{Agent, AgentPlan, INSTRUCTION_PATH, resolve_env, shell_script};
+use crate::agent::{Agent, AgentPlan, INSTRUCTION_PATH, redact_env, resolve_env, shell_script};
 use crate::outcome::{Claim, audit, collect_claim};
 use crate::sandbox::{
     ContainerSpec, ExecOutcome, ExecSpec, ExtractLimits, Fetched, ImageSpec, LABEL_JOB,
@@ -48,6 +48,11 @@ pub struct TrialSettings {
     pub kill_grace: Duration,
     /// Label value identifying the job's resources (unique per job dir).
     pub job_label: String,
+    /// Extra labels on every container and image (e.g. the owning process, for `gc`).
+    pub labels: BTreeMap<String, String>,
+    pub agent_timeout_multiplier: f64,
+    pub install_timeout_multiplier: f64,
+    pub verifier_timeout_multiplier: f64,
 }
 
 /// Everything one trial needs, decided before it starts.
@@ -58,7 +63,10 @@ pub struct TrialPlan {
     pub task: Arc<Task>,
     pub agent: Arc<Agent>,
     pub variant: String,
+    /// Variant env overrides (values may hold `${NAME}` references; never recorded resolved).
     pub overrides: BTreeMap<String, String>,
+    /// Variant arguments appended to a command agent's argv.
+    pub args: Vec<String>,
     pub attempt: u32,
     pub image: ImageSpec,
     /// The trial's directory (created by the caller, empty).
@@ -163,8 +171,9 @@ impl<'a> Trial<'a> {
             audit: None,
             phases: BTreeMap::new(),
             retries: 0,
+            previous_errors: Vec::new(),
             artifacts: Vec::new(),
-            overrides: plan.overrides.clone(),
+            overrides: redact_env(&plan.overrides),
             infra_error: None,
             limits: Limits {
                 cpus: env.cpus,
@@ -198,12 +207,14 @@ impl<'a> Trial<'a> {
     }
 
     fn labels(&self, role: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([
+        let mut labels = self.plan.settings.labels.clone();
+        labels.extend([
             (LABEL_MANAGED.to_string(), "true".to_string()),
             (LABEL_JOB.to_string(), self.plan.settings.job_label.clone()),
             (LABEL_TRIAL.to_string(), self.plan.id.clone()),
             ("arbiter.role".to_string(), role.to_string()),
-        ])
+        ]);
+        labels
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -276,11 +287,19 @@ impl<'a> Trial<'a> {
             .await
             .map_err(infra(Phase::Environment))?;
         self.rec.image = Some(image.clone());
-        let agent_plan = self
+        let mut agent_plan = self
             .plan
             .agent
             .plan(task, &self.plan.overrides)
             .map_err(infra(Phase::Environment))?;
+        let settings = &self.plan.settings;
+        if let Some(run) = agent_plan.run.as_mut() {
+            run.argv.extend(self.plan.args.iter().cloned());
+            run.timeout = run.timeout.mul_f64(settings.agent_timeout_multiplier);
+        }
+        if let Some(install) = agent_plan.install.as_mut() {
+            install.timeout = install.timeout.mul_f64(settings.install_timeout_multiplier);
+        }
         let mut env = agent_plan.env.clone();
         env.push((
             "ARBITER_INSTRUCTION_FILE".to_string(),
@@ -676,7 +695,8 @@ impl<'a> Trial<'a> {
         sb.put_archive(&id, "/", tests)
             .await
             .map_err(infra(Phase::Verify))?;
-        let timeout = Duration::from_secs_f64(task.verifier.timeout_sec);
+        let timeout = Duration::from_secs_f64(task.verifier.timeout_sec)
+            .mul_f64(self.plan.settings.verifier_timeout_multiplier);
         let mut spec = self.exec_spec(
             shell_script("/tests/test.sh"),
             None,
