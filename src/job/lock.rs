@@ -119,7 +119,10 @@ impl Lock {
             for (name, old) in old_map {
                 match new_map.get(name) {
                     None => {
-                        return Some((format!("{kind}.{name}"), "removed from the job".to_string()));
+                        return Some((
+                            format!("{kind}.{name}"),
+                            "removed from the job".to_string(),
+                        ));
                     }
                     Some(v) if v != old => {
                         return Some((format!("{kind}.{name}"), "definition changed".to_string()));
