@@ -288,3 +288,43 @@ fn changed_config_is_refused_and_added_attempts_run_only_new_trials() {
     );
     assert_complete(&job_dir, 3);
 }
+
+#[test]
+fn gc_never_touches_a_live_job() {
+    if !docker_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let job_dir = tmp.path().join("job-gc-live");
+    let job = job_dir.to_string_lossy().into_owned();
+    let task = fixture("quick").to_string_lossy().into_owned();
+    let mut child = spawn(&job_args(&task, &job, &["-k", "6", "-n", "2", "--quiet"]));
+    // Wait until one of the job's containers exists, then collect garbage while it runs.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kept = loop {
+        let gc = arbiter(&["gc", "--dry-run"]);
+        let text = stdout(&gc);
+        let live: usize = text
+            .split("kept ")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        if live > 0 {
+            break live;
+        }
+        assert!(Instant::now() < deadline, "never saw a live container: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(kept > 0);
+    let gc = arbiter(&["gc"]);
+    assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "the live job was not disturbed: {}", stderr(&out));
+    assert_complete(&job_dir, 6);
+    for i in 1..=6 {
+        let r = result(&job_dir, &format!("quick__oracle__default__{i}"));
+        assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+        assert_eq!(r["retries"], 0, "{r:#}");
+    }
+}
