@@ -313,14 +313,22 @@ fn gc_never_touches_a_live_job() {
         if live > 0 {
             break live;
         }
-        assert!(Instant::now() < deadline, "never saw a live container: {text}");
+        assert!(
+            Instant::now() < deadline,
+            "never saw a live container: {text}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(kept > 0);
     let gc = arbiter(&["gc"]);
     assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
     let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(0), "the live job was not disturbed: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the live job was not disturbed: {}",
+        stderr(&out)
+    );
     assert_complete(&job_dir, 6);
     for i in 1..=6 {
         let r = result(&job_dir, &format!("quick__oracle__default__{i}"));
