@@ -28,4 +28,4 @@ pub use owner::{LABEL_OWNER, Owner};
 pub use plan::{JobSpec, trial_id};
 pub use runner::{JobOutcome, RunError, reap_job, run};
 pub use store::{JobStore, StoreError, write_atomic};
-pub use summary::{ArmSummary, summarize};
+pub use summary::{ArmSummary, Brief, summarize};

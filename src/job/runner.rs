@@ -13,12 +13,13 @@ use super::events::JobEvent;
 use super::owner::Owner;
 use super::plan::JobSpec;
 use super::store::{JobStore, StoreError};
+use super::summary::Brief;
 
 /// What a job run produced.
 #[derive(Debug)]
 pub struct JobOutcome {
-    /// Every finished record of the job (including those finished by earlier runs).
-    pub records: Vec<TrialRecord>,
+    /// Every finished trial of the job (including those finished by earlier runs).
+    pub records: Vec<Brief>,
     /// The user stopped the job; some trials did not run.
     pub interrupted: bool,
     pub planned: usize,
@@ -64,14 +65,15 @@ pub async fn run<S: Sandbox>(
     let mut queue = VecDeque::new();
     for plan in plans {
         match store.load(&plan.id) {
-            Some(record) => records.push(record),
+            Some(record) => records.push(Brief::of(&record)),
             None => queue.push_back(Queued {
                 plan,
                 failures: Vec::new(),
             }),
         }
     }
-    store.reconcile_jsonl(&records)?;
+    let finished_ids: Vec<&str> = records.iter().map(|b| b.id.as_str()).collect();
+    store.reconcile_jsonl(&finished_ids)?;
     let _ = events.send(JobEvent::Started {
         job: spec.name.clone(),
         dir: spec.dir.clone(),
@@ -130,7 +132,7 @@ pub async fn run<S: Sandbox>(
                         record.previous_errors = queued.failures;
                         store.record(&record)?;
                         let _ = events.send(JobEvent::TrialFinished { record: record.clone() });
-                        records.push(*record);
+                        records.push(Brief::of(&record));
                     }
                     Ok((queued, TrialRun::Cancelled)) => {
                         let _ = events.send(JobEvent::TrialCancelled { id: queued.plan.id });

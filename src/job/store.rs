@@ -121,7 +121,7 @@ impl JobStore {
     /// Make `trials.jsonl` hold exactly one line per finished record. A run killed between
     /// writing `result.json` and appending its line (or in the middle of a line) is mended
     /// here; `result.json` files are the source of truth.
-    pub fn reconcile_jsonl(&self, finished: &[TrialRecord]) -> Result<bool, StoreError> {
+    pub fn reconcile_jsonl(&self, finished: &[&str]) -> Result<bool, StoreError> {
         #[derive(serde::Deserialize)]
         struct IdOnly {
             id: String,
@@ -142,8 +142,7 @@ impl JobStore {
                 _ => consistent = false,
             }
         }
-        let expected: std::collections::BTreeSet<&str> =
-            finished.iter().map(|r| r.id.as_str()).collect();
+        let expected: std::collections::BTreeSet<&str> = finished.iter().copied().collect();
         if consistent
             && seen.len() == expected.len()
             && seen.iter().all(|id| expected.contains(id.as_str()))
@@ -151,8 +150,16 @@ impl JobStore {
             return Ok(false);
         }
         let mut out = Vec::new();
-        for record in finished {
-            serde_json::to_writer(&mut out, record).map_err(|e| StoreError {
+        for id in finished {
+            // Compact each finished record onto one line; result.json is the source of truth.
+            let result = self.trial_dir(id).join("result.json");
+            let bytes = fs::read(&result).map_err(at(&result))?;
+            let value: serde_json::Value =
+                serde_json::from_slice(&bytes).map_err(|e| StoreError {
+                    path: result.clone(),
+                    source: e.into(),
+                })?;
+            serde_json::to_writer(&mut out, &value).map_err(|e| StoreError {
                 path: path.clone(),
                 source: e.into(),
             })?;
@@ -204,5 +211,57 @@ mod tests {
         assert!(!store.is_finished("t1"));
         let dir = store.fresh_trial_dir("t1").expect("dir");
         assert_eq!(fs::read_dir(dir).expect("ls").count(), 0);
+    }
+
+    #[test]
+    fn jsonl_is_mended_to_one_line_per_finished_record() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = JobStore::open(tmp.path()).expect("open");
+        for id in ["a", "b", "c"] {
+            let dir = store.fresh_trial_dir(id).expect("dir");
+            fs::write(
+                dir.join("result.json"),
+                format!("{{\n  \"id\": \"{id}\"\n}}"),
+            )
+            .expect("write");
+        }
+        let jsonl = tmp.path().join("trials.jsonl");
+        let lines = |p: &Path| {
+            fs::read_to_string(p)
+                .expect("read")
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        // Killed after result.json of c, and in the middle of a line.
+        fs::write(&jsonl, "{\"id\":\"a\"}\n{\"id\":\"b\"}\n{\"id\":\"c").expect("write");
+        assert!(store.reconcile_jsonl(&["a", "b", "c"]).expect("reconcile"));
+        assert_eq!(
+            lines(&jsonl),
+            ["{\"id\":\"a\"}", "{\"id\":\"b\"}", "{\"id\":\"c\"}"]
+        );
+        // Consistent: left alone.
+        assert!(!store.reconcile_jsonl(&["a", "b", "c"]).expect("reconcile"));
+        // A duplicate line is removed.
+        fs::write(
+            &jsonl,
+            "{\"id\":\"a\"}\n{\"id\":\"a\"}\n{\"id\":\"b\"}\n{\"id\":\"c\"}\n",
+        )
+        .expect("write");
+        assert!(store.reconcile_jsonl(&["a", "b", "c"]).expect("reconcile"));
+        assert_eq!(lines(&jsonl).len(), 3);
+    }
+
+    #[test]
+    fn job_dir_lock_is_exclusive() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = JobStore::open(tmp.path()).expect("open");
+        let held = store.lock().expect("lock").expect("free");
+        assert!(
+            store.lock().expect("lock").is_none(),
+            "second lock must fail while held"
+        );
+        drop(held);
+        assert!(store.lock().expect("lock").is_some());
     }
 }
