@@ -314,6 +314,10 @@ fn gc_never_touches_a_live_job() {
             break live;
         }
         assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "the job ended before gc saw it live"
+        );
+        assert!(
             Instant::now() < deadline,
             "never saw a live container: {text}"
         );
