@@ -246,3 +246,31 @@ fn failed_image_build_is_an_infra_error_not_an_agent_failure() {
         "{table}"
     );
 }
+
+#[test]
+fn chatty_agent_output_is_capped_and_counted() {
+    if !docker_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = tmp.path().join("job.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tasks: [{task}]\nlog_cap_mb: 1\nagents:\n  - name: chatty\n    kind: command\n    run: [sh, -c, 'head -c 60000000 /dev/zero; head -c 3000000 /dev/zero >&2']\n",
+            task = fixture("noreward").display()
+        ),
+    )
+    .expect("config");
+    let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r = result(&job_dir, "noreward__chatty__default__1");
+    assert_eq!(r["output"]["stdout_bytes"], 60_000_000, "{r:#}");
+    assert_eq!(r["output"]["stderr_bytes"], 3_000_000, "{r:#}");
+    assert_eq!(r["output"]["truncated"], true);
+    let agent = job_dir.join("trials/noreward__chatty__default__1/agent");
+    for log in ["stdout.log", "stderr.log"] {
+        let size = std::fs::metadata(agent.join(log)).expect("log").len();
+        assert!(size <= 1024 * 1024 + 200, "{log} is {size} bytes");
+    }
+}

@@ -1,6 +1,7 @@
 //! Command-line interface: clap definitions, turning flags into a job, printing, exit codes.
 //! The only place that writes to stdout/stderr for the user.
 
+mod gc;
 mod report;
 
 use std::io::IsTerminal;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::job::{self, ConfigError, JobEvent, RunArgs, StoreError};
+use crate::job::{self, ConfigError, RunArgs, RunError, StoreError};
 use crate::sandbox::{DockerSandbox, SandboxError};
 
 /// Exit codes (SPEC §9).
@@ -38,9 +39,15 @@ pub struct Cli {
 enum Command {
     /// Run agents on tasks in Docker containers and verify the results.
     #[command(
-        after_help = "Examples:\n  arbiter run tasks/*/ --agent oracle --agent nop -n 2\n  arbiter run -c job.yaml --job-dir jobs/nightly"
+        after_help = "Examples:\n  arbiter run tasks/*/ --agent oracle --agent nop -n 2\n  arbiter run -c job.yaml --job-dir jobs/nightly\n  arbiter run -c job.yaml --job-dir jobs/nightly -k 5   # same job, more attempts: runs only the new trials"
     )]
     Run(RunCmd),
+    /// Continue a job: run only the trials without a finished record.
+    #[command(after_help = "Example:\n  arbiter resume jobs/nightly -n 4")]
+    Resume(ResumeCmd),
+    /// Remove containers and images left by arbiter processes that are gone.
+    #[command(after_help = "Example:\n  arbiter gc --dry-run")]
+    Gc(GcCmd),
 }
 
 #[derive(Debug, Args)]
@@ -53,13 +60,16 @@ struct RunCmd {
     /// Agent to run (built-in: oracle, nop; or one defined in the config). Repeatable.
     #[arg(long = "agent", value_name = "NAME")]
     agents: Vec<String>,
-    /// Attempts per task and agent.
+    /// Variant to run (defined in the config). Repeatable; default: all.
+    #[arg(long = "variant", value_name = "NAME")]
+    variants: Vec<String>,
+    /// Attempts per task, agent and variant.
     #[arg(short = 'k', long = "attempts", value_name = "ATTEMPTS")]
     attempts: Option<u32>,
     /// Trials run at the same time.
     #[arg(short = 'n', long = "concurrency", value_name = "N")]
     concurrency: Option<usize>,
-    /// Job directory (default: jobs/<UTC timestamp>).
+    /// Job directory (default: jobs/<UTC timestamp>). An existing one is continued.
     #[arg(long = "job-dir", value_name = "DIR")]
     job_dir: Option<PathBuf>,
     /// Reward at or above which a trial passes (default 1.0).
@@ -68,6 +78,25 @@ struct RunCmd {
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
+}
+
+#[derive(Debug, Args)]
+struct ResumeCmd {
+    /// The job directory to continue.
+    job_dir: PathBuf,
+    /// Trials run at the same time (default: as saved).
+    #[arg(short = 'n', long = "concurrency", value_name = "N")]
+    concurrency: Option<usize>,
+    /// Print only the final summary.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
+struct GcCmd {
+    /// List what would be removed without removing it.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// Errors that end a command, each with its exit code.
@@ -80,14 +109,18 @@ enum CliError {
     )]
     Engine(#[source] SandboxError),
     #[error("{0}")]
+    Run(#[from] RunError),
+    #[error("{0}")]
     Store(#[from] StoreError),
 }
 
 impl CliError {
     fn code(&self) -> u8 {
         match self {
-            CliError::Config(_) | CliError::Engine(_) => exit::USAGE,
-            CliError::Store(_) => exit::FAILURE,
+            CliError::Config(_) | CliError::Engine(_) | CliError::Run(RunError::Busy { .. }) => {
+                exit::USAGE
+            }
+            CliError::Run(RunError::Store(_)) | CliError::Store(_) => exit::FAILURE,
         }
     }
 }
@@ -108,9 +141,50 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run(cmd) => run(cmd).await,
+            Command::Run(cmd) => {
+                let quiet = cmd.quiet;
+                let args = RunArgs {
+                    tasks: cmd.tasks,
+                    config: cmd.config,
+                    agents: cmd.agents,
+                    attempts: cmd.attempts,
+                    concurrency: cmd.concurrency,
+                    job_dir: cmd.job_dir,
+                    pass_threshold: cmd.pass_threshold,
+                    variants: cmd.variants,
+                };
+                run(args, quiet).await
+            }
+            Command::Resume(cmd) => {
+                let config = cmd.job_dir.join("job.yaml");
+                if !config.is_file() {
+                    let dir = cmd.job_dir.display();
+                    return Err(CliError::Config(ConfigError::Field {
+                        source_name: dir.to_string(),
+                        field: "job.yaml".to_string(),
+                        message: "missing: not a job directory".to_string(),
+                    }));
+                }
+                let args = RunArgs {
+                    config: Some(config),
+                    job_dir: Some(cmd.job_dir),
+                    concurrency: cmd.concurrency,
+                    ..RunArgs::default()
+                };
+                run(args, cmd.quiet).await
+            }
+            Command::Gc(cmd) => {
+                let sandbox = DockerSandbox::connect().await.map_err(CliError::Engine)?;
+                let report = gc::collect(&sandbox, cmd.dry_run)
+                    .await
+                    .map_err(CliError::Engine)?;
+                println!("{report}");
+                Ok(exit::OK)
+            }
         }
     });
+    // Trials still cleaning up after a second interrupt are abandoned here on purpose.
+    runtime.shutdown_background();
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -130,29 +204,30 @@ fn init_tracing() {
         .try_init();
 }
 
-async fn run(cmd: RunCmd) -> Result<u8, CliError> {
-    let args = RunArgs {
-        tasks: cmd.tasks,
-        config: cmd.config,
-        agents: cmd.agents,
-        attempts: cmd.attempts,
-        concurrency: cmd.concurrency,
-        job_dir: cmd.job_dir,
-        pass_threshold: cmd.pass_threshold,
-    };
+async fn run(args: RunArgs, quiet: bool) -> Result<u8, CliError> {
     let spec = job::resolve(&args)?;
     let sandbox = Arc::new(DockerSandbox::connect().await.map_err(CliError::Engine)?);
 
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(watch_signals(cancel_tx));
+    let (hard_tx, mut hard_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(watch_signals(cancel_tx, hard_tx));
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let reporter = tokio::spawn(report::plain(
-        events_rx,
-        cmd.quiet,
-        std::io::stderr().is_terminal(),
-    ));
+    let tty = std::io::stderr().is_terminal();
+    let reporter = tokio::spawn(report::consume(events_rx, quiet, tty));
 
-    let outcome = job::run(&spec, sandbox, events_tx, cancel_rx).await?;
+    let job = job::run(&spec, sandbox.clone(), events_tx, cancel_rx);
+    tokio::pin!(job);
+    let outcome = tokio::select! {
+        outcome = &mut job => outcome?,
+        _ = hard_rx.wait_for(|hard| *hard) => {
+            // Second interrupt: do not wait for graceful cleanup; kill and remove everything
+            // this job has on the engine, then leave.
+            let removed = job::reap_job(&*sandbox, &spec.job_label()).await;
+            eprintln!("second interrupt: killed and removed {removed} container(s)/image(s) of this job");
+            println!("interrupted; resume with: arbiter resume {}", spec.dir.display());
+            return Ok(exit::INTERRUPTED);
+        }
+    };
     let _ = reporter.await;
 
     let summary = job::summarize(&outcome.records);
@@ -160,7 +235,7 @@ async fn run(cmd: RunCmd) -> Result<u8, CliError> {
     let infra: usize = summary.iter().map(|a| a.infra).sum();
     if outcome.interrupted {
         println!(
-            "interrupted: {} of {} trials finished; resume with: arbiter run ... --job-dir {}",
+            "interrupted: {} of {} trials finished; resume with: arbiter resume {}",
             outcome.records.len(),
             outcome.planned,
             spec.dir.display()
@@ -177,32 +252,30 @@ async fn run(cmd: RunCmd) -> Result<u8, CliError> {
 }
 
 /// First Ctrl-C / SIGTERM: stop starting trials and let running ones clean up.
-async fn watch_signals(cancel: tokio::sync::watch::Sender<bool>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-            let _ = cancel.send(true);
+/// Second: stop waiting and remove everything at once.
+async fn watch_signals(
+    cancel: tokio::sync::watch::Sender<bool>,
+    hard: tokio::sync::watch::Sender<bool>,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!("cannot install signal handlers");
+        return;
+    };
+    let mut count = 0;
+    loop {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        if tokio::signal::ctrl_c().await.is_ok() {
+        count += 1;
+        if count == 1 {
             let _ = cancel.send(true);
+        } else {
+            let _ = hard.send(true);
         }
     }
 }
-
-/// Keep the type used so the event enum stays exhaustive in reporters.
-#[allow(dead_code)]
-fn _assert_event(_: JobEvent) {}

@@ -2,17 +2,18 @@
 //! problem is found here, before any container starts, and reported as one line naming the
 //! file (or flag) and the field.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, AgentKind, resolve_env};
+use crate::agent::{Agent, AgentKind, redact_env, resolve_env};
 use crate::task::{ImageSource, TaskError, VerifierMode};
 
-use super::plan::{JobSpec, ResolvedJob, ResolvedTask, image_spec, trial_id};
+use super::lock::Lock;
+use super::plan::{JobSpec, image_spec, trial_id};
 
 /// A configuration problem: `<where>: <field>: <what is wrong>`.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +50,8 @@ pub struct RunArgs {
     pub concurrency: Option<usize>,
     pub job_dir: Option<PathBuf>,
     pub pass_threshold: Option<f64>,
+    /// Variants to run (by name, from the config); empty = all.
+    pub variants: Vec<String>,
 }
 
 /// `job.yaml`.
@@ -73,6 +76,101 @@ pub struct JobConfig {
     /// Bytes of agent stdout/stderr kept per stream, in MiB.
     #[serde(default)]
     pub log_cap_mb: Option<u64>,
+    /// Named overrides applied on top of agents: the arms of an ablation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<Variant>,
+    /// Multipliers applied to every task's timeouts.
+    #[serde(default)]
+    pub timeouts: Option<TimeoutMultipliers>,
+    /// Retries of infrastructure failures.
+    #[serde(default)]
+    pub retries: Option<RetryPolicy>,
+}
+
+/// A named set of overrides applied on top of agents (an ablation arm).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    /// Env overrides (values may be `${NAME}` references).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Extra arguments appended to a command agent's `run`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Agents the variant applies to (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<String>>,
+}
+
+impl Variant {
+    pub fn default_variant() -> Self {
+        Variant {
+            name: "default".to_string(),
+            env: BTreeMap::new(),
+            args: Vec::new(),
+            agents: None,
+        }
+    }
+
+    fn applies_to(&self, agent: &str) -> bool {
+        self.agents
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == agent))
+    }
+}
+
+/// Multipliers on the timeouts tasks declare (e.g. `agent: 2` doubles every agent deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutMultipliers {
+    pub agent: f64,
+    pub verifier: f64,
+    pub build: f64,
+    pub install: f64,
+}
+
+impl Default for TimeoutMultipliers {
+    fn default() -> Self {
+        TimeoutMultipliers {
+            agent: 1.0,
+            verifier: 1.0,
+            build: 1.0,
+            install: 1.0,
+        }
+    }
+}
+
+/// Which failures are retried, how often and how far apart.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryPolicy {
+    /// Retries per trial after the first run (infra-class results only).
+    pub max: u32,
+    /// Wait before the first retry; doubles each time.
+    pub backoff_sec: f64,
+    pub max_backoff_sec: f64,
+    /// Also retry a trial whose agent claimed `infrastructure_failed`.
+    pub on_claimed_infrastructure_failure: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max: 2,
+            backoff_sec: 1.0,
+            max_backoff_sec: 30.0,
+            on_claimed_infrastructure_failure: false,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Wait before retry number `n` (1-based).
+    pub fn backoff(&self, n: u32) -> Duration {
+        let secs = self.backoff_sec * 2f64.powi(n.saturating_sub(1).min(30) as i32);
+        Duration::from_secs_f64(secs.min(self.max_backoff_sec).max(0.0))
+    }
 }
 
 /// A built-in agent by name, or a full definition.
@@ -164,6 +262,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
             )
         })?;
     }
+    let variants = resolve_variants(args, &config, &config_name, &agents)?;
 
     let attempts = args.attempts.or(config.attempts).unwrap_or(1);
     if attempts == 0 {
@@ -184,12 +283,54 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
     let pass_threshold = args.pass_threshold.or(config.pass_threshold).unwrap_or(1.0);
     if !pass_threshold.is_finite() {
         return Err(field(
-            &config_name,
+            flag_or(
+                &config_name,
+                args.pass_threshold.is_some(),
+                "--pass-threshold",
+            ),
             "pass_threshold",
             "must be a finite number",
         ));
     }
-    let log_cap_bytes = config.log_cap_mb.unwrap_or(10).max(1) * 1024 * 1024;
+    let log_cap_mb = config.log_cap_mb.unwrap_or(10);
+    if log_cap_mb == 0 {
+        return Err(field(&config_name, "log_cap_mb", "must be at least 1"));
+    }
+    let timeouts = config.timeouts.unwrap_or_default();
+    for (key, value) in [
+        ("agent", timeouts.agent),
+        ("verifier", timeouts.verifier),
+        ("build", timeouts.build),
+        ("install", timeouts.install),
+    ] {
+        if !(value.is_finite() && value > 0.0 && value <= 1000.0) {
+            return Err(field(
+                &config_name,
+                format!("timeouts.{key}"),
+                format!("must be a multiplier above 0 and at most 1000 (got {value})"),
+            ));
+        }
+    }
+    let retry = config.retries.unwrap_or_default();
+    if retry.max > 100 {
+        return Err(field(
+            &config_name,
+            "retries.max",
+            format!("must be at most 100 (got {})", retry.max),
+        ));
+    }
+    for (key, value) in [
+        ("backoff_sec", retry.backoff_sec),
+        ("max_backoff_sec", retry.max_backoff_sec),
+    ] {
+        if !(value.is_finite() && (0.0..=3600.0).contains(&value)) {
+            return Err(field(
+                &config_name,
+                format!("retries.{key}"),
+                format!("must be between 0 and 3600 seconds (got {value})"),
+            ));
+        }
+    }
 
     let dir = match (&args.job_dir, &config.job_dir) {
         (Some(d), _) => d.clone(),
@@ -202,15 +343,25 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "job".to_string());
 
+    let mut arms = Vec::new();
+    for (a, agent) in agents.iter().enumerate() {
+        for (v, variant) in variants.iter().enumerate() {
+            if variant.applies_to(&agent.name) {
+                arms.push((a, v));
+            }
+        }
+    }
     let mut ids = BTreeSet::new();
     for task in &tasks {
-        for agent in &agents {
-            let id = trial_id(&task.name, &agent.name, "default", 1);
+        for &(a, v) in &arms {
+            let id = trial_id(&task.name, &agents[a].name, &variants[v].name, 1);
             if !ids.insert(id.clone()) {
                 return Err(field(
                     &config_name,
                     "tasks",
-                    format!("two tasks or agents map to the same trial id {id}; rename one"),
+                    format!(
+                        "two tasks, agents or variants map to the same trial id {id}; rename one"
+                    ),
                 ));
             }
         }
@@ -222,27 +373,36 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
             ImageSource::Build { context, .. } => Some(crate::task::dir_checksum(context)?),
             ImageSource::Image(_) => None,
         };
-        images.push(image_spec(task, digest.as_deref()));
+        images.push(image_spec(task, digest.as_deref(), timeouts.build));
     }
 
-    let resolved = ResolvedJob {
-        name: &name,
-        tasks: tasks
+    let saved = JobConfig {
+        name: Some(name.clone()),
+        tasks: tasks.iter().map(|t| t.dir.display().to_string()).collect(),
+        agents: agents
             .iter()
-            .map(|t| ResolvedTask {
-                name: &t.name,
-                path: t.dir.display().to_string(),
-                checksum: &t.checksum,
+            .map(|a| AgentEntry::Def(redacted(a)))
+            .collect(),
+        attempts: Some(attempts),
+        concurrency: Some(concurrency),
+        pass_threshold: Some(pass_threshold),
+        job_dir: None,
+        log_cap_mb: Some(log_cap_mb),
+        variants: variants
+            .iter()
+            .filter(|v| **v != Variant::default_variant())
+            .map(|v| Variant {
+                env: redact_env(&v.env),
+                ..v.clone()
             })
             .collect(),
-        agents: agents.iter().map(redacted).collect(),
-        attempts,
-        concurrency,
-        pass_threshold,
-        log_cap_bytes,
+        timeouts: Some(timeouts),
+        retries: Some(retry),
     };
-    let resolved_yaml =
-        serde_yaml::to_string(&resolved).map_err(|e| field(&config_name, "job", e.to_string()))?;
+    let config_yaml =
+        serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
+    let lock = Lock::new(&tasks, &images, &saved, attempts, pass_threshold, timeouts);
+    check_resumable(&dir, &lock)?;
 
     Ok(JobSpec {
         name,
@@ -250,13 +410,180 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         tasks: tasks.into_iter().map(Arc::new).collect(),
         images,
         agents: agents.into_iter().map(Arc::new).collect(),
+        variants: variants.into_iter().map(Arc::new).collect(),
+        arms,
         attempts,
         concurrency,
         pass_threshold,
-        log_cap_bytes,
+        log_cap_bytes: log_cap_mb * 1024 * 1024,
         kill_grace: Duration::from_secs(3),
-        resolved_yaml,
+        timeouts,
+        retry,
+        config_yaml,
+        lock,
     })
+}
+
+/// An existing job dir may only be continued by a config that does not change its trials.
+fn check_resumable(dir: &Path, lock: &Lock) -> Result<(), ConfigError> {
+    let path = dir.join("lock.json");
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(());
+    };
+    let shown = dir.join("job.yaml").display().to_string();
+    let old: Lock = serde_json::from_slice(&bytes).map_err(|e| {
+        field(
+            path.display().to_string(),
+            "file",
+            format!("unreadable ({e}); use a new --job-dir"),
+        )
+    })?;
+    match old.changes_to(lock) {
+        None => Ok(()),
+        Some((what, change)) => Err(field(
+            shown,
+            what,
+            format!(
+                "{change} since this job started; its trials would differ (adding attempts, tasks, agents or variants is fine; use a new --job-dir for anything else)"
+            ),
+        )),
+    }
+}
+
+fn resolve_variants(
+    args: &RunArgs,
+    config: &JobConfig,
+    config_name: &str,
+    agents: &[Agent],
+) -> Result<Vec<Variant>, ConfigError> {
+    let mut defined: Vec<Variant> = Vec::new();
+    for (i, variant) in config.variants.iter().enumerate() {
+        if !valid_name(&variant.name) {
+            return Err(field(
+                config_name,
+                format!("variants[{i}].name"),
+                format!(
+                    "{:?} must be non-empty and use only A-Z a-z 0-9 . _ -",
+                    variant.name
+                ),
+            ));
+        }
+        if defined.iter().any(|v| v.name == variant.name) {
+            return Err(field(
+                config_name,
+                format!("variants[{i}].name"),
+                format!("variant {:?} is defined twice", variant.name),
+            ));
+        }
+        check_not_redacted(&variant.env, config_name, &format!("variants[{i}]"))?;
+        resolve_env(&variant.env).map_err(|e| {
+            field(
+                config_name,
+                format!("variants[{i}].env.{}", e.key()),
+                e.reason(),
+            )
+        })?;
+        if let Some(names) = &variant.agents {
+            for (j, name) in names.iter().enumerate() {
+                let Some(agent) = agents.iter().find(|a| &a.name == name) else {
+                    let known: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
+                    return Err(field(
+                        config_name,
+                        format!("variants[{i}].agents[{j}]"),
+                        format!(
+                            "unknown agent {name:?} (agents in this job: {})",
+                            known.join(", ")
+                        ),
+                    ));
+                };
+                check_args(variant, agent, config_name, i)?;
+            }
+        } else {
+            for agent in agents {
+                check_args(variant, agent, config_name, i)?;
+            }
+        }
+        defined.push(variant.clone());
+    }
+    if args.variants.is_empty() {
+        return Ok(if defined.is_empty() {
+            vec![Variant::default_variant()]
+        } else {
+            defined
+        });
+    }
+    let mut chosen: Vec<Variant> = Vec::new();
+    for name in &args.variants {
+        let variant = if name == "default" && defined.is_empty() {
+            Variant::default_variant()
+        } else {
+            let known: Vec<&str> = defined.iter().map(|v| v.name.as_str()).collect();
+            defined
+                .iter()
+                .find(|v| &v.name == name)
+                .cloned()
+                .ok_or_else(|| {
+                    field(
+                        "--variant",
+                        name,
+                        format!(
+                            "unknown variant (defined: {})",
+                            if known.is_empty() {
+                                "none".to_string()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    )
+                })?
+        };
+        if !chosen.iter().any(|v| v.name == variant.name) {
+            chosen.push(variant);
+        }
+    }
+    Ok(chosen)
+}
+
+fn check_args(
+    variant: &Variant,
+    agent: &Agent,
+    config_name: &str,
+    i: usize,
+) -> Result<(), ConfigError> {
+    if !variant.args.is_empty() && !matches!(agent.kind, AgentKind::Command(_)) {
+        return Err(field(
+            config_name,
+            format!("variants[{i}].args"),
+            format!(
+                "agent {:?} is built in and takes no arguments (limit the variant with agents: [...])",
+                agent.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// A saved `job.yaml` holds `***` where a literal secret was; it cannot be run again as is.
+fn check_not_redacted(
+    env: &BTreeMap<String, String>,
+    config_name: &str,
+    at: &str,
+) -> Result<(), ConfigError> {
+    match env.iter().find(|(_, v)| v.as_str() == "***") {
+        Some((key, _)) => Err(field(
+            config_name,
+            format!("{at}.env.{key}"),
+            "the value was redacted when the job was saved; give secrets as ${NAME} references, or run the original config with --job-dir",
+        )),
+        None => Ok(()),
+    }
 }
 
 fn flag_or(config_name: &str, from_flag: bool, flag: &str) -> String {
@@ -284,7 +611,18 @@ fn resolve_agents(
             })?,
             AgentEntry::Def(agent) => agent.clone(),
         };
+        if !valid_name(&agent.name) {
+            return Err(field(
+                config_name,
+                format!("agents[{i}].name"),
+                format!(
+                    "{:?} must be non-empty and use only A-Z a-z 0-9 . _ -",
+                    agent.name
+                ),
+            ));
+        }
         if let AgentKind::Command(cmd) = &agent.kind {
+            check_not_redacted(&cmd.env, config_name, &format!("agents[{i}]"))?;
             if cmd.run.is_empty() {
                 return Err(field(
                     config_name,

@@ -24,6 +24,13 @@ pub enum JobEvent {
     TrialCancelled {
         id: String,
     },
+    /// An infrastructure failure; the trial runs again after `wait`.
+    TrialRetrying {
+        id: String,
+        retry: u32,
+        wait: std::time::Duration,
+        reason: String,
+    },
     /// The user asked to stop: no new trials start.
     Interrupted,
     Finished,

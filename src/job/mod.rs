@@ -12,14 +12,20 @@
 
 mod config;
 mod events;
+mod lock;
+mod owner;
 mod plan;
 mod runner;
 mod store;
 mod summary;
 
-pub use config::{ConfigError, JobConfig, RunArgs, resolve};
+pub use config::{
+    ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant, resolve,
+};
 pub use events::JobEvent;
+pub use lock::Lock;
+pub use owner::{LABEL_OWNER, Owner};
 pub use plan::{JobSpec, trial_id};
-pub use runner::{JobOutcome, run};
+pub use runner::{JobOutcome, RunError, reap_job, run};
 pub use store::{JobStore, StoreError, write_atomic};
-pub use summary::{ArmSummary, summarize};
+pub use summary::{ArmSummary, Brief, summarize};

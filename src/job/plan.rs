@@ -3,12 +3,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::agent::Agent;
 use crate::sandbox::{ImageSpec, LABEL_CACHE, LABEL_MANAGED};
 use crate::task::{ImageSource, Task};
 use crate::trial::{TrialPlan, TrialSettings};
+
+use super::config::{RetryPolicy, TimeoutMultipliers, Variant};
+use super::lock::Lock;
 
 /// A resolved, validated job: everything needed to plan its trials.
 #[derive(Debug, Clone)]
@@ -19,13 +20,19 @@ pub struct JobSpec {
     /// Environment image per task (same order as `tasks`).
     pub images: Vec<ImageSpec>,
     pub agents: Vec<Arc<Agent>>,
+    pub variants: Vec<Arc<Variant>>,
+    /// (agent index, variant index) pairs that run.
+    pub arms: Vec<(usize, usize)>,
     pub attempts: u32,
     pub concurrency: usize,
     pub pass_threshold: f64,
     pub log_cap_bytes: u64,
     pub kill_grace: Duration,
-    /// The resolved configuration as saved in `job.yaml` (secrets redacted).
-    pub resolved_yaml: String,
+    pub timeouts: TimeoutMultipliers,
+    pub retry: RetryPolicy,
+    /// The resolved configuration as saved in `job.yaml` (secrets redacted); loadable again.
+    pub config_yaml: String,
+    pub lock: Lock,
 }
 
 /// `<task>__<agent>__<variant>__<attempt>`, each part reduced to `[A-Za-z0-9._-]`.
@@ -52,8 +59,8 @@ fn sanitize(s: &str) -> String {
 
 /// The image a task's environment resolves to. Built images are tagged with a hash of the
 /// build context, so each distinct environment is built once per engine.
-pub fn image_spec(task: &Task, context_digest: Option<&str>) -> ImageSpec {
-    let timeout = Duration::from_secs_f64(task.environment.build_timeout_sec);
+pub fn image_spec(task: &Task, context_digest: Option<&str>, multiplier: f64) -> ImageSpec {
+    let timeout = Duration::from_secs_f64(task.environment.build_timeout_sec * multiplier);
     match (&task.environment.source, context_digest) {
         (ImageSource::Image(name), _) => ImageSpec::Existing {
             name: name.clone(),
@@ -111,27 +118,34 @@ impl JobSpec {
         format!("{}-{}", self.name, &digest[..12])
     }
 
-    /// Every trial of the job, interleaved so agents alternate (attempt-major, then task, then agent).
-    pub fn trials(&self) -> Vec<TrialPlan> {
+    /// Every trial of the job, interleaved so arms alternate (attempt-major, then task, then
+    /// agent × variant): a slow or rate-limited arm never holds up the others for long.
+    pub fn trials(&self, labels: BTreeMap<String, String>) -> Vec<TrialPlan> {
         let settings = Arc::new(TrialSettings {
             pass_threshold: self.pass_threshold,
             log_cap_bytes: self.log_cap_bytes,
             kill_grace: self.kill_grace,
             job_label: self.job_label(),
+            labels,
+            agent_timeout_multiplier: self.timeouts.agent,
+            install_timeout_multiplier: self.timeouts.install,
+            verifier_timeout_multiplier: self.timeouts.verifier,
         });
         let mut plans = Vec::new();
         for attempt in 1..=self.attempts {
             for (task, image) in self.tasks.iter().zip(&self.images) {
-                for agent in &self.agents {
-                    let id = trial_id(&task.name, &agent.name, "default", attempt);
+                for &(a, v) in &self.arms {
+                    let (agent, variant) = (&self.agents[a], &self.variants[v]);
+                    let id = trial_id(&task.name, &agent.name, &variant.name, attempt);
                     plans.push(TrialPlan {
                         dir: self.dir.join("trials").join(&id),
                         id,
                         job: self.name.clone(),
                         task: task.clone(),
                         agent: agent.clone(),
-                        variant: "default".to_string(),
-                        overrides: BTreeMap::new(),
+                        variant: variant.name.clone(),
+                        overrides: variant.env.clone(),
+                        args: variant.args.clone(),
                         attempt,
                         image: image.clone(),
                         settings: settings.clone(),
@@ -141,25 +155,6 @@ impl JobSpec {
         }
         plans
     }
-}
-
-/// Serialisable view of the resolved job for `job.yaml`.
-#[derive(Debug, Serialize)]
-pub(crate) struct ResolvedJob<'a> {
-    pub name: &'a str,
-    pub tasks: Vec<ResolvedTask<'a>>,
-    pub agents: Vec<Agent>,
-    pub attempts: u32,
-    pub concurrency: usize,
-    pub pass_threshold: f64,
-    pub log_cap_bytes: u64,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct ResolvedTask<'a> {
-    pub name: &'a str,
-    pub path: String,
-    pub checksum: &'a str,
 }
 
 #[cfg(test)]

@@ -101,6 +101,78 @@ impl JobStore {
         Ok(())
     }
 
+    /// Take the job dir's exclusive lock (held until the returned file is dropped);
+    /// `None` when another process holds it.
+    pub fn lock(&self) -> Result<Option<File>, StoreError> {
+        let path = self.root.join(".arbiter.lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(at(&path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(StoreError { path, source: e }),
+        }
+    }
+
+    /// Make `trials.jsonl` hold exactly one line per finished record. A run killed between
+    /// writing `result.json` and appending its line (or in the middle of a line) is mended
+    /// here; `result.json` files are the source of truth.
+    pub fn reconcile_jsonl(&self, finished: &[&str]) -> Result<bool, StoreError> {
+        #[derive(serde::Deserialize)]
+        struct IdOnly {
+            id: String,
+        }
+        let path = self.root.join("trials.jsonl");
+        let text = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(StoreError { path, source: e }),
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        let mut consistent = text.is_empty() || text.ends_with(b"\n");
+        for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            match serde_json::from_slice::<IdOnly>(line) {
+                Ok(rec) if !seen.contains(&rec.id) => {
+                    seen.insert(rec.id);
+                }
+                _ => consistent = false,
+            }
+        }
+        let expected: std::collections::BTreeSet<&str> = finished.iter().copied().collect();
+        if consistent
+            && seen.len() == expected.len()
+            && seen.iter().all(|id| expected.contains(id.as_str()))
+        {
+            return Ok(false);
+        }
+        let mut out = Vec::new();
+        for id in finished {
+            // Compact each finished record onto one line; result.json is the source of truth.
+            let result = self.trial_dir(id).join("result.json");
+            let bytes = fs::read(&result).map_err(at(&result))?;
+            let value: serde_json::Value =
+                serde_json::from_slice(&bytes).map_err(|e| StoreError {
+                    path: result.clone(),
+                    source: e.into(),
+                })?;
+            serde_json::to_writer(&mut out, &value).map_err(|e| StoreError {
+                path: path.clone(),
+                source: e.into(),
+            })?;
+            out.push(b'\n');
+        }
+        write_atomic(&path, &out)?;
+        tracing::info!(
+            records = finished.len(),
+            "rewrote trials.jsonl from the trial records"
+        );
+        Ok(true)
+    }
+
     /// Read a finished trial's record.
     pub fn load(&self, id: &str) -> Option<TrialRecord> {
         let bytes = fs::read(self.trial_dir(id).join("result.json")).ok()?;
@@ -139,5 +211,57 @@ mod tests {
         assert!(!store.is_finished("t1"));
         let dir = store.fresh_trial_dir("t1").expect("dir");
         assert_eq!(fs::read_dir(dir).expect("ls").count(), 0);
+    }
+
+    #[test]
+    fn jsonl_is_mended_to_one_line_per_finished_record() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = JobStore::open(tmp.path()).expect("open");
+        for id in ["a", "b", "c"] {
+            let dir = store.fresh_trial_dir(id).expect("dir");
+            fs::write(
+                dir.join("result.json"),
+                format!("{{\n  \"id\": \"{id}\"\n}}"),
+            )
+            .expect("write");
+        }
+        let jsonl = tmp.path().join("trials.jsonl");
+        let lines = |p: &Path| {
+            fs::read_to_string(p)
+                .expect("read")
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        // Killed after result.json of c, and in the middle of a line.
+        fs::write(&jsonl, "{\"id\":\"a\"}\n{\"id\":\"b\"}\n{\"id\":\"c").expect("write");
+        assert!(store.reconcile_jsonl(&["a", "b", "c"]).expect("reconcile"));
+        assert_eq!(
+            lines(&jsonl),
+            ["{\"id\":\"a\"}", "{\"id\":\"b\"}", "{\"id\":\"c\"}"]
+        );
+        // Consistent: left alone.
+        assert!(!store.reconcile_jsonl(&["a", "b", "c"]).expect("reconcile"));
+        // A duplicate line is removed.
+        fs::write(
+            &jsonl,
+            "{\"id\":\"a\"}\n{\"id\":\"a\"}\n{\"id\":\"b\"}\n{\"id\":\"c\"}\n",
+        )
+        .expect("write");
+        assert!(store.reconcile_jsonl(&["a", "b", "c"]).expect("reconcile"));
+        assert_eq!(lines(&jsonl).len(), 3);
+    }
+
+    #[test]
+    fn job_dir_lock_is_exclusive() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = JobStore::open(tmp.path()).expect("open");
+        let held = store.lock().expect("lock").expect("free");
+        assert!(
+            store.lock().expect("lock").is_none(),
+            "second lock must fail while held"
+        );
+        drop(held);
+        assert!(store.lock().expect("lock").is_some());
     }
 }

@@ -23,8 +23,36 @@ impl ArmSummary {
     }
 }
 
+/// What the summary needs of one finished trial (kept instead of whole records, so a job's
+/// memory stays flat however many trials it has).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Brief {
+    pub id: String,
+    pub agent: String,
+    pub variant: String,
+    pub infra: bool,
+    pub passed: bool,
+    pub unverified: bool,
+}
+
+impl Brief {
+    pub fn of(r: &TrialRecord) -> Brief {
+        Brief {
+            id: r.id.clone(),
+            agent: r.agent.clone(),
+            variant: r.variant.clone(),
+            infra: r.is_infra(),
+            passed: r.passed(),
+            unverified: matches!(
+                r.verifier.status,
+                VerifierStatus::Error | VerifierStatus::Skipped
+            ),
+        }
+    }
+}
+
 /// One row per agent × variant, in first-seen order.
-pub fn summarize<'a>(records: impl IntoIterator<Item = &'a TrialRecord>) -> Vec<ArmSummary> {
+pub fn summarize<'a>(records: impl IntoIterator<Item = &'a Brief>) -> Vec<ArmSummary> {
     let mut arms: Vec<ArmSummary> = Vec::new();
     for r in records {
         let idx = match arms
@@ -47,18 +75,13 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a TrialRecord>) -> Vec<
         };
         let arm = &mut arms[idx];
         arm.trials += 1;
-        if r.is_infra() {
+        if r.infra {
             arm.infra += 1;
-        } else if r.passed() {
+        } else if r.passed {
             arm.passed += 1;
         } else {
             arm.failed += 1;
-            if matches!(
-                r.verifier.status,
-                VerifierStatus::Error | VerifierStatus::Skipped
-            ) {
-                arm.unverified += 1;
-            }
+            arm.unverified += usize::from(r.unverified);
         }
     }
     arms

@@ -137,6 +137,9 @@ pub struct TrialRecord {
     pub audit: Option<Audit>,
     pub phases: BTreeMap<String, PhaseTime>,
     pub retries: u32,
+    /// Infrastructure failures of the earlier tries of this trial (one per retry).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_errors: Vec<InfraError>,
     pub artifacts: Vec<ArtifactEntry>,
     pub overrides: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -53,6 +53,11 @@ pub struct TrialSettings {
     pub kill_grace: Duration,
     /// Label value identifying the job's resources (unique per job dir).
     pub job_label: String,
+    /// Extra labels on every container and image (e.g. the owning process, for `gc`).
+    pub labels: BTreeMap<String, String>,
+    pub agent_timeout_multiplier: f64,
+    pub install_timeout_multiplier: f64,
+    pub verifier_timeout_multiplier: f64,
 }
 
 /// Everything one trial needs, decided before it starts.
@@ -63,7 +68,10 @@ pub struct TrialPlan {
     pub task: Arc<Task>,
     pub agent: Arc<Agent>,
     pub variant: String,
+    /// Variant env overrides (values may hold `${NAME}` references; never recorded resolved).
     pub overrides: BTreeMap<String, String>,
+    /// Variant arguments appended to a command agent's argv.
+    pub args: Vec<String>,
     pub attempt: u32,
     pub image: ImageSpec,
     /// The trial's directory (created by the caller, empty).
@@ -178,6 +186,7 @@ impl<'a> Trial<'a> {
             audit: None,
             phases: BTreeMap::new(),
             retries: 0,
+            previous_errors: Vec::new(),
             artifacts: Vec::new(),
             overrides: redact_env(&plan.overrides),
             infra_error: None,
@@ -224,12 +233,14 @@ impl<'a> Trial<'a> {
     }
 
     fn labels(&self, role: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([
+        let mut labels = self.plan.settings.labels.clone();
+        labels.extend([
             (LABEL_MANAGED.to_string(), "true".to_string()),
             (LABEL_JOB.to_string(), self.plan.settings.job_label.clone()),
             (LABEL_TRIAL.to_string(), self.plan.id.clone()),
             ("arbiter.role".to_string(), role.to_string()),
-        ])
+        ]);
+        labels
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -332,11 +343,19 @@ impl<'a> Trial<'a> {
             .await
             .map_err(infra(Phase::Environment))?;
         self.rec.image = Some(image.clone());
-        let agent_plan = self
+        let mut agent_plan = self
             .plan
             .agent
             .plan(task, &self.plan.overrides)
             .map_err(infra(Phase::Environment))?;
+        let settings = &self.plan.settings;
+        if let Some(run) = agent_plan.run.as_mut() {
+            run.argv.extend(self.plan.args.iter().cloned());
+            run.timeout = run.timeout.mul_f64(settings.agent_timeout_multiplier);
+        }
+        if let Some(install) = agent_plan.install.as_mut() {
+            install.timeout = install.timeout.mul_f64(settings.install_timeout_multiplier);
+        }
         self.rec.harness_overrides = agent_plan.harness_overrides.clone();
         self.secrets = agent_plan.secrets.clone();
         // The agent's env (which may hold secrets) goes to its exec calls only: an env in the
@@ -1102,7 +1121,8 @@ impl<'a> Trial<'a> {
         sb.put_archive(&id, "/", tests)
             .await
             .map_err(infra(Phase::Verify))?;
-        let timeout = Duration::from_secs_f64(task.verifier.timeout_sec);
+        let timeout = Duration::from_secs_f64(task.verifier.timeout_sec)
+            .mul_f64(self.plan.settings.verifier_timeout_multiplier);
         let mut spec = self.exec_spec(
             shell_script("/tests/test.sh"),
             None,
