@@ -24,6 +24,8 @@ pub enum SandboxError {
     Image { image: String, message: String },
     #[error("docker {op} did not answer within {seconds}s")]
     Timeout { op: &'static str, seconds: u64 },
+    #[error("cancelled")]
+    Cancelled,
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

@@ -5,6 +5,7 @@
 //! a stopped container, remove. The Docker implementation lives in [`docker`]; the trait keeps
 //! the door open for other backends and lets the scheduler be tested without an engine.
 
+mod cancel;
 mod docker;
 mod error;
 mod tarball;
@@ -14,6 +15,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use cancel::{Cancellable, cancelled};
 pub use docker::DockerSandbox;
 pub use error::SandboxError;
 pub use tarball::{

@@ -9,8 +9,8 @@ use crate::outcome::{
     collect_claim,
 };
 use crate::sandbox::{
-    ContainerSpec, ExecOutcome, ExecSpec, ExtractLimits, Fetched, ImageSpec, LABEL_JOB,
-    LABEL_MANAGED, LABEL_TRIAL, Network, Sandbox, SandboxError, TarEntry, dir_to_tar,
+    Cancellable, ContainerSpec, ExecOutcome, ExecSpec, ExtractLimits, Fetched, ImageSpec,
+    LABEL_JOB, LABEL_MANAGED, LABEL_TRIAL, Network, Sandbox, SandboxError, TarEntry, dir_to_tar,
     extract_tar_file, files_to_tar,
 };
 use crate::task::{NetworkMode, Task, VerifierMode};
@@ -113,23 +113,21 @@ const CLI_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 pub async fn run<S: Sandbox>(
     sandbox: Arc<S>,
     plan: &TrialPlan,
-    mut cancel: tokio::sync::watch::Receiver<bool>,
+    cancel: tokio::sync::watch::Receiver<bool>,
     on_phase: &(dyn Fn(Phase) + Send + Sync),
 ) -> TrialRun {
     let mut trial = Trial::new(plan);
-    let outcome = tokio::select! {
-        result = trial.phases(&*sandbox, on_phase) => Some(result),
-        _ = cancel.wait_for(|stop| *stop) => None,
-    };
+    // Cancellation is cooperative (see `Cancellable`): a cancelled trial stops at its next
+    // engine call or wait, with every container it created registered for cleanup.
+    let guarded = Cancellable::new(sandbox.clone(), cancel);
+    let result = trial.phases(&guarded, on_phase).await;
+    let cancelled = guarded.is_cancelled();
     on_phase(Phase::Cleanup);
     let cleanup_started = Instant::now();
-    let swept = trial
-        .cleanup(
-            &*sandbox,
-            outcome.is_none() || matches!(outcome, Some(Err(_))),
-        )
-        .await;
+    let swept = trial.cleanup(&*sandbox, cancelled || result.is_err()).await;
     trial.time(Phase::Cleanup, cleanup_started);
+    // A trial that saw the cancel mid-way may hold a half-made record: it runs again on resume.
+    let outcome = if cancelled { None } else { Some(result) };
     match outcome {
         None => TrialRun::Cancelled,
         Some(result) => {
