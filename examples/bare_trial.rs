@@ -30,8 +30,10 @@
 //! 25 DELETE /images/{id}           snapshot image
 //! ```
 //!
-//! Once per run, like once per arbiter job: version negotiation, ping, image inspect.
-//! Everything is labelled `arbiter.managed=true`, `arbiter.job=bench-bare`.
+//! Once per run, like once per arbiter job: version negotiation, ping, the job's leftover
+//! sweep (container list + image list by label), image inspect.
+//! Everything is labelled `arbiter.managed=true`, `arbiter.job=bench-bare`, and, like arbiter's
+//! resources, `arbiter.owner=<host>/<pid>/<start>` (so `arbiter gc` can clean up after a crash).
 //!
 //! Usage: `bare_trial [-n TRIALS] [-c CONCURRENCY] [--task DIR]`; prints one JSON line:
 //! `{"trials":N,"concurrency":C,"failed":0,"total_seconds":…,"per_trial_seconds":…,…}`.
@@ -96,11 +98,30 @@ type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn labels(trial: &str, role: &str) -> HashMap<String, String> {
     HashMap::from([
+        ("arbiter.owner".to_string(), owner().to_string()),
         ("arbiter.managed".to_string(), "true".to_string()),
         ("arbiter.job".to_string(), JOB.to_string()),
         ("arbiter.trial".to_string(), trial.to_string()),
         ("arbiter.role".to_string(), role.to_string()),
     ])
+}
+
+/// `<host>/<pid>/<process start time>`, the format of arbiter's `arbiter.owner` label.
+fn owner() -> &'static str {
+    static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OWNER.get_or_init(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown-host".to_string());
+        let start = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|stat| {
+                let rest = &stat[stat.rfind(')')? + 1..];
+                rest.split_whitespace().nth(19)?.parse::<u64>().ok()
+            })
+            .unwrap_or(0);
+        format!("{host}/{}/{start}", std::process::id())
+    })
 }
 
 /// Arbiter's `shell_script` (src/agent/mod.rs).
@@ -331,9 +352,17 @@ struct Made {
     images: Vec<String>,
 }
 
-/// Remove everything labelled `arbiter.job=bench-bare` (only after a failure).
+/// Remove everything this process labelled (`arbiter.job=bench-bare` and its own owner label,
+/// so a concurrent run is left alone). Called once at the start, as arbiter's per-job sweep of
+/// leftovers is (it finds nothing), and again after a failure.
 async fn sweep(docker: &Docker) {
-    let filters = HashMap::from([("label".to_string(), vec![format!("arbiter.job={JOB}")])]);
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("arbiter.job={JOB}"),
+            format!("arbiter.owner={}", owner()),
+        ],
+    )]);
     let options = ListContainersOptionsBuilder::new()
         .all(true)
         .filters(&filters)
@@ -363,6 +392,7 @@ async fn main() -> Res<()> {
         .negotiate_version()
         .await?;
     docker.ping().await?;
+    sweep(&docker).await;
     docker.inspect_image(&args.image).await?;
     let instruction = std::fs::read(args.task.join("instruction.md"))?;
     let payload = Arc::new(Payload {

@@ -547,7 +547,8 @@ impl Sandbox for DockerSandbox {
             }
             file.write_all(&chunk).await.map_err(SandboxError::io(to))?;
         }
-        file.sync_all().await.map_err(SandboxError::io(to))?;
+        // No fsync: the archive is a scratch file, unpacked and deleted right away.
+        file.flush().await.map_err(SandboxError::io(to))?;
         Ok(Fetched::Archive { bytes })
     }
 
