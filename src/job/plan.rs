@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::agent::Agent;
 use crate::sandbox::{ImageSpec, LABEL_CACHE, LABEL_MANAGED};
 use crate::task::{ImageSource, Task};
-use crate::trial::{TrialPlan, TrialSettings};
+use crate::trial::{TrialPlan, TrialSettings, safe_name};
 
 use super::config::{RetryPolicy, TimeoutMultipliers, Variant};
 use super::lock::Lock;
@@ -39,22 +39,10 @@ pub struct JobSpec {
 pub fn trial_id(task: &str, agent: &str, variant: &str, attempt: u32) -> String {
     format!(
         "{}__{}__{}__{attempt}",
-        sanitize(task),
-        sanitize(agent),
-        sanitize(variant)
+        safe_name(task),
+        safe_name(agent),
+        safe_name(variant)
     )
-}
-
-fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
 }
 
 /// The image a task's environment resolves to. Built images are tagged with a hash of the

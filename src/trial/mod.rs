@@ -19,3 +19,16 @@ pub use record::{
     TRIAL_SCHEMA, Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
 };
 pub use run::{Phase, TrialPlan, TrialRun, TrialSettings, run};
+
+/// `s` reduced to `[A-Za-z0-9._-]` (anything else becomes `-`): safe in file names and ids.
+pub fn safe_name(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}

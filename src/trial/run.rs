@@ -19,6 +19,7 @@ use crate::verifier::{parse_reward, primary_value};
 
 use super::control;
 use super::record::*;
+use super::safe_name;
 use super::scrub;
 
 /// Phases of a trial, in order.
@@ -979,7 +980,7 @@ impl<'a> Trial<'a> {
                     id
                 }
             };
-            let stem = format!("{:02}-{}", i + 1, sanitize_name(&command.id));
+            let stem = format!("{:02}-{}", i + 1, safe_name(&command.id));
             let out_rel = format!("validation/{stem}.stdout.log");
             let err_rel = format!("validation/{stem}.stderr.log");
             let argv = command.exec_argv();
@@ -1341,18 +1342,6 @@ fn safe_relative(path: &str) -> Option<PathBuf> {
         }
     }
     (!out.as_os_str().is_empty()).then_some(out)
-}
-
-fn sanitize_name(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
 }
 
 fn read_capped(path: &Path, cap: u64) -> Vec<u8> {
