@@ -591,3 +591,158 @@ fn control_roots_of_other_trials_and_the_docker_socket_are_out_of_reach() {
         "the two trials ran with distinct control roots"
     );
 }
+
+/// Every `/proc/<pid>/cmdline` on the host, NULs as spaces.
+fn host_cmdlines() -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) {
+            out.push(String::from_utf8_lossy(&bytes).replace('\0', " "));
+        }
+    }
+    out
+}
+
+/// Paths under `dir` whose name or content holds `needle`.
+fn leaks_under(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in std::fs::read_dir(&current).expect("read_dir").flatten() {
+            let path = entry.path();
+            if entry.file_name().to_string_lossy().contains(needle) {
+                found.push(path.clone());
+            }
+            let meta = std::fs::symlink_metadata(&path).expect("meta");
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                let bytes = std::fs::read(&path).expect("read");
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn secrets_reach_no_file_no_log_line_at_trace_level_and_no_host_argv() {
+    if !docker_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let salt = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("time")
+            .subsec_nanos()
+    );
+    let from_env = format!("adv-ref-secret-{salt}");
+    let derived_part = format!("adv-part-{salt}");
+    let literal = format!("adv-literal-key-{salt}");
+    let verifier_secret = format!("adv-verifier-secret-{salt}");
+    let config = job(
+        tmp.path(),
+        &[task("secrets")],
+        &[hostile(
+            "thief",
+            "exfiltrate.sh",
+            &[
+                ("SECRET_TOKEN", "${ARBITER_ADV_SECRET}"),
+                ("API_KEY", &literal),
+                ("DERIVED", "prefix-${ARBITER_ADV_SECRET2}"),
+            ],
+        )],
+        "",
+    );
+    let job_dir = tmp.path().join("job-secrets");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args(["run", "--job-dir"])
+        .arg(&job_dir)
+        .args(["-c", &config])
+        .env("RUST_LOG", "trace")
+        .env("ARBITER_ADV_SECRET", &from_env)
+        .env("ARBITER_ADV_SECRET2", &derived_part)
+        .env("ARBITER_ADV_VERIFIER_SECRET", &verifier_secret)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn arbiter");
+    // Drain the (trace-level, large) output while scanning every host process's argv.
+    let mut stdout_pipe = child.stdout.take().expect("stdout");
+    let mut stderr_pipe = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut stdout_pipe, &mut buf).expect("read stdout");
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut stderr_pipe, &mut buf).expect("read stderr");
+        buf
+    });
+    let secrets = [&from_env, &derived_part, &literal, &verifier_secret];
+    let mut scans = 0;
+    let mut saw_agent = false;
+    let status = loop {
+        for line in host_cmdlines() {
+            for s in secrets {
+                assert!(
+                    !line.contains(s.as_str()),
+                    "a secret in a host argv: {line}"
+                );
+            }
+            saw_agent |= line.contains("exfiltrate") || line.contains("docker-init");
+        }
+        scans += 1;
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    let stdout_bytes = out_reader.join().expect("stdout thread");
+    let stderr_bytes = err_reader.join().expect("stderr thread");
+    let logs = String::from_utf8_lossy(&stderr_bytes);
+    assert_eq!(status.code(), Some(0), "{logs}");
+    assert!(
+        scans > 20 && saw_agent,
+        "argv was scanned while the agent ran"
+    );
+    assert!(
+        logs.lines().count() > 50 && logs.contains("TRACE"),
+        "RUST_LOG=trace was in force"
+    );
+    assert_no_leftovers(&job_dir);
+    for s in secrets {
+        assert!(
+            !logs.contains(s.as_str()),
+            "a secret in arbiter's trace log"
+        );
+        assert!(!String::from_utf8_lossy(&stdout_bytes).contains(s.as_str()));
+        let found = leaks_under(&job_dir, s);
+        assert!(
+            found.is_empty(),
+            "{s} is in (the name or content of) {found:#?}"
+        );
+    }
+    // The secrets did reach the agent and the verifier (what they printed was scrubbed).
+    let trial = "secrets__thief__default__1";
+    let out = read(&job_dir, trial, "agent/stdout.log");
+    assert_eq!(out.matches("leaking ***").count(), 3, "{out}");
+    let verifier = read(&job_dir, trial, "verifier/stdout.log");
+    assert!(verifier.contains("verifier token: ***"), "{verifier}");
+    let r = result(&job_dir, trial);
+    assert_eq!(r["claim"]["record"]["final_answer"], "***", "{r:#}");
+}

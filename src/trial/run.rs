@@ -387,6 +387,12 @@ impl<'a> Trial<'a> {
         }
         self.rec.harness_overrides = agent_plan.harness_overrides.clone();
         self.secrets = agent_plan.secrets.clone();
+        // The verifier's `${NAME}` values are secrets too (resolved again, and checked, later).
+        if let Ok(resolved) = resolve_env(&task.verifier.env) {
+            self.secrets
+                .extend(crate::agent::secret_values(&task.verifier.env, &resolved));
+        }
+        scrub::register(&self.secrets);
         // The agent's env (which may hold secrets) goes to its exec calls only: an env in the
         // container's config would be committed into the snapshot the verifier starts from.
         let env = vec![(
