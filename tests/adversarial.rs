@@ -290,7 +290,8 @@ fn gigabytes_of_output_are_capped_and_the_harness_memory_stays_flat() {
         tmp.path(),
         &[task("answer")],
         &[hostile("flood", "flood.sh", &[])],
-        "log_cap_mb: 1\n",
+        // Streaming 1.5 GiB through a debug build on a busy CI machine takes a while.
+        "log_cap_mb: 1\ntimeouts: {agent: 10}\n",
     );
     let mut peak_kib = 0u64;
     let (out, job_dir) = run_watched(tmp.path(), "flood", &config, &[], |pid| {

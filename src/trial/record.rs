@@ -106,7 +106,8 @@ pub struct Limits {
     pub network: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub storage_mb: Option<u64>,
-    /// Whether a disk limit was enforced (arbiter's watchdog enforces `storage_limit_mb`).
+    /// Whether a disk limit was enforced: arbiter's watchdog enforces `storage_limit_mb` when
+    /// the engine reports the container's writable-layer size (Docker does).
     pub storage_enforced: bool,
     /// What the agent may write to its container's filesystem: `storage_mb`, or arbiter's
     /// default ceiling when the task sets none. Over it, the container is killed.

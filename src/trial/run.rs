@@ -203,7 +203,7 @@ impl<'a> Trial<'a> {
                 pids_limit: env.pids_limit,
                 network: network_name(env.network).to_string(),
                 storage_mb: env.storage_mb,
-                storage_enforced: true,
+                storage_enforced: false,
                 storage_limit_mb: env.storage_mb.unwrap_or(DEFAULT_STORAGE_LIMIT_MB),
                 storage_used_mb: None,
             },
@@ -646,6 +646,8 @@ impl<'a> Trial<'a> {
         };
         let mib = used.div_ceil(1024 * 1024);
         let limits = &mut self.rec.limits;
+        // The engine reports the size: the limit is enforced.
+        limits.storage_enforced = true;
         limits.storage_used_mb = Some(limits.storage_used_mb.unwrap_or(0).max(mib));
         if used > limits.storage_limit_mb.saturating_mul(1024 * 1024) {
             self.storage_exceeded = Some(self.storage_exceeded.unwrap_or(0).max(used));
