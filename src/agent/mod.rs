@@ -431,7 +431,8 @@ fn install_upload(script: &str) -> Result<Upload, AgentError> {
 
 /// Resolved values that must never be written: those of secret-named keys and those that came
 /// from `${NAME}` references. Very short values are left alone (they would mangle every file).
-fn secret_values(raw: &BTreeMap<String, String>, resolved: &[(String, String)]) -> Vec<String> {
+/// The values of `resolved` that are secrets: secret-named keys and values made from `${NAME}`.
+pub fn secret_values(raw: &BTreeMap<String, String>, resolved: &[(String, String)]) -> Vec<String> {
     let mut out: Vec<String> = resolved
         .iter()
         .filter(|(k, v)| {

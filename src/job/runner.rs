@@ -149,6 +149,11 @@ pub async fn run<S: Sandbox>(
             }
         }
     }
+    if !interrupted {
+        // Every trial is finished: anything still labelled with this job is a leftover, e.g.
+        // of a try that failed because the engine went away and could not clean up then.
+        reap_job(&*sandbox, &spec.job_label()).await;
+    }
     let _ = events.send(JobEvent::Finished);
     Ok(JobOutcome {
         records,

@@ -111,6 +111,11 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.inspect(id).await
     }
 
+    async fn disk_usage(&self, id: &str) -> Result<Option<u64>, SandboxError> {
+        self.check()?;
+        self.inner.disk_usage(id).await
+    }
+
     async fn commit(
         &self,
         id: &str,

@@ -10,9 +10,9 @@ use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateContainerOptionsBuilder,
-    CreateImageOptionsBuilder, DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveImageOptionsBuilder, UploadToContainerOptionsBuilder,
+    CreateImageOptionsBuilder, DownloadFromContainerOptionsBuilder, InspectContainerOptionsBuilder,
+    KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -589,6 +589,16 @@ impl Sandbox for DockerSandbox {
             oom_killed: state.oom_killed.unwrap_or(false),
             exit_code: state.exit_code,
         })
+    }
+
+    async fn disk_usage(&self, id: &str) -> Result<Option<u64>, SandboxError> {
+        let options = InspectContainerOptionsBuilder::new().size(true).build();
+        let info = self
+            .docker
+            .inspect_container(id, Some(options))
+            .await
+            .map_err(SandboxError::engine("container inspect"))?;
+        Ok(info.size_rw.map(|n| n.max(0) as u64))
     }
 
     async fn commit(

@@ -189,6 +189,15 @@ pub trait Sandbox: Send + Sync + 'static {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<ContainerState, SandboxError>> + Send;
+    /// Bytes the container has written to its own filesystem (its writable layer, apparent
+    /// size: a sparse file counts in full, as it would once committed), when the engine says.
+    fn disk_usage(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<u64>, SandboxError>> + Send {
+        let _ = id;
+        async { Ok(None) }
+    }
     /// Commit a (stopped) container to a new untagged image carrying `labels`.
     fn commit(
         &self,

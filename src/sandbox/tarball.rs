@@ -130,6 +130,51 @@ pub fn extract_tar_file(
             fs::create_dir_all(&target)?;
             continue;
         }
+        if kind.is_hard_link() {
+            // A second name for a file of this same archive: copy the file already written
+            // (the engine picks which of the names is the "original", so refusing would drop
+            // one of the agent's files at random). A link to anything else is skipped.
+            let source = entry
+                .link_name()?
+                .and_then(|l| safe_relative(&l.to_string_lossy()))
+                .and_then(|rel| {
+                    let rel = rel.to_string_lossy().into_owned();
+                    report.files.iter().find(|f| f.relative == rel).cloned()
+                });
+            match source {
+                Some(source) if total.saturating_add(source.size) <= limits.max_bytes => {
+                    let from = if source.relative.is_empty() {
+                        dest.to_path_buf()
+                    } else {
+                        dest.join(&source.relative)
+                    };
+                    if fs::symlink_metadata(&from).is_ok_and(|m| m.is_file()) {
+                        if let Some(parent) = target.parent() {
+                            fs::create_dir_all(parent)?;
+                        }
+                        if fs::symlink_metadata(&target).is_ok() {
+                            fs::remove_file(&target)?;
+                        }
+                        fs::copy(&from, &target)?;
+                        total += source.size;
+                        report.files.push(ExtractedFile {
+                            relative: relative.to_string_lossy().into_owned(),
+                            ..source
+                        });
+                        continue;
+                    }
+                }
+                Some(_) => {
+                    report.skipped.push(SkippedEntry {
+                        path: raw,
+                        reason: format!("over the {} byte budget", limits.max_bytes),
+                    });
+                    report.truncated = true;
+                    continue;
+                }
+                None => {}
+            }
+        }
         if !(kind.is_file() || kind == tar::EntryType::Continuous) {
             let reason = if kind.is_symlink() {
                 let link = entry
@@ -289,6 +334,39 @@ mod tests {
         assert!(!dest.join("link").exists());
         assert_eq!(report.skipped.len(), 2, "{report:?}");
         assert!(report.skipped[1].reason.contains("symlink to /etc/passwd"));
+    }
+
+    #[test]
+    fn hard_links_inside_the_archive_are_copies_and_others_are_skipped() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dest = tmp.path().join("d");
+        let outside = tmp.path().join("outside.txt");
+        fs::write(&outside, b"host").expect("outside");
+        let ar = archive(|b| {
+            file(b, "dir/a.txt", b"same");
+            for (name, target) in [
+                ("dir/b.txt", "dir/a.txt".to_string()),
+                ("dir/c.txt", outside.display().to_string()),
+                ("dir/d.txt", "dir/../../outside.txt".to_string()),
+            ] {
+                let mut h = tar::Header::new_gnu();
+                h.set_entry_type(tar::EntryType::Link);
+                h.set_size(0);
+                b.append_link(&mut h, name, &target).expect("link");
+            }
+        });
+        let report = extract_tar_file(ar.path(), &dest, ExtractLimits::default()).expect("extract");
+        assert_eq!(fs::read(dest.join("b.txt")).expect("b"), b"same");
+        assert!(
+            !fs::symlink_metadata(dest.join("b.txt"))
+                .expect("meta")
+                .file_type()
+                .is_symlink()
+        );
+        assert!(!dest.join("c.txt").exists() && !dest.join("d.txt").exists());
+        assert_eq!(report.files.len(), 2, "{report:?}");
+        assert_eq!(report.skipped.len(), 2, "{report:?}");
+        assert_eq!(fs::read(&outside).expect("outside"), b"host");
     }
 
     #[test]

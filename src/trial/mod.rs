@@ -12,7 +12,7 @@
 mod control;
 mod record;
 mod run;
-mod scrub;
+pub mod scrub;
 
 pub use record::{
     ArtifactEntry, ArtifactStatus, ControlRootInfo, InfraError, Limits, OutputStats, PhaseTime,

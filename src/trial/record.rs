@@ -106,8 +106,16 @@ pub struct Limits {
     pub network: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub storage_mb: Option<u64>,
-    /// Whether `storage_mb` was enforced by the engine (it is recorded either way).
+    /// Whether a disk limit was enforced: arbiter's watchdog enforces `storage_limit_mb` when
+    /// the engine reports the container's writable-layer size (Docker does).
     pub storage_enforced: bool,
+    /// What the agent may write to its container's filesystem: `storage_mb`, or arbiter's
+    /// default ceiling when the task sets none. Over it, the container is killed.
+    #[serde(default)]
+    pub storage_limit_mb: u64,
+    /// The largest size of the agent's writes the watchdog measured (MiB, rounded up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_used_mb: Option<u64>,
 }
 
 /// Output captured from the agent's run step.

@@ -107,6 +107,12 @@ const OUTCOME_LIMIT: u64 = 1024 * 1024;
 const ARTIFACT_LIMIT: u64 = 256 * 1024 * 1024;
 /// At most this many extra paths named by a completion record are checked.
 const MAX_OBSERVED_PATHS: usize = 16;
+/// What an agent may write to its container's filesystem when the task sets no `storage_mb`.
+/// Without a ceiling a sparse file (`truncate -s 1T`) costs the agent nothing, but committing
+/// it for the snapshot verifier writes every byte to the host's disk.
+pub const DEFAULT_STORAGE_LIMIT_MB: u64 = 10 * 1024;
+/// How often the disk watchdog measures the agent container's writable layer.
+const DISK_POLL: Duration = Duration::from_secs(1);
 /// Limit of the CLI pre-flight check.
 const CLI_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -156,6 +162,9 @@ struct Trial<'a> {
     completion: Option<CompletionRecord>,
     /// Resolved secret values to keep out of every file.
     secrets: Vec<String>,
+    /// The agent wrote more than its storage limit (bytes measured): its filesystem is neither
+    /// snapshotted nor verified.
+    storage_exceeded: Option<u64>,
 }
 
 impl<'a> Trial<'a> {
@@ -196,6 +205,8 @@ impl<'a> Trial<'a> {
                 network: network_name(env.network).to_string(),
                 storage_mb: env.storage_mb,
                 storage_enforced: false,
+                storage_limit_mb: env.storage_mb.unwrap_or(DEFAULT_STORAGE_LIMIT_MB),
+                storage_used_mb: None,
             },
             output: OutputStats::default(),
             harness_overrides: Vec::new(),
@@ -219,6 +230,7 @@ impl<'a> Trial<'a> {
             control_dir: None,
             completion: None,
             secrets: Vec::new(),
+            storage_exceeded: None,
         }
     }
 
@@ -276,7 +288,26 @@ impl<'a> Trial<'a> {
             sb.kill(&agent_id).await.map_err(infra(Phase::Collect))?;
             self.check_oom(sb, &agent_id).await?;
         }
+        // The last word on the agent's writes (in snapshot mode, after every process is gone).
+        self.measure_storage(sb, &agent_id).await;
         self.collect(sb, &agent_id).await?;
+        if let Some(used) = self.storage_exceeded {
+            // Committing would copy every byte (sparse files in full) to the host's disk.
+            self.rec.verifier = VerifierOutcome {
+                status: VerifierStatus::Error,
+                mode: mode_name(self.plan.task.verifier.mode).to_string(),
+                reward: None,
+                exit_code: None,
+                detail: Some(format!(
+                    "not run: the agent wrote {} to its container's filesystem, over the storage limit of {} MiB, so its filesystem was not snapshotted",
+                    fmt_mib(used),
+                    self.rec.limits.storage_limit_mb
+                )),
+            };
+            sb.kill(&agent_id).await.map_err(infra(Phase::Collect))?;
+            self.time(Phase::Collect, started);
+            return Ok(());
+        }
         let verifier_image = if live {
             None
         } else {
@@ -357,6 +388,12 @@ impl<'a> Trial<'a> {
         }
         self.rec.harness_overrides = agent_plan.harness_overrides.clone();
         self.secrets = agent_plan.secrets.clone();
+        // The verifier's `${NAME}` values are secrets too (resolved again, and checked, later).
+        if let Ok(resolved) = resolve_env(&task.verifier.env) {
+            self.secrets
+                .extend(crate::agent::secret_values(&task.verifier.env, &resolved));
+        }
+        scrub::register(&self.secrets);
         // The agent's env (which may hold secrets) goes to its exec calls only: an env in the
         // container's config would be committed into the snapshot the verifier starts from.
         let env = vec![(
@@ -543,17 +580,79 @@ impl<'a> Trial<'a> {
                     spec.env.push((name.clone(), deadline.to_string()));
                     self.rec.agent_deadline_epoch = Some(deadline);
                 }
-                let out = sb.exec(id, &spec).await.map_err(infra(Phase::Agent))?;
+                let out = self.exec_watched(sb, id, &spec).await?;
                 self.rec.output = OutputStats {
                     stdout_bytes: out.stdout_bytes,
                     stderr_bytes: out.stderr_bytes,
                     truncated: out.truncated,
                 };
                 self.rec.termination = self.termination_of(&out, step.timeout);
+                if let Some(used) = self.storage_exceeded {
+                    self.rec.termination = Termination {
+                        kind: TerminationKind::Killed,
+                        exit_code: None,
+                        detail: Some(format!(
+                            "the agent wrote {} to its container's filesystem, over the storage limit of {} MiB; the container was killed",
+                            fmt_mib(used),
+                            self.rec.limits.storage_limit_mb
+                        )),
+                    };
+                }
             }
         }
         self.agent_plan = Some(agent_plan);
         Ok(())
+    }
+
+    /// Run the agent's exec while a watchdog measures what it writes to the container's
+    /// filesystem; over the storage limit the container is killed (which ends the exec).
+    async fn exec_watched<S: Sandbox>(
+        &mut self,
+        sb: &S,
+        id: &str,
+        spec: &ExecSpec,
+    ) -> Result<ExecOutcome, Infra> {
+        let exec = sb.exec(id, spec);
+        tokio::pin!(exec);
+        let mut tick = tokio::time::interval(DISK_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                out = &mut exec => return out.map_err(infra(Phase::Agent)),
+                _ = tick.tick(), if self.storage_exceeded.is_none() => {
+                    self.measure_storage(sb, id).await;
+                    if self.storage_exceeded.is_some() {
+                        tracing::warn!(
+                            trial = self.plan.id,
+                            limit_mb = self.rec.limits.storage_limit_mb,
+                            "agent over its storage limit: killing its container"
+                        );
+                        sb.kill(id).await.map_err(infra(Phase::Agent))?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Measure the agent container's writable layer; note when it is over the limit.
+    async fn measure_storage<S: Sandbox>(&mut self, sb: &S, id: &str) {
+        let used = match sb.disk_usage(id).await {
+            Ok(Some(used)) => used,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(trial = self.plan.id, "disk usage: {e}");
+                return;
+            }
+        };
+        let mib = used.div_ceil(1024 * 1024);
+        let limits = &mut self.rec.limits;
+        // The engine reports the size: the limit is enforced.
+        limits.storage_enforced = true;
+        limits.storage_used_mb = Some(limits.storage_used_mb.unwrap_or(0).max(mib));
+        if used > limits.storage_limit_mb.saturating_mul(1024 * 1024) {
+            self.storage_exceeded = Some(self.storage_exceeded.unwrap_or(0).max(used));
+        }
     }
 
     fn termination_of(&self, out: &ExecOutcome, timeout: Duration) -> Termination {
@@ -1389,6 +1488,10 @@ fn fmt_secs(d: Duration) -> String {
     } else {
         format!("{s:.1}")
     }
+}
+
+fn fmt_mib(bytes: u64) -> String {
+    format!("{} MiB", bytes.div_ceil(1024 * 1024))
 }
 
 fn round3(x: f64) -> f64 {
