@@ -49,8 +49,6 @@ main{max-width:1280px;margin:0 auto;padding:18px 28px 40px}
 section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 18px;margin:0 0 18px}
 h2{font-size:16px;margin:0 0 4px}
 p.sub{margin:0 0 10px;color:var(--muted);font-size:12.5px}
-.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:18px}
-.grid section{margin:0}
 .scroll{overflow:auto;max-height:560px;border:1px solid #eef0f3;border-radius:6px}
 .scroll.tall{max-height:72vh}
 svg{display:block}
@@ -73,9 +71,9 @@ table.heat thead th.corner{left:0;z-index:3;text-align:left;vertical-align:botto
 table.heat thead th div{writing-mode:vertical-rl;transform:rotate(180deg);max-height:170px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;margin:0 auto}
 .h0{background:#d64545;color:#fff}.h1{background:#dd5f45}.h2{background:#e47a46}.h3{background:#ea9447}.h4{background:#eeac49}.h5{background:#f0c04a}
 .h6{background:#cfc04d}.h7{background:#a9bb51}.h8{background:#7fb255}.h9{background:#56a858}.h10{background:#2e9e5b;color:#fff}
+td.name{white-space:normal;overflow-wrap:anywhere;min-width:190px;max-width:260px}
 td.infra{background:repeating-linear-gradient(45deg,#d5d9df 0 4px,#eceef1 4px 8px);color:#5d6776}
 td.none{background:#fff;color:#b8bec8}
-td.v{text-align:left;white-space:normal;min-width:280px}
 .sig-up{color:#1f7a44;font-weight:600}.sig-down{color:#b73131;font-weight:600}
 details summary{cursor:pointer;color:var(--muted)}
 ul.conv{margin:8px 0 0;padding-left:18px;color:var(--muted);font-size:12.5px}
@@ -137,7 +135,7 @@ fn arm_label(out: &mut String, y: f64, arm: &ArmStats) {
         LABEL_W - 10.0,
         y + 4.0,
         esc(&arm.arm),
-        esc(&clip(&arm.arm, 34))
+        esc(&clip(&arm.arm, 32))
     );
 }
 
@@ -398,12 +396,13 @@ fn comparisons(c: &ComparisonSet) -> String {
         c.resamples,
         c.seed
     );
-    out.push_str("<div class=\"scroll\"><table><thead><tr><th class=\"l\">control</th><th class=\"l\">arm</th><th>paired</th><th>difference</th><th>95% CI</th><th class=\"l\">−&nbsp;&nbsp;0&nbsp;&nbsp;+</th><th>p (Holm)</th><th>pass→fail</th><th>fail→pass</th><th class=\"l\">verdict</th></tr></thead><tbody>");
+    out.push_str("<div class=\"scroll\"><table><thead><tr><th class=\"l\">arm</th><th class=\"l\">against control</th><th class=\"l\">verdict</th><th>difference [95% CI]</th><th class=\"l\">−&nbsp;&nbsp;&nbsp;0&nbsp;&nbsp;&nbsp;+</th><th>p (Holm)</th><th>paired tasks</th><th>pass→fail</th><th>fail→pass</th></tr></thead><tbody>");
     for r in &c.results {
-        let class = match (r.significant, r.diff_pts) {
-            (true, Some(d)) if d > 0.0 => "sig-up",
-            (true, Some(_)) => "sig-down",
-            _ => "",
+        let (class, word) = match (r.significant, r.diff_pts) {
+            (true, Some(d)) if d > 0.0 => ("sig-up", "better"),
+            (true, Some(_)) => ("sig-down", "worse"),
+            (_, Some(_)) => ("", "no detectable difference"),
+            _ => ("", "not comparable"),
         };
         let plot = match (r.diff_pts, r.ci_pts) {
             (Some(d), Some([l, h])) => forest(d, l, h, scale, r.significant),
@@ -418,22 +417,20 @@ fn comparisons(c: &ComparisonSet) -> String {
                 v.len()
             )
         };
+        let diff = match (r.diff_pts, r.ci_pts) {
+            (Some(d), Some([l, h])) => format!("{} pts [{}, {}]", pts(d), pts(l), pts(h)),
+            _ => "–".to_string(),
+        };
         let _ = write!(
             out,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td class=\"l\">{plot}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l v {class}\">{}</td></tr>",
-            esc(&r.a),
-            esc(&r.b),
-            r.tasks_paired,
-            r.diff_pts
-                .map(|d| format!("{} pts", pts(d)))
-                .unwrap_or_default(),
-            r.ci_pts
-                .map(|[l, h]| format!("[{}, {}]", pts(l), pts(h)))
-                .unwrap_or_default(),
+            "<tr title=\"{}\"><td class=\"l name\">{}</td><td class=\"l name\">{}</td><td class=\"l {class}\">{word}</td><td class=\"{class}\">{diff}</td><td class=\"l\">{plot}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.verdict),
+            esc(&clip(&r.b, 60)),
+            esc(&clip(&r.a, 60)),
             esc(&fmt_p(r.p_adjusted).replace("p = ", "").replace("p ", "")),
+            r.tasks_paired,
             flips(&r.flipped_to_fail),
             flips(&r.flipped_to_pass),
-            esc(&r.verdict),
         );
     }
     out.push_str("</tbody></table></div>");
@@ -461,12 +458,21 @@ fn comparisons(c: &ComparisonSet) -> String {
         })
         .chain(c.notes.iter().cloned())
         .collect();
+    out.push_str("<ul class=\"conv\">");
+    for r in c.results.iter().filter(|r| r.significant) {
+        let _ = write!(out, "<li>{}</li>", esc(&r.verdict));
+    }
+    out.push_str("</ul>");
     if !unpaired.is_empty() {
-        out.push_str("<ul class=\"conv\">");
+        let _ = write!(
+            out,
+            "<details><summary>Pairing notes ({})</summary><ul class=\"conv\">",
+            unpaired.len()
+        );
         for u in unpaired {
             let _ = write!(out, "<li>{}</li>", esc(&u));
         }
-        out.push_str("</ul>");
+        out.push_str("</ul></details>");
     }
     out
 }
@@ -630,7 +636,7 @@ pub fn html(r: &Report) -> String {
     }
     let _ = write!(
         out,
-        "<div class=\"grid\"><section><h2>Pass rate per arm</h2><p class=\"sub\">Passed ÷ scored trials; whiskers: 95% Wilson interval. Infra errors are excluded.</p><div class=\"scroll\">{}</div></section>",
+        "<section><h2>Pass rate per arm</h2><p class=\"sub\">Passed ÷ scored trials; whiskers: 95% Wilson interval. Infra errors are excluded.</p><div class=\"scroll\">{}</div></section>",
         pass_rate_chart(r)
     );
     out.push_str("<section><h2>Audit verdicts</h2><p class=\"sub\">The agent's claim set against the verifier, share of scored trials.</p><div class=\"legend\">");
@@ -642,7 +648,7 @@ pub fn html(r: &Report) -> String {
     }
     let _ = write!(
         out,
-        "</div><div class=\"scroll\">{}</div></section></div>",
+        "</div><div class=\"scroll\">{}</div></section>",
         verdict_chart(r)
     );
     if let Some(c) = &r.comparisons {
