@@ -274,3 +274,7 @@ pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
     }
     found
 }
+
+pub fn repo_file(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
