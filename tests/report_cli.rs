@@ -507,3 +507,25 @@ fn multi_key_rewards_get_per_key_means() {
     // the primary value is the mean of the keys: (0.75 + 0.125) / 2
     assert_eq!(a["mean_reward"], 0.4375);
 }
+
+#[test]
+fn compare_with_nothing_to_pair_is_a_usage_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("single");
+    write_job(
+        &dir,
+        &[t("a", "ag", "default", 1, Kind::Pass)],
+        &["ag"],
+        &["default"],
+        1,
+    );
+    let out = arbiter(&["compare", &s(&dir)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "error: {}: nothing to compare by agent: no two arms share a variant (arms: ag/default)",
+            dir.display()
+        )
+    );
+}

@@ -50,11 +50,20 @@ fn fail_under_exits_4_naming_the_arms_below_and_reports_read_the_job() {
         .iter()
         .find(|t| t["task"] == "quick")
         .expect("quick");
-    assert_eq!(quick_row["cells"][0]["outcomes"], serde_json::json!(["pass", "pass"]));
-    assert_eq!(quick_row["cells"][1]["outcomes"], serde_json::json!(["fail", "fail"]));
+    assert_eq!(
+        quick_row["cells"][0]["outcomes"],
+        serde_json::json!(["pass", "pass"])
+    );
+    assert_eq!(
+        quick_row["cells"][1]["outcomes"],
+        serde_json::json!(["fail", "fail"])
+    );
     let junit = std::fs::read_to_string(dir.join("junit.xml")).expect("junit.xml");
     assert_eq!(junit.matches("<testcase ").count(), 8);
-    assert!(junit.contains("classname=\"quick\" name=\"oracle/default/1\""), "{junit}");
+    assert!(
+        junit.contains("classname=\"quick\" name=\"oracle/default/1\""),
+        "{junit}"
+    );
     for f in ["report.md", "report.html"] {
         assert!(dir.join(f).is_file(), "{f}");
     }
@@ -63,7 +72,11 @@ fn fail_under_exits_4_naming_the_arms_below_and_reports_read_the_job() {
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     let out = arbiter(&["compare", d, "--by", "agent", "--resamples", "200"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains("nop/default and oracle/default"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("nop/default and oracle/default"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -89,7 +102,8 @@ fn fail_under_rejects_a_rate_outside_0_to_1() {
     let out = arbiter(&["run", "tasks", "--fail-under", "1.5"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("invalid value '1.5' for '--fail-under <RATE>': \"1.5\" is outside 0..1"),
+        stderr(&out)
+            .contains("invalid value '1.5' for '--fail-under <RATE>': \"1.5\" is outside 0..1"),
         "{}",
         stderr(&out)
     );

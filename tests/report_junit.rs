@@ -160,7 +160,7 @@ fn junit_reads_back_in_a_junit_consumer_library() {
     let system_out = fc.system_out.as_deref().unwrap_or_default();
     assert!(
         system_out.contains(&format!(
-            "{}/trials/gamma__ag__default__1/agent/stderr.log",
+            "logs: {}/trials/gamma__ag__default__1/ (result.json, agent/stdout.log, agent/stderr.log, verifier/stdout.log, verifier/stderr.log)",
             canonical.display()
         )),
         "{system_out}"

@@ -130,17 +130,29 @@ pub fn report(cmd: ReportCmd) -> Result<u8, ReportError> {
         seed: cmd.seed,
         resamples: cmd.resamples,
     };
-    let r = report::build(&job, Some(&opts));
-    let rendered = report::render(&job, &r);
-    report::write_files(&job.dir, &rendered)?;
+    let r = report::write_report(&job, &opts)?;
     let body = match cmd.format {
-        Format::Table => &rendered.table,
-        Format::Md => &rendered.markdown,
-        Format::Json => &rendered.json,
-        Format::Html => &rendered.html,
-        Format::Junit => &rendered.junit,
+        Format::Table => report::text::table(&r),
+        Format::Md => report::text::markdown(&r),
+        Format::Json => report::to_json(&r),
+        Format::Html => report::html::html(&r),
+        Format::Junit => {
+            // stream the written file: it can be large
+            let path = job.dir.join("junit.xml");
+            let mut f = std::fs::File::open(&path).map_err(|e| ReportError::Io {
+                path: path.clone(),
+                source: e,
+            })?;
+            let mut stdout = std::io::stdout().lock();
+            if let Err(e) = std::io::copy(&mut f, &mut stdout) {
+                tracing::debug!(error = %e, "stdout closed");
+            }
+            String::new()
+        }
     };
-    println!("{}", body.trim_end());
+    if !body.is_empty() {
+        println!("{}", body.trim_end());
+    }
     eprintln!(
         "wrote {} in {}",
         report::FILES.join(", "),
@@ -171,11 +183,11 @@ pub fn compare(cmd: CompareCmd) -> Result<u8, ReportError> {
                 args_error(
                     &one.display().to_string(),
                     &format!(
-                        "nothing to compare by {}: no two arms share an {} (arms: {})",
+                        "nothing to compare by {}: no two arms share {} (arms: {})",
                         by.as_str(),
                         match by {
-                            Grouping::Variant => "agent",
-                            Grouping::Agent => "variant",
+                            Grouping::Variant => "an agent",
+                            Grouping::Agent => "a variant",
                         },
                         r.arms
                             .iter()

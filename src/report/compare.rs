@@ -253,6 +253,47 @@ fn pair(group: String, a: &Side<'_>, b: &Side<'_>, opts: &CompareOptions) -> Pai
     }
 }
 
+/// Compare `a` with each of `others`, spread over the machine's cores. Each comparison has its
+/// own RNG seeded with the same seed, so results do not depend on the thread count.
+fn pair_all(
+    group: &str,
+    a: &Side<'_>,
+    others: &[Side<'_>],
+    opts: &CompareOptions,
+) -> Vec<PairComparison> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(others.len())
+        .max(1);
+    if threads == 1 {
+        return others
+            .iter()
+            .map(|b| pair(group.to_string(), a, b, opts))
+            .collect();
+    }
+    let chunk = others.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = others
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|b| pair(group.to_string(), a, b, opts))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(v) => v,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
+
 /// Signed points with one decimal: `+7.9`, `−3.0`, `+0.0`.
 pub fn pts(x: f64) -> String {
     let s = format!("{:+.1}", x);
@@ -350,10 +391,13 @@ pub fn compare_within(
             None => members[0],
         };
         let a = side(report, control, report.arms[control].arm.clone());
-        for &m in members.iter().filter(|m| **m != control) {
-            let b = side(report, m, report.arms[m].arm.clone());
-            results.push(pair(format!("{} {key}", group_word(by)), &a, &b, opts));
-        }
+        let others: Vec<Side<'_>> = members
+            .iter()
+            .filter(|m| **m != control)
+            .map(|&m| side(report, m, report.arms[m].arm.clone()))
+            .collect();
+        let group = format!("{} {key}", group_word(by));
+        results.extend(pair_all(&group, &a, &others, opts));
     }
     if results.is_empty() && notes.is_empty() {
         return None;

@@ -114,11 +114,8 @@ fn testcase(out: &mut String, job: &JobData, logs_root: &Path, t: &Trial) {
         out,
         "      <system-out>{}</system-out>",
         xml(&format!(
-            "trial {id}: {outcome}; claim {claim}{sem}; audit {verdict}; termination {term}\n\
-             record: {d}/result.json\n\
-             agent logs: {d}/agent/stdout.log {d}/agent/stderr.log\n\
-             verifier logs: {d}/verifier/stdout.log {d}/verifier/stderr.log\n",
-            id = t.id,
+            "{outcome}; claim {claim}{sem}; audit {verdict}; termination {term}\n\
+             logs: {d}/ (result.json, agent/stdout.log, agent/stderr.log, verifier/stdout.log, verifier/stderr.log)\n",
             outcome = t.outcome.as_str(),
             claim = claim_status(t),
             sem = t
@@ -157,9 +154,24 @@ fn termination(t: &Trial) -> String {
     }
 }
 
-/// Render `junit.xml`. `logs_root` is the job directory as it should appear in log paths.
+/// Render `junit.xml` into a string. `logs_root` is the job directory as it should appear in
+/// log paths.
 pub fn junit(job: &JobData, report: &Report, logs_root: &Path) -> String {
-    let mut out = String::with_capacity(job.trials.len() * 900 + 1024);
+    let mut buf = Vec::new();
+    // writing into a Vec cannot fail
+    let _ = write_junit(&mut buf, job, report, logs_root);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// Stream `junit.xml` into `w` (a job of 100,000 trials makes a file of ~100 MB: it is never
+/// held in memory whole).
+pub fn write_junit<W: std::io::Write + ?Sized>(
+    w: &mut W,
+    job: &JobData,
+    report: &Report,
+    logs_root: &Path,
+) -> std::io::Result<()> {
+    let mut out = String::with_capacity(1 << 20);
     let failures: usize = job
         .trials
         .iter()
@@ -229,9 +241,13 @@ pub fn junit(job: &JobData, report: &Report, logs_root: &Path) -> String {
         out.push_str("    </properties>\n");
         for t in trials {
             testcase(&mut out, job, logs_root, t);
+            if out.len() > (1 << 20) - 8192 {
+                w.write_all(out.as_bytes())?;
+                out.clear();
+            }
         }
         out.push_str("  </testsuite>\n");
     }
     out.push_str("</testsuites>\n");
-    out
+    w.write_all(out.as_bytes())
 }

@@ -63,8 +63,33 @@ pub fn to_json(report: &Report) -> String {
     s
 }
 
-/// Write `report.md`, `report.json`, `report.html` and `junit.xml` into the job directory
-/// (each atomically).
+/// Write one report file: a temp file in the same directory renamed over the target, so a
+/// reader sees the old or the new file, never half of one. (No fsync: a report can be made
+/// again from `trials.jsonl`.)
+fn write_file(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<(), ReportError> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(ReportError::io(path))?;
+    // reports are for sharing (CI artifacts), unlike the temp file's default 0600
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp);
+    fill(&mut w).map_err(ReportError::io(path))?;
+    let tmp = w
+        .into_inner()
+        .map_err(|e| ReportError::io(path)(e.into_error()))?;
+    tmp.persist(path)
+        .map_err(|e| ReportError::io(path)(e.error))?;
+    Ok(())
+}
+
+/// Write already rendered files into the job directory.
 pub fn write_files(dir: &Path, rendered: &Rendered) -> Result<(), ReportError> {
     for (name, body) in FILES.iter().zip([
         &rendered.markdown,
@@ -72,13 +97,44 @@ pub fn write_files(dir: &Path, rendered: &Rendered) -> Result<(), ReportError> {
         &rendered.html,
         &rendered.junit,
     ]) {
-        let path = dir.join(name);
-        crate::job::write_atomic(&path, body.as_bytes()).map_err(|e| ReportError::Io {
-            path: path.clone(),
-            source: e.source,
-        })?;
+        write_file(&dir.join(name), |w| w.write_all(body.as_bytes()))?;
     }
     Ok(())
+}
+
+/// Build the report with its comparisons and write `report.md`, `report.json`, `report.html`
+/// and `junit.xml` into the job directory. `junit.xml` (the big one) is streamed on a second
+/// thread while the comparisons are computed.
+pub fn write_report(job: &JobData, opts: &CompareOptions) -> Result<Report, ReportError> {
+    let mut report = build(job, None);
+    let logs_root = std::fs::canonicalize(&job.dir).unwrap_or_else(|_| job.dir.clone());
+    let grouping = opts.by.unwrap_or_else(|| Grouping::default_for(&job.arms));
+    let (comparisons, junit) = std::thread::scope(|scope| {
+        let base = &report;
+        let junit = scope.spawn(|| {
+            write_file(&job.dir.join("junit.xml"), |w| {
+                junit::write_junit(w, job, base, &logs_root)
+            })
+        });
+        let comparisons = compare::compare_within(base, grouping, opts);
+        let junit = match junit.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (comparisons, junit)
+    });
+    junit?;
+    report.comparisons = comparisons;
+    write_file(&job.dir.join("report.md"), |w| {
+        w.write_all(text::markdown(&report).as_bytes())
+    })?;
+    write_file(&job.dir.join("report.json"), |w| {
+        w.write_all(to_json(&report).as_bytes())
+    })?;
+    write_file(&job.dir.join("report.html"), |w| {
+        w.write_all(html::html(&report).as_bytes())
+    })?;
+    Ok(report)
 }
 
 /// Read a baseline: a `report.json` file, or a job directory (reported on the fly).

@@ -159,11 +159,16 @@ pub fn paired_bootstrap_ci(d: &[f64], resamples: usize, seed: u64) -> Option<(f6
     let mut rng = Rng::seeded(seed);
     let mut means = Vec::with_capacity(resamples);
     for _ in 0..resamples {
-        let mut sum = 0.0;
-        for _ in 0..n {
-            sum += d[rng.below(n)];
+        // two accumulators break the floating-point add chain (same draws, same order)
+        let (mut s0, mut s1) = (0.0, 0.0);
+        for _ in 0..n / 2 {
+            s0 += d[rng.below(n)];
+            s1 += d[rng.below(n)];
         }
-        means.push(sum / n as f64);
+        if n % 2 == 1 {
+            s0 += d[rng.below(n)];
+        }
+        means.push((s0 + s1) / n as f64);
     }
     means.sort_by(f64::total_cmp);
     Some((

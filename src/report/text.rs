@@ -264,15 +264,26 @@ pub fn md(s: &str) -> String {
     out
 }
 
+fn md_table(header: &[String], right_from: usize, rows: &[Vec<String>]) -> String {
+    md_table_tail(header, right_from, 0, rows)
+}
+
 fn md_row(cells: &[String]) -> String {
     format!("| {} |\n", cells.join(" | "))
 }
 
-fn md_table(header: &[String], right_from: usize, rows: &[Vec<String>]) -> String {
+/// A table whose columns from `right_from` on are right-aligned, except the last `left_tail`.
+fn md_table_tail(
+    header: &[String],
+    right_from: usize,
+    left_tail: usize,
+    rows: &[Vec<String>],
+) -> String {
     let mut out = md_row(header);
-    let sep: Vec<String> = (0..header.len())
+    let n = header.len();
+    let sep: Vec<String> = (0..n)
         .map(|i| {
-            if i >= right_from {
+            if i >= right_from && i + left_tail < n {
                 "---:".into()
             } else {
                 "---".into()
@@ -433,7 +444,7 @@ pub fn markdown(r: &Report) -> String {
                 ]
             })
             .collect();
-        out.push_str(&md_table(&header, 2, &rows));
+        out.push_str(&md_table_tail(&header, 2, 1, &rows));
         for p in &c.results {
             let mut lines = Vec::new();
             if !p.flipped_to_fail.is_empty() {
