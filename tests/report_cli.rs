@@ -529,3 +529,39 @@ fn compare_with_nothing_to_pair_is_a_usage_error() {
         )
     );
 }
+
+#[test]
+fn check_exits_3_when_only_infra_errors_keep_it_from_judging() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    use Kind::*;
+    let base = tmp.path().join("base");
+    write_job(
+        &base,
+        &[
+            t("a", "ag", "default", 1, Pass),
+            t("b", "ag", "default", 1, Fail),
+        ],
+        &["ag"],
+        &["default"],
+        1,
+    );
+    let now = tmp.path().join("now");
+    write_job(
+        &now,
+        &[
+            t("a", "ag", "default", 1, Infra),
+            t("b", "ag", "default", 1, Fail),
+        ],
+        &["ag"],
+        &["default"],
+        1,
+    );
+    let out = arbiter(&["check", &s(&now), "--baseline", &s(&base)]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("not checked (only infra errors): a"),
+        "{text}"
+    );
+    assert!(text.contains("1 task(s) had only infra errors"), "{text}");
+}

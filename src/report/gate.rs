@@ -174,3 +174,53 @@ pub fn fail_under<'a>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(scored: usize, passed: usize) -> Cell {
+        Cell {
+            outcomes: Vec::new(),
+            scored,
+            passed,
+        }
+    }
+
+    #[test]
+    fn pass_k_decides_what_solved_means() {
+        // 1 of 3 attempts passed
+        let c = cell(3, 1);
+        assert_eq!(solved(&c, 1), Some(false), "pass@1 = 1/3 < 1/2");
+        assert_eq!(solved(&c, 2), Some(true), "pass@2 = 2/3");
+        assert_eq!(solved(&c, 3), Some(true), "pass@3: some attempt passed");
+        assert_eq!(
+            solved(&c, 9),
+            Some(true),
+            "K is capped at the attempts there are"
+        );
+        // half the attempts: solved at K = 1 (ties pass, as in compare)
+        assert_eq!(solved(&cell(2, 1), 1), Some(true));
+        assert_eq!(solved(&cell(3, 0), 3), Some(false));
+        assert_eq!(solved(&cell(0, 0), 1), None, "nothing scored: not judged");
+    }
+
+    #[test]
+    fn fail_under_names_only_arms_below_and_skips_unscored_ones() {
+        let under = fail_under(
+            vec![
+                ("a/x".to_string(), Some(0.79)),
+                ("b/x".to_string(), Some(0.8)),
+                ("c/x".to_string(), None),
+            ],
+            0.8,
+        );
+        assert_eq!(
+            under,
+            vec![UnderGate {
+                arm: "a/x".to_string(),
+                rate: 0.79
+            }]
+        );
+    }
+}

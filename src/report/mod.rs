@@ -29,29 +29,7 @@ pub use gate::{CheckOutcome, check};
 pub use load::{JobData, Outcome, load_job};
 pub use model::{REPORT_SCHEMA, Report, build};
 
-/// Every rendering of one report.
-#[derive(Debug, Clone)]
-pub struct Rendered {
-    pub table: String,
-    pub markdown: String,
-    pub json: String,
-    pub html: String,
-    pub junit: String,
-}
-
 pub const FILES: [&str; 4] = ["report.md", "report.json", "report.html", "junit.xml"];
-
-/// Render a report in every format.
-pub fn render(job: &JobData, report: &Report) -> Rendered {
-    let logs_root = std::fs::canonicalize(&job.dir).unwrap_or_else(|_| job.dir.clone());
-    Rendered {
-        table: text::table(report),
-        markdown: text::markdown(report),
-        json: to_json(report),
-        html: html::html(report),
-        junit: junit::junit(job, report, &logs_root),
-    }
-}
 
 pub fn to_json(report: &Report) -> String {
     let mut s = serde_json::to_string_pretty(report).unwrap_or_else(|e| {
@@ -86,19 +64,6 @@ fn write_file(
         .map_err(|e| ReportError::io(path)(e.into_error()))?;
     tmp.persist(path)
         .map_err(|e| ReportError::io(path)(e.error))?;
-    Ok(())
-}
-
-/// Write already rendered files into the job directory.
-pub fn write_files(dir: &Path, rendered: &Rendered) -> Result<(), ReportError> {
-    for (name, body) in FILES.iter().zip([
-        &rendered.markdown,
-        &rendered.json,
-        &rendered.html,
-        &rendered.junit,
-    ]) {
-        write_file(&dir.join(name), |w| w.write_all(body.as_bytes()))?;
-    }
     Ok(())
 }
 
