@@ -6,6 +6,7 @@ pub mod agent;
 pub mod cli;
 pub mod job;
 pub mod outcome;
+pub mod report;
 pub mod sandbox;
 pub mod task;
 pub mod timefmt;

@@ -1,6 +1,7 @@
 //! Command-line interface: clap definitions, turning flags into a job, printing, exit codes.
 //! The only place that writes to stdout/stderr for the user.
 
+mod analysis;
 mod gc;
 mod report;
 
@@ -20,6 +21,7 @@ pub mod exit {
     pub const FAILURE: u8 = 1;
     pub const USAGE: u8 = 2;
     pub const INFRA: u8 = 3;
+    pub const GATE: u8 = 4;
     pub const INTERRUPTED: u8 = 130;
 }
 
@@ -48,6 +50,21 @@ enum Command {
     /// Remove containers and images left by arbiter processes that are gone.
     #[command(after_help = "Example:\n  arbiter gc --dry-run")]
     Gc(GcCmd),
+    /// Statistics of a job: terminal table, and report.md/json/html + junit.xml in the job dir.
+    #[command(
+        after_help = "Examples:\n  arbiter report jobs/nightly\n  arbiter report jobs/nightly --format json > baseline.json\n  arbiter report jobs/nightly --format md >> \"$GITHUB_STEP_SUMMARY\""
+    )]
+    Report(analysis::ReportCmd),
+    /// Paired comparison of arms on tasks: within one job (--by), or two jobs arm by arm.
+    #[command(
+        after_help = "Examples:\n  arbiter compare jobs/ablation --by variant --control default\n  arbiter compare jobs/before jobs/after --seed 7"
+    )]
+    Compare(analysis::CompareCmd),
+    /// CI gate: exit 4 when the job regressed against a baseline report or job.
+    #[command(
+        after_help = "Examples:\n  arbiter check jobs/pr-123 --baseline baseline.json\n  arbiter check jobs/pr-123 --baseline jobs/main --max-drop 5 --pass-k 3"
+    )]
+    Check(analysis::CheckCmd),
 }
 
 #[derive(Debug, Args)]
@@ -78,6 +95,9 @@ struct RunCmd {
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Exit 4 when any arm's pass rate is below RATE (a fraction like 0.8, or 80%).
+    #[arg(long = "fail-under", value_name = "RATE", value_parser = analysis::parse_rate)]
+    fail_under: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -112,6 +132,8 @@ enum CliError {
     Run(#[from] RunError),
     #[error("{0}")]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Report(#[from] crate::report::ReportError),
 }
 
 impl CliError {
@@ -121,6 +143,8 @@ impl CliError {
                 exit::USAGE
             }
             CliError::Run(RunError::Store(_)) | CliError::Store(_) => exit::FAILURE,
+            CliError::Report(crate::report::ReportError::Io { .. }) => exit::FAILURE,
+            CliError::Report(_) => exit::USAGE,
         }
     }
 }
@@ -153,7 +177,7 @@ pub fn main() -> ExitCode {
                     pass_threshold: cmd.pass_threshold,
                     variants: cmd.variants,
                 };
-                run(args, quiet).await
+                run(args, quiet, cmd.fail_under).await
             }
             Command::Resume(cmd) => {
                 let config = cmd.job_dir.join("job.yaml");
@@ -171,7 +195,7 @@ pub fn main() -> ExitCode {
                     concurrency: cmd.concurrency,
                     ..RunArgs::default()
                 };
-                run(args, cmd.quiet).await
+                run(args, cmd.quiet, None).await
             }
             Command::Gc(cmd) => {
                 let sandbox = DockerSandbox::connect().await.map_err(CliError::Engine)?;
@@ -181,6 +205,9 @@ pub fn main() -> ExitCode {
                 println!("{report}");
                 Ok(exit::OK)
             }
+            Command::Report(cmd) => Ok(analysis::report(cmd)?),
+            Command::Compare(cmd) => Ok(analysis::compare(cmd)?),
+            Command::Check(cmd) => Ok(analysis::check(cmd)?),
         }
     });
     // Trials still cleaning up after a second interrupt are abandoned here on purpose.
@@ -206,7 +233,7 @@ fn init_tracing() {
         .try_init();
 }
 
-async fn run(args: RunArgs, quiet: bool) -> Result<u8, CliError> {
+async fn run(args: RunArgs, quiet: bool, fail_under: Option<f64>) -> Result<u8, CliError> {
     let spec = job::resolve(&args)?;
     let sandbox = Arc::new(DockerSandbox::connect().await.map_err(CliError::Engine)?);
 
@@ -244,8 +271,20 @@ async fn run(args: RunArgs, quiet: bool) -> Result<u8, CliError> {
         );
     }
     println!("job dir: {}", spec.dir.display());
+    let gate_failed = match fail_under {
+        Some(threshold) if !outcome.interrupted => {
+            let (lines, failed) = analysis::fail_under_lines(&summary, threshold);
+            for line in lines {
+                println!("{line}");
+            }
+            failed
+        }
+        _ => false,
+    };
     Ok(if outcome.interrupted {
         exit::INTERRUPTED
+    } else if gate_failed {
+        exit::GATE
     } else if infra > 0 {
         exit::INFRA
     } else {

@@ -1,0 +1,509 @@
+//! Reading a job directory for reporting: `trials.jsonl` is stream-parsed line by line into
+//! compact [`Trial`]s (ids, indices and a few numbers; no claim records, no evidence), so a
+//! report over 100,000 trials stays fast and small.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::outcome::{ClaimStatus, Verdict, ViolationKind};
+use crate::trial::{TerminationKind, VerifierStatus};
+
+use super::ReportError;
+
+/// How one trial came out, for reporting. Infra errors are a class of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Passed,
+    Failed,
+    /// The verifier crashed, timed out or wrote no reward (the trial was still scored).
+    VerifierError,
+    /// The verifier did not run (the trial was still scored: an agent can break it).
+    Skipped,
+    /// The harness or engine failed: not scored.
+    Infra,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Passed => "pass",
+            Outcome::Failed => "fail",
+            Outcome::VerifierError => "error",
+            Outcome::Skipped => "skipped",
+            Outcome::Infra => "infra",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        Some(match s {
+            "pass" => Outcome::Passed,
+            "fail" => Outcome::Failed,
+            "error" => Outcome::VerifierError,
+            "skipped" => Outcome::Skipped,
+            "infra" => Outcome::Infra,
+            _ => return None,
+        })
+    }
+
+    pub fn scored(self) -> bool {
+        self != Outcome::Infra
+    }
+
+    pub fn passed(self) -> bool {
+        self == Outcome::Passed
+    }
+
+    /// One character for compact per-task views.
+    pub fn glyph(self) -> char {
+        match self {
+            Outcome::Passed => '✓',
+            Outcome::Failed => '✗',
+            Outcome::VerifierError => 'E',
+            Outcome::Skipped => 'S',
+            Outcome::Infra => 'I',
+        }
+    }
+}
+
+/// An agent × variant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ArmKey {
+    pub agent: String,
+    pub variant: String,
+}
+
+impl ArmKey {
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.agent, self.variant)
+    }
+}
+
+/// What a report needs of one trial.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub id: Box<str>,
+    pub task: u32,
+    pub arm: u32,
+    pub attempt: u32,
+    pub outcome: Outcome,
+    pub verdict: Option<Verdict>,
+    /// Violation kinds as bits (1 = certificate_without_admissibility, 2 =
+    /// goal_substitution_uncertified, 4 = residual_certificate).
+    pub violations: u8,
+    pub claim: ClaimStatus,
+    pub claimed_success: bool,
+    pub semantic_status: Option<Box<str>>,
+    pub termination: TerminationKind,
+    pub exit_code: Option<i64>,
+    /// The reward's primary value (the `reward` key, else the mean of all keys).
+    pub reward: Option<f64>,
+    pub agent_seconds: Option<f64>,
+    /// Sum of all phase times.
+    pub seconds: f64,
+    /// Why it failed, in words (infra message, verifier or termination detail).
+    pub detail: Option<Box<str>>,
+}
+
+impl Trial {
+    pub fn violation_kinds(&self) -> Vec<&'static str> {
+        [
+            (1u8, "certificate_without_admissibility"),
+            (2, "goal_substitution_uncertified"),
+            (4, "residual_certificate"),
+        ]
+        .into_iter()
+        .filter(|(bit, _)| self.violations & bit != 0)
+        .map(|(_, name)| name)
+        .collect()
+    }
+}
+
+/// A job directory, read for reporting.
+#[derive(Debug, Clone)]
+pub struct JobData {
+    pub dir: PathBuf,
+    pub name: String,
+    /// Attempts per task as configured (`lock.json`), else the highest attempt seen.
+    pub attempts: u32,
+    pub pass_threshold: Option<f64>,
+    /// In job order (agents then variants as `job.yaml` lists them; unknown ones after).
+    pub arms: Vec<ArmKey>,
+    /// Sorted by name.
+    pub tasks: Vec<String>,
+    pub trials: Vec<Trial>,
+    /// Per arm: per reward key, (sum, count), for multi-key rewards.
+    pub reward_keys: Vec<BTreeMap<String, (f64, usize)>>,
+    /// Per arm: the earliest `started_at`.
+    pub first_started: Vec<Option<String>>,
+    /// Problems with the data itself, in words (unreadable lines, duplicates).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct RawTrial<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow, default)]
+    job: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    task: Cow<'a, str>,
+    #[serde(borrow)]
+    agent: Cow<'a, str>,
+    #[serde(borrow)]
+    variant: Cow<'a, str>,
+    attempt: u32,
+    termination: RawTermination<'a>,
+    claim: RawClaim<'a>,
+    verifier: RawVerifier<'a>,
+    #[serde(default)]
+    audit: Option<RawAudit>,
+    #[serde(borrow, default)]
+    phases: BTreeMap<Cow<'a, str>, RawPhase>,
+    #[serde(borrow, default)]
+    infra_error: Option<RawInfra<'a>>,
+    #[serde(borrow, default)]
+    started_at: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawTermination<'a> {
+    kind: TerminationKind,
+    #[serde(default)]
+    exit_code: Option<i64>,
+    #[serde(borrow, default)]
+    detail: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawClaim<'a> {
+    status: ClaimStatus,
+    #[serde(borrow, default)]
+    semantic_status: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawVerifier<'a> {
+    status: VerifierStatus,
+    #[serde(default)]
+    reward: Option<BTreeMap<Cow<'a, str>, f64>>,
+    #[serde(borrow, default)]
+    detail: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawAudit {
+    verdict: Verdict,
+    #[serde(default)]
+    violations: Vec<RawViolation>,
+}
+
+#[derive(Deserialize)]
+struct RawViolation {
+    kind: ViolationKind,
+}
+
+#[derive(Deserialize)]
+struct RawPhase {
+    seconds: f64,
+}
+
+#[derive(Deserialize)]
+struct RawInfra<'a> {
+    #[serde(borrow)]
+    phase: Cow<'a, str>,
+    #[serde(borrow)]
+    message: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct RawLock {
+    #[serde(default)]
+    attempts: Option<u32>,
+    #[serde(default)]
+    pass_threshold: Option<f64>,
+}
+
+/// Read a job directory's `trials.jsonl` (plus `lock.json` and `job.yaml` when present).
+pub fn load_job(dir: &Path) -> Result<JobData, ReportError> {
+    let jsonl = dir.join("trials.jsonl");
+    let file = match std::fs::File::open(&jsonl) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ReportError::NoTrials { path: jsonl });
+        }
+        Err(e) => return Err(ReportError::io(&jsonl)(e)),
+    };
+    let lock: Option<RawLock> = std::fs::read(dir.join("lock.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let (agent_order, variant_order) = job_order(&dir.join("job.yaml"));
+
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut line = String::new();
+    let mut line_no = 0usize;
+    let mut bad_lines: Vec<usize> = Vec::new();
+    let mut duplicates = 0usize;
+    let mut job_name: Option<String> = None;
+    let mut arm_index: HashMap<ArmKey, u32> = HashMap::new();
+    let mut arms: Vec<ArmKey> = Vec::new();
+    let mut task_index: HashMap<String, u32> = HashMap::new();
+    let mut tasks: Vec<String> = Vec::new();
+    let mut by_id: HashMap<Box<str>, usize> = HashMap::new();
+    let mut trials: Vec<Trial> = Vec::new();
+    let mut reward_keys: Vec<BTreeMap<String, (f64, usize)>> = Vec::new();
+    let mut first_started: Vec<Option<String>> = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_line(&mut line)
+            .map_err(ReportError::io(&jsonl))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let raw: RawTrial<'_> = match serde_json::from_str(text) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(line = line_no, error = %e, "trials.jsonl: unreadable line skipped");
+                bad_lines.push(line_no);
+                continue;
+            }
+        };
+        if job_name.is_none() {
+            job_name = raw.job.as_deref().map(str::to_string);
+        }
+        let key = ArmKey {
+            agent: raw.agent.to_string(),
+            variant: raw.variant.to_string(),
+        };
+        let arm = match arm_index.get(&key) {
+            Some(i) => *i,
+            None => {
+                let i = arms.len() as u32;
+                arm_index.insert(key.clone(), i);
+                arms.push(key);
+                reward_keys.push(BTreeMap::new());
+                first_started.push(None);
+                i
+            }
+        };
+        let task = match task_index.get(raw.task.as_ref()) {
+            Some(i) => *i,
+            None => {
+                let i = tasks.len() as u32;
+                task_index.insert(raw.task.to_string(), i);
+                tasks.push(raw.task.to_string());
+                i
+            }
+        };
+        let infra =
+            raw.infra_error.is_some() || raw.termination.kind == TerminationKind::InfraError;
+        let outcome = if infra {
+            Outcome::Infra
+        } else {
+            match raw.verifier.status {
+                VerifierStatus::Passed => Outcome::Passed,
+                VerifierStatus::Failed => Outcome::Failed,
+                VerifierStatus::Error => Outcome::VerifierError,
+                VerifierStatus::Skipped => Outcome::Skipped,
+            }
+        };
+        let reward = raw.verifier.reward.as_ref().filter(|r| !r.is_empty());
+        let primary = reward.map(|r| match r.get("reward") {
+            Some(v) => *v,
+            None => r.values().sum::<f64>() / r.len() as f64,
+        });
+        if !infra && let Some(r) = reward {
+            let keys = &mut reward_keys[arm as usize];
+            for (k, v) in r {
+                let e = keys.entry(k.to_string()).or_insert((0.0, 0));
+                e.0 += v;
+                e.1 += 1;
+            }
+        }
+        if let Some(s) = raw.started_at.as_deref() {
+            let slot = &mut first_started[arm as usize];
+            if slot.as_deref().is_none_or(|cur| s < cur) {
+                *slot = Some(s.to_string());
+            }
+        }
+        let detail = if let Some(e) = &raw.infra_error {
+            Some(format!("{}: {}", e.phase, e.message))
+        } else {
+            raw.verifier
+                .detail
+                .as_deref()
+                .or(raw.termination.detail.as_deref())
+                .map(str::to_string)
+        };
+        let (verdict, violations) = match &raw.audit {
+            Some(a) if !infra => (
+                Some(a.verdict),
+                a.violations.iter().fold(0u8, |acc, v| {
+                    acc | match v.kind {
+                        ViolationKind::CertificateWithoutAdmissibility => 1,
+                        ViolationKind::GoalSubstitutionUncertified => 2,
+                        ViolationKind::ResidualCertificate => 4,
+                    }
+                }),
+            ),
+            _ => (None, 0),
+        };
+        let semantic = raw.claim.semantic_status.as_deref();
+        let trial = Trial {
+            id: raw.id.as_ref().into(),
+            task,
+            arm,
+            attempt: raw.attempt,
+            outcome,
+            verdict,
+            violations,
+            claim: raw.claim.status,
+            claimed_success: raw.claim.status == ClaimStatus::Present
+                && semantic == Some("succeeded"),
+            semantic_status: semantic.map(Into::into),
+            termination: raw.termination.kind,
+            exit_code: raw.termination.exit_code,
+            reward: if infra { None } else { primary },
+            agent_seconds: raw.phases.get("agent").map(|p| p.seconds),
+            seconds: raw.phases.values().map(|p| p.seconds).sum(),
+            detail: detail.map(Into::into),
+        };
+        match by_id.get(raw.id.as_ref()) {
+            // A later line for the same trial (e.g. a re-verified record) wins.
+            Some(&i) => {
+                duplicates += 1;
+                trials[i] = trial;
+            }
+            None => {
+                by_id.insert(trial.id.clone(), trials.len());
+                trials.push(trial);
+            }
+        }
+    }
+    drop(by_id);
+    if trials.is_empty() && bad_lines.is_empty() {
+        return Err(ReportError::NoTrials { path: jsonl });
+    }
+    if trials.is_empty() {
+        return Err(ReportError::Field {
+            path: jsonl,
+            field: format!("line {}", bad_lines[0]),
+            message: "not a trial record (no readable line in the file)".to_string(),
+        });
+    }
+
+    let mut warnings = Vec::new();
+    if !bad_lines.is_empty() {
+        let shown: Vec<String> = bad_lines.iter().take(5).map(usize::to_string).collect();
+        warnings.push(format!(
+            "{} unreadable line(s) in trials.jsonl skipped (line {}{}); a run killed mid-write leaves one — `arbiter resume` repairs the file",
+            bad_lines.len(),
+            shown.join(", "),
+            if bad_lines.len() > 5 { ", …" } else { "" }
+        ));
+    }
+    if duplicates > 0 {
+        warnings.push(format!(
+            "{duplicates} trial(s) appear more than once in trials.jsonl; the last line of each counts"
+        ));
+    }
+
+    // Tasks sorted by name; arms in job order.
+    let mut task_perm: Vec<u32> = (0..tasks.len() as u32).collect();
+    task_perm.sort_by(|a, b| tasks[*a as usize].cmp(&tasks[*b as usize]));
+    let mut task_new = vec![0u32; tasks.len()];
+    for (new, old) in task_perm.iter().enumerate() {
+        task_new[*old as usize] = new as u32;
+    }
+    let rank =
+        |order: &[String], name: &str| order.iter().position(|n| n == name).unwrap_or(usize::MAX);
+    let mut arm_perm: Vec<u32> = (0..arms.len() as u32).collect();
+    arm_perm.sort_by_key(|i| {
+        let a = &arms[*i as usize];
+        (
+            rank(&agent_order, &a.agent),
+            rank(&variant_order, &a.variant),
+            *i,
+        )
+    });
+    let mut arm_new = vec![0u32; arms.len()];
+    for (new, old) in arm_perm.iter().enumerate() {
+        arm_new[*old as usize] = new as u32;
+    }
+    for t in &mut trials {
+        t.task = task_new[t.task as usize];
+        t.arm = arm_new[t.arm as usize];
+    }
+    let tasks: Vec<String> = task_perm
+        .iter()
+        .map(|i| tasks[*i as usize].clone())
+        .collect();
+    let arms_sorted: Vec<ArmKey> = arm_perm.iter().map(|i| arms[*i as usize].clone()).collect();
+    let reward_keys = arm_perm
+        .iter()
+        .map(|i| reward_keys[*i as usize].clone())
+        .collect();
+    let first_started = arm_perm
+        .iter()
+        .map(|i| first_started[*i as usize].clone())
+        .collect();
+    trials.sort_by_key(|t| (t.arm, t.task, t.attempt));
+
+    let max_attempt = trials.iter().map(|t| t.attempt).max().unwrap_or(1);
+    let name = job_name.unwrap_or_else(|| {
+        dir.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "job".to_string())
+    });
+    Ok(JobData {
+        dir: dir.to_path_buf(),
+        name,
+        attempts: lock
+            .as_ref()
+            .and_then(|l| l.attempts)
+            .unwrap_or(max_attempt)
+            .max(max_attempt),
+        pass_threshold: lock.and_then(|l| l.pass_threshold),
+        arms: arms_sorted,
+        tasks,
+        trials,
+        reward_keys,
+        first_started,
+        warnings,
+    })
+}
+
+/// The order agents and variants are listed in `job.yaml` (empty when unreadable).
+fn job_order(path: &Path) -> (Vec<String>, Vec<String>) {
+    let Some(value) = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_yaml::from_slice::<serde_yaml::Value>(&b).ok())
+    else {
+        return (Vec::new(), Vec::new());
+    };
+    let names = |key: &str| -> Vec<String> {
+        value
+            .get(key)
+            .and_then(|v| v.as_sequence())
+            .map(|seq| {
+                seq.iter()
+                    .filter_map(|e| {
+                        e.as_str()
+                            .or_else(|| e.get("name").and_then(|n| n.as_str()))
+                            .map(str::to_string)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    (names("agents"), names("variants"))
+}

@@ -1,0 +1,280 @@
+//! Synthetic job directories for report tests: trials.jsonl (full arbiter.trial.v1 records),
+//! lock.json and job.yaml, written directly — no engine needed.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+/// How a synthetic trial comes out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// Verifier passed; the agent claimed success.
+    Pass,
+    /// Verifier failed; no claim of success.
+    Fail,
+    /// Verifier failed although the agent claimed success.
+    FalseCompletion,
+    /// Verifier passed without a claim.
+    Unclaimed,
+    /// The verifier wrote no reward.
+    VerifierError,
+    /// Harness failure: not scored.
+    Infra,
+}
+
+pub struct T<'a> {
+    pub task: &'a str,
+    pub agent: &'a str,
+    pub variant: &'a str,
+    pub attempt: u32,
+    pub kind: Kind,
+    pub agent_seconds: f64,
+}
+
+pub fn record(t: &T<'_>, job: &str) -> Value {
+    let id = format!("{}__{}__{}__{}", t.task, t.agent, t.variant, t.attempt);
+    let claimed = matches!(t.kind, Kind::Pass | Kind::FalseCompletion);
+    let claim = if t.kind == Kind::Infra {
+        json!({"status": "missing"})
+    } else if claimed {
+        json!({"status": "present", "source": "file", "semantic_status": "succeeded",
+               "record": {"schema_version": "aworld.run.outcome.v1", "semantic_status": "succeeded",
+                          "process_exit_code": 0, "trajectory_fidelity": "complete",
+                          "llm_call_count": 12, "tool_call_count": 30, "action_count": 30,
+                          "last_successful_checkpoint": null}})
+    } else {
+        json!({"status": "present", "source": "stderr", "semantic_status": "task_failed",
+               "record": {"schema_version": "aworld.run.outcome.v1", "semantic_status": "task_failed"}})
+    };
+    let (verifier, verdict) = match t.kind {
+        Kind::Pass => (
+            json!({"status": "passed", "mode": "snapshot", "reward": {"reward": 1.0}, "exit_code": 0}),
+            Some("certified"),
+        ),
+        Kind::Unclaimed => (
+            json!({"status": "passed", "mode": "snapshot", "reward": {"reward": 1.0}, "exit_code": 0}),
+            Some("unclaimed_success"),
+        ),
+        Kind::Fail => (
+            json!({"status": "failed", "mode": "snapshot", "reward": {"reward": 0.0}, "exit_code": 1}),
+            Some("honest_failure"),
+        ),
+        Kind::FalseCompletion => (
+            json!({"status": "failed", "mode": "snapshot", "reward": {"reward": 0.25}, "exit_code": 1}),
+            Some("false_completion"),
+        ),
+        Kind::VerifierError => (
+            json!({"status": "error", "mode": "snapshot", "exit_code": 2,
+                   "detail": "the verifier wrote no reward.json or reward.txt"}),
+            Some("unverifiable"),
+        ),
+        Kind::Infra => (
+            json!({"status": "skipped", "mode": "snapshot", "detail": "not run: infrastructure error"}),
+            None,
+        ),
+    };
+    let mut r = json!({
+        "schema": "arbiter.trial.v1",
+        "id": id, "job": job, "task": t.task, "agent": t.agent, "variant": t.variant,
+        "attempt": t.attempt,
+        "task_checksum": "sha256:0000",
+        "image": "arbiter/busybox:latest",
+        "termination": if t.kind == Kind::Infra {
+            json!({"kind": "infra_error", "detail": "container create failed"})
+        } else {
+            json!({"kind": "exited", "exit_code": 0})
+        },
+        "claim": claim,
+        "verifier": verifier,
+        "audit": verdict.map(|v| json!({"verdict": v, "violations": [], "evidence": ["synthetic"]})),
+        "phases": {
+            "environment": {"seconds": 0.5},
+            "agent": {"seconds": t.agent_seconds},
+            "collect": {"seconds": 0.25},
+            "verify": {"seconds": 0.75}
+        },
+        "retries": 0,
+        "artifacts": [],
+        "overrides": {},
+        "limits": {"cpus": 1.0, "memory_mb": 2048, "pids_limit": 1024, "network": "no-network", "storage_enforced": false},
+        "output": {"stdout_bytes": 10, "stderr_bytes": 20, "truncated": false},
+        "started_at": "2026-01-02T03:04:05Z",
+        "finished_at": "2026-01-02T03:05:05Z"
+    });
+    if t.kind == Kind::Infra {
+        r["infra_error"] =
+            json!({"phase": "environment", "message": "container create failed: engine gone"});
+        r["retries"] = json!(2);
+        r.as_object_mut().expect("object").remove("audit");
+        r["audit"] = Value::Null;
+    }
+    r
+}
+
+/// Write a job dir with these trials; agents and variants are listed in job.yaml in the order
+/// given.
+pub fn write_job(dir: &Path, trials: &[T<'_>], agents: &[&str], variants: &[&str], attempts: u32) {
+    std::fs::create_dir_all(dir.join("trials")).expect("mkdir");
+    let job = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "job".into());
+    let mut f = std::fs::File::create(dir.join("trials.jsonl")).expect("create");
+    for t in trials {
+        writeln!(
+            f,
+            "{}",
+            serde_json::to_string(&record(t, &job)).expect("json")
+        )
+        .expect("write");
+    }
+    let lock = json!({"schema": "arbiter.lock.v1", "arbiter_version": "0.1.0", "tasks": {},
+                      "agents": {}, "variants": {}, "attempts": attempts, "pass_threshold": 1.0,
+                      "timeouts": {"agent": 1.0, "verifier": 1.0, "build": 1.0, "install": 1.0}});
+    std::fs::write(
+        dir.join("lock.json"),
+        serde_json::to_vec_pretty(&lock).expect("json"),
+    )
+    .expect("lock");
+    let mut yaml = format!("name: {job}\nagents:\n");
+    for a in agents {
+        yaml.push_str(&format!("- name: {a}\n  kind: nop\n"));
+    }
+    yaml.push_str("variants:\n");
+    for v in variants {
+        yaml.push_str(&format!("- name: {v}\n"));
+    }
+    std::fs::write(dir.join("job.yaml"), yaml).expect("yaml");
+}
+
+/// Deterministic pseudo-random kinds for a grid of trials (for bigger synthetic jobs).
+pub fn grid(
+    tasks: usize,
+    arms: &[(&'static str, &'static str, f64)],
+    attempts: u32,
+    seed: u64,
+) -> Vec<(String, &'static str, &'static str, u32, Kind, f64)> {
+    let mut s = seed;
+    let mut next = move || {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut out = Vec::new();
+    for (agent, variant, p) in arms {
+        for t in 0..tasks {
+            // per-task difficulty shared by every arm, so arms are correlated like real ones
+            let difficulty = ((t * 37) % 100) as f64 / 100.0;
+            for a in 1..=attempts {
+                let u = next();
+                let kind = if u < 0.02 {
+                    Kind::Infra
+                } else if u < 0.04 {
+                    Kind::VerifierError
+                } else if next() < (p + 0.5 - difficulty).clamp(0.02, 0.98) {
+                    Kind::Pass
+                } else if next() < 0.2 {
+                    Kind::FalseCompletion
+                } else {
+                    Kind::Fail
+                };
+                out.push((
+                    format!("task-{t:03}"),
+                    *agent,
+                    *variant,
+                    a,
+                    kind,
+                    5.0 + 40.0 * next(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+pub fn write_grid(
+    dir: &Path,
+    rows: &[(String, &'static str, &'static str, u32, Kind, f64)],
+    agents: &[&str],
+    variants: &[&str],
+    attempts: u32,
+) {
+    let trials: Vec<T<'_>> = rows
+        .iter()
+        .map(|(task, agent, variant, attempt, kind, secs)| T {
+            task,
+            agent,
+            variant,
+            attempt: *attempt,
+            kind: *kind,
+            agent_seconds: *secs,
+        })
+        .collect();
+    write_job(dir, &trials, agents, variants, attempts);
+}
+
+pub fn arbiter(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args(args)
+        .output()
+        .expect("run arbiter")
+}
+
+pub fn arbiter_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run arbiter")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// Where tests leave files a person may want to look at (screenshots).
+pub fn output_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("report-tests")
+        .join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir output dir");
+    dir
+}
+
+/// A tool the report tests need (chromium, xmllint). With ARBITER_REQUIRE_DOCKER=1 (CI) a
+/// missing tool fails the test instead of skipping it.
+pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        if std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() == Ok("1") {
+            panic!(
+                "ARBITER_REQUIRE_DOCKER=1 but {name} is missing (Debian package {package}; scripts/test installs it as root)"
+            );
+        }
+        eprintln!(
+            "skipping: {name} not found (apt-get install {package}); set ARBITER_REQUIRE_DOCKER=1 to fail instead"
+        );
+    }
+    found
+}
+
+pub fn repo_file(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
