@@ -593,25 +593,6 @@ fn control_roots_of_other_trials_and_the_docker_socket_are_out_of_reach() {
     );
 }
 
-/// Every `/proc/<pid>/cmdline` on the host, NULs as spaces.
-fn host_cmdlines() -> Vec<String> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        if !entry
-            .file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-        {
-            continue;
-        }
-        if let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) {
-            out.push(String::from_utf8_lossy(&bytes).replace('\0', " "));
-        }
-    }
-    out
-}
-
 /// Paths under `dir` whose name or content holds `needle`.
 fn leaks_under(dir: &Path, needle: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();

@@ -489,46 +489,13 @@ fn control_roots_are_per_trial_and_templates_are_copied() {
     );
 }
 
-/// Every `/proc/<pid>/cmdline` on the host, joined with spaces.
-fn host_cmdlines() -> Vec<String> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
-            continue;
-        }
-        if let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) {
-            let text: Vec<String> = bytes
-                .split(|b| *b == 0)
-                .map(|part| String::from_utf8_lossy(part).into_owned())
-                .collect();
-            out.push(text.join(" "));
-        }
-    }
-    out
-}
-
 fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(current) = stack.pop() {
-        for entry in std::fs::read_dir(&current).expect("read_dir").flatten() {
-            let path = entry.path();
-            let meta = std::fs::symlink_metadata(&path).expect("meta");
-            if meta.is_dir() {
-                stack.push(path);
-            } else if meta.is_file() {
-                let bytes = std::fs::read(&path).expect("read");
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    found.push(path);
-                }
-            }
-        }
-    }
-    found
+    files_under(dir)
+        .into_iter()
+        .filter(|path| {
+            std::fs::read(path).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
 }
 
 #[test]

@@ -194,7 +194,7 @@ fn variants_are_separate_trials_that_carry_and_see_their_overrides() {
         "secret-named overrides are redacted"
     );
     let mut leaked = Vec::new();
-    for entry in walk(&job_dir) {
+    for entry in files_under(&job_dir) {
         if std::fs::read_to_string(&entry).is_ok_and(|t| t.contains("tok-secret-123")) {
             leaked.push(entry);
         }
@@ -205,22 +205,6 @@ fn variants_are_separate_trials_that_carry_and_see_their_overrides() {
         table.contains("base") && table.contains("ablated"),
         "{table}"
     );
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p)
-            } else {
-                out.push(p)
-            }
-        }
-    }
-    out
 }
 
 #[test]

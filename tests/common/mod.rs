@@ -103,3 +103,39 @@ pub fn assert_no_leftovers(job_dir: &Path) {
         assert!(ours.is_empty(), "leftover {kind:?} of job {name}: {ours:?}");
     }
 }
+
+/// Regular files under `dir`, recursively, without following symlinks.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in std::fs::read_dir(&current).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.is_dir() => stack.push(path),
+                Ok(meta) if meta.is_file() => out.push(path),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Command lines of every process on the host, arguments joined by spaces.
+pub fn host_cmdlines() -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) {
+            out.push(String::from_utf8_lossy(&bytes).replace('\0', " "));
+        }
+    }
+    out
+}
