@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod cli;
+pub mod digest;
 pub mod job;
 pub mod outcome;
 pub mod report;

@@ -100,9 +100,7 @@ pub fn image_spec(task: &Task, context_digest: Option<&str>, multiplier: f64) ->
 impl JobSpec {
     /// Label value identifying this job's resources on the engine.
     pub fn job_label(&self) -> String {
-        let digest = crate::sandbox::hex(&<sha2::Sha256 as sha2::Digest>::digest(
-            self.dir.to_string_lossy().as_bytes(),
-        ));
+        let digest = crate::digest::sha256_hex(self.dir.to_string_lossy().as_bytes());
         format!("{}-{}", self.name, &digest[..12])
     }
 

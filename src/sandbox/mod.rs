@@ -20,7 +20,7 @@ pub use docker::DockerSandbox;
 pub use error::SandboxError;
 pub use tarball::{
     ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, dir_to_tar,
-    extract_tar_file, files_to_tar, hex,
+    extract_tar_file, files_to_tar,
 };
 
 /// Label carried by every resource arbiter creates.

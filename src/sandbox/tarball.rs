@@ -224,7 +224,7 @@ pub fn extract_tar_file(
         report.files.push(ExtractedFile {
             relative: relative.to_string_lossy().into_owned(),
             size: written,
-            sha256: hex(&hasher.finalize()),
+            sha256: crate::digest::hex(&hasher.finalize()),
         });
     }
     Ok(report)
@@ -247,15 +247,6 @@ fn safe_relative(raw: &str) -> Option<PathBuf> {
         }
     }
     Some(out)
-}
-
-/// Lowercase hex of a byte string.
-pub fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
 }
 
 #[cfg(test)]

@@ -177,13 +177,7 @@ fn hash(root: &Path, shown: &Path, entries: &[Entry]) -> Result<String> {
             Kind::Other => header(&mut hasher, b'O', &entry.key, 0),
         }
     }
-    let digest = hasher.finalize();
-    let mut hex = String::with_capacity(7 + 64);
-    hex.push_str("sha256:");
-    for byte in digest.iter() {
-        hex.push_str(&format!("{byte:02x}"));
-    }
-    Ok(hex)
+    Ok(format!("sha256:{}", crate::digest::hex(&hasher.finalize())))
 }
 
 fn header(hasher: &mut Sha256, kind: u8, key: &[u8], len: u64) {

@@ -55,7 +55,7 @@ impl Trial<'_> {
             let out = sb.exec(&id, &exec).await.map_err(infra(Phase::Collect))?;
             let digest = |rel: &str| {
                 let bytes = std::fs::read(self.path(rel)).unwrap_or_default();
-                crate::sandbox::hex(&<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+                crate::digest::sha256_hex(&bytes)
             };
             self.rec.validation.push(Receipt {
                 id: command.id.clone(),
