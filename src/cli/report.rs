@@ -253,54 +253,26 @@ pub fn summary_table(arms: &[ArmSummary]) -> String {
         "infra",
         "pass rate",
     ];
-    let rows: Vec<[String; 7]> = arms
-        .iter()
-        .map(|a| {
-            let failed = if a.unverified > 0 {
-                format!("{} ({} unverified)", a.failed, a.unverified)
-            } else {
-                a.failed.to_string()
-            };
-            [
-                a.agent.clone(),
-                a.variant.clone(),
-                a.trials.to_string(),
-                a.passed.to_string(),
-                failed,
-                a.infra.to_string(),
-                a.pass_rate()
-                    .map(|r| format!("{:.1}%", r * 100.0))
-                    .unwrap_or_else(|| "-".to_string()),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cells: Vec<&str>, out: &mut String| {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                if i < 2 {
-                    format!("{c:<w$}")
-                } else {
-                    format!("{c:>w$}")
-                }
-            })
-            .collect();
-        out.push_str(parts.join("  ").trim_end());
-        out.push('\n');
-    };
-    line(header.to_vec(), &mut out);
-    for row in &rows {
-        line(row.iter().map(String::as_str).collect(), &mut out);
-    }
+    let mut rows = vec![header.map(String::from).to_vec()];
+    rows.extend(arms.iter().map(|a| {
+        let failed = if a.unverified > 0 {
+            format!("{} ({} unverified)", a.failed, a.unverified)
+        } else {
+            a.failed.to_string()
+        };
+        vec![
+            a.agent.clone(),
+            a.variant.clone(),
+            a.trials.to_string(),
+            a.passed.to_string(),
+            failed,
+            a.infra.to_string(),
+            a.pass_rate()
+                .map(|r| format!("{:.1}%", r * 100.0))
+                .unwrap_or_else(|| "-".to_string()),
+        ]
+    }));
+    let mut out = crate::report::text::align(&rows, 2);
     if arms.iter().any(|a| a.infra > 0) {
         out.push_str("infra errors are harness/engine failures: excluded from pass rates, not counted as failures\n");
     }

@@ -44,7 +44,7 @@ pub fn glyphs(c: &Cell) -> String {
 }
 
 /// Align columns: the first `left` columns left-aligned, the rest right-aligned.
-fn align(rows: &[Vec<String>], left: usize) -> String {
+pub fn align(rows: &[Vec<String>], left: usize) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let mut widths = vec![0; cols];
     for row in rows {
