@@ -135,15 +135,13 @@ fn command_agent_installs_runs_and_sees_its_env() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let config = tmp.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = write_job(
+        tmp.path(),
+        &format!(
             "tasks: [{task}]\nagents:\n  - name: scripted\n    kind: command\n    install: touch /app/installed\n    run: [sh, -c, 'test -s \"$ARBITER_INSTRUCTION_FILE\" && echo \"$GREETING\" > /app/greeting']\n    env:\n      GREETING: hello from the job config\n      API_KEY: sk-test-literal-secret\n",
             task = fixture("envcheck").display()
         ),
-    )
-    .expect("write config");
+    );
     let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = result(&job_dir, "envcheck__scripted__default__1");
@@ -253,15 +251,13 @@ fn chatty_agent_output_is_capped_and_counted() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let config = tmp.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = write_job(
+        tmp.path(),
+        &format!(
             "tasks: [{task}]\nlog_cap_mb: 1\nagents:\n  - name: chatty\n    kind: command\n    run: [sh, -c, 'head -c 60000000 /dev/zero; head -c 3000000 /dev/zero >&2']\n",
             task = fixture("noreward").display()
         ),
-    )
-    .expect("config");
+    );
     let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r = result(&job_dir, "noreward__chatty__default__1");

@@ -241,15 +241,13 @@ fn engine_stopped_mid_job_and_started_again_trials_are_retried_and_the_job_compl
         return;
     };
     let tmp = tempfile::tempdir().expect("tmp");
-    let config = tmp.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = write_job(
+        tmp.path(),
+        &format!(
             "tasks: [{}]\nagents: [oracle]\nattempts: 4\nconcurrency: 2\nretries: {{max: 4, backoff_sec: 3}}\n",
             quick_task()
         ),
-    )
-    .expect("config");
+    );
     let job_dir = tmp.path().join("job-restart");
     let job = job_dir.display().to_string();
     let mut child = engine.spawn_arbiter(&[
@@ -452,16 +450,14 @@ fn job_dir_full_or_read_only_is_a_typed_error_with_no_corrupt_record_and_resume_
     let mnt = Tmpfs::mount(&tmp.path().join("mnt"), "1m");
     let job_dir = tmp.path().join("mnt/job-full");
     let job = job_dir.display().to_string();
-    let config = tmp.path().join("job.yaml");
     // Each trial writes 400 KB of logs: the 1 MiB disk fills on the second or third.
-    std::fs::write(
-        &config,
-        format!(
+    let config = write_job(
+        tmp.path(),
+        &format!(
             "tasks: [{}]\nagents:\n  - name: writer\n    kind: command\n    run: [sh, -c, 'head -c 400000 /dev/zero | tr \"\\\\0\" x; echo ok > /app/out']\nattempts: 4\nconcurrency: 1\nretries: {{max: 0}}\n",
             quick_task()
         ),
-    )
-    .expect("config");
+    );
     let out = arbiter(&[
         "run",
         "--quiet",
@@ -526,15 +522,13 @@ fn container_removed_behind_arbiters_back_is_an_infra_error_and_retried() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let config = tmp.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = write_job(
+        tmp.path(),
+        &format!(
             "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 3; echo ok > /app/out']\nretries: {{max: 1, backoff_sec: 0.5}}\n",
             quick_task()
         ),
-    )
-    .expect("config");
+    );
     let job_dir = tmp
         .path()
         .join(format!("job-vanish-{}", std::process::id()));

@@ -127,16 +127,14 @@ fn infra_failures_are_retried_per_policy_and_reported_apart() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let config = tmp.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = write_job(
+        tmp.path(),
+        &format!(
             "tasks: [{bad}, {good}]\nagents: [oracle]\nretries: {{max: 2, backoff_sec: 0.2}}\n",
             bad = fixture("badbuild").display(),
             good = fixture("quick").display()
         ),
-    )
-    .expect("config");
+    );
     let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let bad = result(&job_dir, "badbuild__oracle__default__1");
@@ -167,15 +165,13 @@ fn variants_are_separate_trials_that_carry_and_see_their_overrides() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let config = tmp.path().join("job.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = write_job(
+        tmp.path(),
+        &format!(
             "tasks: [{task}]\nagents: [oracle]\nconcurrency: 2\nvariants:\n  - name: base\n    env: {{ARM: base-arm}}\n  - name: ablated\n    env: {{ARM: ablated-arm, SOME_TOKEN: tok-secret-123}}\n",
             task = fixture("quick").display()
         ),
-    )
-    .expect("config");
+    );
     let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     for (variant, arm) in [("base", "base-arm"), ("ablated", "ablated-arm")] {

@@ -139,3 +139,10 @@ pub fn host_cmdlines() -> Vec<String> {
     }
     out
 }
+
+/// Write a job config into `dir`; returns its path.
+pub fn write_job(dir: &Path, yaml: &str) -> PathBuf {
+    let config = dir.join("job.yaml");
+    std::fs::write(&config, yaml).expect("write job.yaml");
+    config
+}
