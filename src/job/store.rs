@@ -53,17 +53,8 @@ impl JobStore {
         })
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     pub fn trial_dir(&self, id: &str) -> PathBuf {
         self.root.join("trials").join(id)
-    }
-
-    /// Whether the trial has a finished record.
-    pub fn is_finished(&self, id: &str) -> bool {
-        self.trial_dir(id).join("result.json").is_file()
     }
 
     /// Make an empty directory for a trial about to run, discarding what a killed run left.
@@ -208,7 +199,7 @@ mod tests {
         let store = JobStore::open(tmp.path()).expect("open");
         let dir = store.fresh_trial_dir("t1").expect("dir");
         fs::write(dir.join("partial.log"), b"x").expect("write");
-        assert!(!store.is_finished("t1"));
+        assert!(!store.trial_dir("t1").join("result.json").exists());
         let dir = store.fresh_trial_dir("t1").expect("dir");
         assert_eq!(fs::read_dir(dir).expect("ls").count(), 0);
     }
