@@ -23,6 +23,13 @@ pub const DEADLINE_ENV: &str = "AWORLD_TASK_DEADLINE_EPOCH_SECONDS";
 /// The flag an aworld-cli must support for arbiter to read its claim.
 pub const REQUIRED_FLAG: &str = "--outcome-output";
 
+/// Why an exit-0 run without an outcome record is an infrastructure failure.
+pub(crate) fn missing_record_message() -> String {
+    format!(
+        "the agent exited 0 without an outcome record (no {AWORLD_OUTCOME_PATH} and no AWORLD_RUN_OUTCOME= line on stderr); aworld-cli does this when it rejects an argument — see agent/stderr.log"
+    )
+}
+
 /// The `aworld` kind's configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -220,12 +227,18 @@ impl AworldAgent {
         argv
     }
 
-    /// `<binary> <global args> run --help`.
-    pub(crate) fn help_argv(&self) -> Vec<String> {
+    /// The pre-flight check: `<binary> <global args> run --help` must mention
+    /// [`REQUIRED_FLAG`].
+    pub(crate) fn cli_check(&self) -> super::CliCheck {
         let mut argv = vec![self.binary.clone()];
         argv.extend(self.global_args.iter().cloned());
         argv.extend(["run".to_string(), "--help".to_string()]);
-        argv
+        super::CliCheck {
+            argv,
+            required: REQUIRED_FLAG.to_string(),
+            not_installed: "is aworld-cli installed in the task container (agent `install:` or a read-only `mounts:` entry, see docker/agents/aworld/README.md)? Output in agent/cli-check.stderr.log".to_string(),
+            unsupported: format!("the installed aworld-cli does not support {REQUIRED_FLAG} (`{{shown}}` does not mention it); arbiter needs {REQUIRED_FLAG} to read the aworld.run.outcome.v1 record — upgrade aworld-cli to a release that has it (pip install -U aworld-cli, or rebuild docker/agents/aworld with a newer AWORLD_PIP_SPEC)"),
+        }
     }
 
     pub(crate) fn install_timeout(&self) -> Duration {
@@ -283,7 +296,7 @@ mod tests {
     #[test]
     fn defaults_follow_the_documented_direct_run() {
         let a = agent("name: aw\nkind: aworld\n");
-        let help = a.help_argv();
+        let help = a.cli_check().argv;
         assert_eq!(help, ["aworld-cli", "--no-banner", "run", "--help"]);
         assert!(a.check_cli);
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sandbox::{TarEntry, dir_to_tar, files_to_tar};
+use crate::sandbox::{ExecEnd, TarEntry, dir_to_tar, files_to_tar};
 use crate::task::Task;
 
 pub use aworld::{
@@ -118,8 +118,8 @@ pub struct AgentPlan {
     /// A command whose output must mention a flag before the run may start.
     pub cli_check: Option<CliCheck>,
     /// An exit-0 run without an outcome record is an infrastructure failure (the `aworld` kind:
-    /// aworld-cli exits 0 with no record on a bad argument).
-    pub record_required: bool,
+    /// aworld-cli exits 0 with no record on a bad argument); the message says why.
+    pub record_required: Option<String>,
     /// Container path of the agent's trajectory, when it writes one.
     pub trajectory_path: Option<String>,
     /// `AWORLD_*` settings that are not the preset's defaults, for the record.
@@ -138,12 +138,41 @@ pub struct ControlPlan {
     pub template: Option<PathBuf>,
 }
 
-/// A pre-flight check of an installed CLI.
+/// A pre-flight check of an installed CLI: `argv` must run and its output mention `required`.
 #[derive(Debug, Clone)]
 pub struct CliCheck {
     pub argv: Vec<String>,
     /// Must appear in the command's stdout or stderr.
     pub required: String,
+    /// What to tell the user when the command does not run (the CLI is likely not installed).
+    pub not_installed: String,
+    /// What to tell the user when it runs but does not mention `required` (`{shown}` is
+    /// replaced by the command).
+    pub unsupported: String,
+}
+
+impl CliCheck {
+    /// Judge how the check ended (with its limit `timeout`) and what it said: a help text
+    /// that exits non-zero is fine as long as it mentions `required`.
+    pub fn judge(&self, end: ExecEnd, timeout: Duration, said: &str) -> Result<(), String> {
+        let shown = self.argv.join(" ");
+        let mentions = said.contains(&self.required);
+        let failed = match end {
+            ExecEnd::TimedOut => Some(format!("timed out after {}s", timeout.as_secs())),
+            ExecEnd::Exited(0) => None,
+            _ if mentions => None,
+            ExecEnd::Exited(code) => Some(format!("exited with {code}")),
+            ExecEnd::Killed { .. } => Some("exited with no exit code".to_string()),
+        };
+        match failed {
+            Some(why) => Err(format!(
+                "pre-flight `{shown}` {why} — {}",
+                self.not_installed
+            )),
+            None if !mentions => Err(self.unsupported.replace("{shown}", &shown)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A problem in an agent definition: the field (relative to the agent) and what is wrong.
@@ -222,7 +251,7 @@ impl Agent {
             control: None,
             deadline_env: None,
             cli_check: None,
-            record_required: false,
+            record_required: None,
             trajectory_path: None,
             harness_overrides: Vec::new(),
             secrets: Vec::new(),
@@ -335,11 +364,8 @@ impl Agent {
                     template: aw.control_template.clone(),
                 });
                 plan.deadline_env = Some(DEADLINE_ENV.to_string());
-                plan.cli_check = aw.check_cli.then(|| CliCheck {
-                    argv: aw.help_argv(),
-                    required: REQUIRED_FLAG.to_string(),
-                });
-                plan.record_required = true;
+                plan.cli_check = aw.check_cli.then(|| aw.cli_check());
+                plan.record_required = Some(aworld::missing_record_message());
                 plan.harness_overrides = aw.harness_overrides(overrides);
             }
         }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::job::{LABEL_OWNER, Owner};
-use crate::sandbox::{LABEL_MANAGED, Sandbox, SandboxError};
+use crate::sandbox::{Resource, Sandbox, SandboxError, Selector};
 
 #[derive(Debug, Default)]
 pub struct GcReport {
@@ -59,21 +59,18 @@ pub async fn collect<S: Sandbox>(sandbox: &S, dry_run: bool) -> Result<GcReport,
         dry_run,
         ..GcReport::default()
     };
-    let filter = [format!("{LABEL_MANAGED}=true")];
-    for container in sandbox.list_containers(&filter).await? {
-        if judge(&container.labels, &mut report) {
+    let mut found = sandbox.list(&Selector::Managed).await?;
+    // Containers before the frozen filesystems they may have started from.
+    found.sort_by(|a, b| a.resource.cmp(&b.resource));
+    for listed in found {
+        if judge(&listed.labels, &mut report) {
             if !dry_run {
-                sandbox.remove_container(&container.id).await?;
+                sandbox.remove(&listed.resource).await?;
             }
-            report.containers += 1;
-        }
-    }
-    for image in sandbox.list_images(&filter).await? {
-        if judge(&image.labels, &mut report) {
-            if !dry_run {
-                sandbox.remove_image(&image.id).await?;
+            match listed.resource {
+                Resource::Container(_) => report.containers += 1,
+                Resource::Frozen(_) | Resource::Image(_) => report.images += 1,
             }
-            report.images += 1;
         }
     }
     Ok(report)

@@ -237,26 +237,23 @@ async fn run(args: RunArgs, quiet: bool, fail_under: Option<f64>) -> Result<u8, 
     let spec = job::resolve(&args)?;
     let sandbox = Arc::new(DockerSandbox::connect().await.map_err(CliError::Engine)?);
 
-    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-    let (hard_tx, mut hard_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(watch_signals(cancel_tx, hard_tx));
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(None);
+    tokio::spawn(watch_signals(cancel_tx));
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let tty = std::io::stderr().is_terminal();
     let reporter = tokio::spawn(report::consume(events_rx, quiet, tty));
 
-    let job = job::run(&spec, sandbox.clone(), events_tx, cancel_rx);
-    tokio::pin!(job);
-    let outcome = tokio::select! {
-        outcome = &mut job => outcome?,
-        _ = hard_rx.wait_for(|hard| *hard) => {
-            // Second interrupt: do not wait for graceful cleanup; kill and remove everything
-            // this job has on the engine, then leave.
-            let removed = job::reap_job(&*sandbox, &spec.job_label()).await;
-            eprintln!("second interrupt: killed and removed {removed} container(s)/image(s) of this job");
-            println!("interrupted; resume with: arbiter resume {}", spec.dir.display());
-            return Ok(exit::INTERRUPTED);
-        }
-    };
+    let outcome = job::run(&spec, sandbox, events_tx, cancel_rx).await?;
+    if let Some(removed) = outcome.reaped {
+        eprintln!(
+            "second interrupt: killed and removed {removed} container(s)/image(s) of this job"
+        );
+        println!(
+            "interrupted; resume with: arbiter resume {}",
+            spec.dir.display()
+        );
+        return Ok(exit::INTERRUPTED);
+    }
     let _ = reporter.await;
 
     let summary = job::summarize(&outcome.records);
@@ -294,10 +291,7 @@ async fn run(args: RunArgs, quiet: bool, fail_under: Option<f64>) -> Result<u8, 
 
 /// First Ctrl-C / SIGTERM: stop starting trials and let running ones clean up.
 /// Second: stop waiting and remove everything at once.
-async fn watch_signals(
-    cancel: tokio::sync::watch::Sender<bool>,
-    hard: tokio::sync::watch::Sender<bool>,
-) {
+async fn watch_signals(cancel: tokio::sync::watch::Sender<Option<job::CancelReason>>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
@@ -313,10 +307,11 @@ async fn watch_signals(
             _ = term.recv() => {}
         }
         count += 1;
-        if count == 1 {
-            let _ = cancel.send(true);
+        let reason = if count == 1 {
+            job::CancelReason::Interrupt
         } else {
-            let _ = hard.send(true);
-        }
+            job::CancelReason::HardInterrupt
+        };
+        let _ = cancel.send(Some(reason));
     }
 }

@@ -11,6 +11,7 @@
 //! - on cancellation no new trial starts, running trials clean up and are not recorded.
 
 mod config;
+mod core;
 mod events;
 mod lock;
 mod owner;
@@ -22,6 +23,7 @@ mod summary;
 pub use config::{
     ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant, resolve,
 };
+pub use core::CancelReason;
 pub use events::JobEvent;
 pub use lock::Lock;
 pub use owner::{LABEL_OWNER, Owner};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::Agent;
-use crate::sandbox::{ImageSpec, LABEL_CACHE, LABEL_MANAGED};
+use crate::sandbox::{ImageRecipe, ImageSpec, LABEL_CACHE, LABEL_MANAGED};
 use crate::task::{ImageSource, Task};
 use crate::trial::{TrialPlan, TrialSettings, safe_name};
 
@@ -45,23 +45,26 @@ pub fn trial_id(task: &str, agent: &str, variant: &str, attempt: u32) -> String 
     )
 }
 
-/// The image a task's environment resolves to. Built images are tagged with a hash of the
+/// The image a task's environment resolves to. Built images are named after a hash of the
 /// build context, so each distinct environment is built once per engine.
 pub fn image_spec(task: &Task, context_digest: Option<&str>, multiplier: f64) -> ImageSpec {
     let timeout = Duration::from_secs_f64(task.environment.build_timeout_sec * multiplier);
-    match (&task.environment.source, context_digest) {
-        (ImageSource::Image(name), _) => ImageSpec::Existing {
-            name: name.clone(),
+    let labels = BTreeMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_CACHE.to_string(), "env".to_string()),
+    ]);
+    match &task.environment.source {
+        ImageSource::Image(name) => ImageSpec {
+            recipe: ImageRecipe::Named(name.clone()),
+            key: name.clone(),
             timeout,
+            labels,
         },
-        (
-            ImageSource::Build {
-                context,
-                dockerfile,
-            },
-            digest,
-        ) => {
-            let digest = digest.unwrap_or("unknown");
+        ImageSource::Build {
+            context,
+            dockerfile,
+        } => {
+            let digest = context_digest.unwrap_or("unknown");
             let hex = digest.trim_start_matches("sha256:");
             let repo: String = task
                 .name
@@ -75,23 +78,22 @@ pub fn image_spec(task: &Task, context_digest: Option<&str>, multiplier: f64) ->
                     }
                 })
                 .collect();
-            let dockerfile = dockerfile
+            let file = dockerfile
                 .strip_prefix(context)
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| "Dockerfile".to_string());
-            ImageSpec::Build {
-                context: context.clone(),
-                dockerfile,
-                tag: format!(
+            ImageSpec {
+                recipe: ImageRecipe::Build {
+                    context: context.clone(),
+                    file,
+                },
+                key: format!(
                     "arbiter-env/{}:{}",
                     repo.trim_matches(|c| c == '.' || c == '-'),
                     &hex[..hex.len().min(16)]
                 ),
                 timeout,
-                labels: BTreeMap::from([
-                    (LABEL_MANAGED.to_string(), "true".to_string()),
-                    (LABEL_CACHE.to_string(), "env".to_string()),
-                ]),
+                labels,
             }
         }
     }

@@ -1,14 +1,15 @@
-use std::collections::VecDeque;
+//! The job's async loop: it waits for inputs (a trial finished, a retry fell due, the user
+//! asked to stop), hands each to [`JobState::handle`] and carries out the actions it returns.
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::sandbox::{LABEL_JOB, Sandbox};
-use crate::trial::{self, InfraError, TrialPlan, TrialRecord, TrialRun};
+use crate::sandbox::{Listed, Resource, Sandbox, Selector};
+use crate::trial::{self, TrialRun};
 
-use super::config::RetryPolicy;
+use super::core::{Action, CancelReason, Input, JobState, Queued};
 use super::events::JobEvent;
 use super::owner::Owner;
 use super::plan::JobSpec;
@@ -22,6 +23,8 @@ pub struct JobOutcome {
     pub records: Vec<Brief>,
     /// The user stopped the job; some trials did not run.
     pub interrupted: bool,
+    /// After a second interrupt: how many resources of the job were killed and removed at once.
+    pub reaped: Option<usize>,
     pub planned: usize,
 }
 
@@ -33,18 +36,13 @@ pub enum RunError {
     Busy { dir: String },
 }
 
-/// A trial waiting to run, with the infrastructure failures of its earlier tries.
-struct Queued {
-    plan: TrialPlan,
-    failures: Vec<InfraError>,
-}
-
-/// Run every unfinished trial of `spec`, at most `spec.concurrency` at a time.
+/// Run every unfinished trial of `spec`, at most `spec.concurrency` at a time. `cancel`
+/// carries the user's stop requests, strongest last.
 pub async fn run<S: Sandbox>(
     spec: &JobSpec,
     sandbox: Arc<S>,
     events: mpsc::UnboundedSender<JobEvent>,
-    mut cancel: watch::Receiver<bool>,
+    mut cancel: watch::Receiver<Option<CancelReason>>,
 ) -> Result<JobOutcome, RunError> {
     let store = JobStore::open(&spec.dir)?;
     let _lock = store.lock()?.ok_or_else(|| RunError::Busy {
@@ -62,14 +60,11 @@ pub async fn run<S: Sandbox>(
     let plans = spec.trials(Owner::current().labels());
     let planned = plans.len();
     let mut records = Vec::new();
-    let mut queue = VecDeque::new();
+    let mut pending = Vec::new();
     for plan in plans {
         match store.load(&plan.id) {
             Some(record) => records.push(Brief::of(&record)),
-            None => queue.push_back(Queued {
-                plan,
-                failures: Vec::new(),
-            }),
+            None => pending.push(plan),
         }
     }
     let finished_ids: Vec<&str> = records.iter().map(|b| b.id.as_str()).collect();
@@ -81,116 +76,80 @@ pub async fn run<S: Sandbox>(
         already_done: records.len(),
     });
 
-    let mut running: JoinSet<(Queued, TrialRun)> = JoinSet::new();
-    let mut waiting: Vec<(tokio::time::Instant, Queued)> = Vec::new();
-    let mut interrupted = *cancel.borrow();
+    let mut state = JobState::new(pending, spec.concurrency, spec.retry);
+    let (trials_cancel, trials_cancelled) = watch::channel(false);
+    let mut running: JoinSet<(Box<Queued>, TrialRun)> = JoinSet::new();
+    let mut reaped = None;
+    let mut input = match *cancel.borrow_and_update() {
+        Some(reason) => Input::Cancel(reason),
+        None => Input::Tick,
+    };
     loop {
-        let now = tokio::time::Instant::now();
-        let (ready, still): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|(at, _)| *at <= now);
-        waiting = still;
-        for (_, queued) in ready.into_iter().rev() {
-            queue.push_front(queued);
+        let actions = state.handle(input, tokio::time::Instant::now());
+        for action in actions {
+            match action {
+                Action::Spawn(queued) => {
+                    store.fresh_trial_dir(&queued.plan.id)?;
+                    running.spawn(run_one(
+                        queued,
+                        sandbox.clone(),
+                        trials_cancelled.clone(),
+                        events.clone(),
+                    ));
+                }
+                Action::Record(record) => {
+                    store.record(&record)?;
+                    records.push(Brief::of(&record));
+                    let _ = events.send(JobEvent::TrialFinished { record });
+                }
+                Action::Emit(event) => {
+                    let _ = events.send(event);
+                }
+                Action::CancelTrials => {
+                    let _ = trials_cancel.send(true);
+                }
+                Action::Reap => reaped = Some(reap_job(&*sandbox, &spec.job_label()).await),
+            }
         }
-        while !interrupted && running.len() < spec.concurrency {
-            let Some(queued) = queue.pop_front() else {
-                break;
-            };
-            store.fresh_trial_dir(&queued.plan.id)?;
-            let _ = events.send(JobEvent::TrialStarted {
-                id: queued.plan.id.clone(),
-            });
-            running.spawn(run_one(
-                queued,
-                sandbox.clone(),
-                cancel.clone(),
-                events.clone(),
-            ));
-        }
-        let nothing_left = queue.is_empty() && waiting.is_empty();
-        let more_to_start = !interrupted && !nothing_left;
-        if running.is_empty() && !more_to_start {
+        if state.is_done() {
             break;
         }
-        let wake = waiting.iter().map(|(at, _)| *at).min();
-        tokio::select! {
-            joined = running.join_next(), if !running.is_empty() => {
-                let Some(joined) = joined else { continue };
-                match joined {
-                    Ok((queued, TrialRun::Finished(record))) => {
-                        if let Some(retry) = retry_of(&spec.retry, &record, &queued, interrupted) {
-                            let _ = events.send(JobEvent::TrialRetrying {
-                                id: record.id.clone(),
-                                retry: retry.1.failures.len() as u32,
-                                wait: retry.0,
-                                reason: retry.1.failures.last().map(|f| f.message.clone()).unwrap_or_default(),
-                            });
-                            waiting.push((tokio::time::Instant::now() + retry.0, retry.1));
-                            continue;
-                        }
-                        let mut record = record;
-                        record.retries = queued.failures.len() as u32;
-                        record.previous_errors = queued.failures;
-                        store.record(&record)?;
-                        let _ = events.send(JobEvent::TrialFinished { record: record.clone() });
-                        records.push(Brief::of(&record));
-                    }
-                    Ok((queued, TrialRun::Cancelled)) => {
-                        let _ = events.send(JobEvent::TrialCancelled { id: queued.plan.id });
-                    }
-                    Err(e) => tracing::error!("trial task failed: {e}"),
+        let wake = state.next_wake();
+        input = tokio::select! {
+            joined = running.join_next(), if !running.is_empty() => match joined {
+                Some(Ok((queued, run))) => Input::TrialDone(queued, run),
+                Some(Err(e)) => {
+                    tracing::error!("trial task failed: {e}");
+                    Input::Tick
                 }
-            }
-            _ = sleep_until(wake), if wake.is_some() && !interrupted => {}
-            changed = cancel.changed(), if !interrupted => {
-                if changed.is_err() || *cancel.borrow() {
-                    interrupted = true;
-                    let _ = events.send(JobEvent::Interrupted);
-                }
-            }
-        }
+                None => Input::Tick,
+            },
+            _ = sleep_until(wake), if wake.is_some() => Input::Tick,
+            changed = cancel.changed() => match changed {
+                Ok(()) => match *cancel.borrow_and_update() {
+                    Some(reason) => Input::Cancel(reason),
+                    None => Input::Tick,
+                },
+                // The sender is gone: treat as a plain stop.
+                Err(_) => Input::Cancel(CancelReason::Interrupt),
+            },
+        };
     }
+    let interrupted = state.cancelled().is_some();
     if !interrupted {
         // Every trial is finished: anything still labelled with this job is a leftover, e.g.
         // of a try that failed because the engine went away and could not clean up then.
         reap_job(&*sandbox, &spec.job_label()).await;
     }
-    let _ = events.send(JobEvent::Finished);
+    if reaped.is_none() {
+        let _ = events.send(JobEvent::Finished);
+    }
     Ok(JobOutcome {
         records,
         interrupted,
+        reaped,
         planned,
     })
-}
-
-/// If `record` should be retried: the wait and the re-queued trial.
-fn retry_of(
-    policy: &RetryPolicy,
-    record: &TrialRecord,
-    queued: &Queued,
-    interrupted: bool,
-) -> Option<(Duration, Queued)> {
-    let claimed_infra = policy.on_claimed_infrastructure_failure
-        && record.claim.semantic_status.as_deref() == Some("infrastructure_failed");
-    if interrupted
-        || !(record.is_infra() || claimed_infra)
-        || queued.failures.len() as u32 >= policy.max
-    {
-        return None;
-    }
-    let failure = record.infra_error.clone().unwrap_or_else(|| InfraError {
-        phase: "agent".to_string(),
-        message: "the agent claimed infrastructure_failed".to_string(),
-    });
-    let mut failures = queued.failures.clone();
-    failures.push(failure);
-    let wait = policy.backoff(failures.len() as u32);
-    Some((
-        wait,
-        Queued {
-            plan: queued.plan.clone(),
-            failures,
-        },
-    ))
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {
@@ -201,11 +160,11 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 async fn run_one<S: Sandbox>(
-    queued: Queued,
+    queued: Box<Queued>,
     sandbox: Arc<S>,
     cancel: watch::Receiver<bool>,
     events: mpsc::UnboundedSender<JobEvent>,
-) -> (Queued, TrialRun) {
+) -> (Box<Queued>, TrialRun) {
     let id = queued.plan.id.clone();
     let on_phase = move |phase| {
         let _ = events.send(JobEvent::PhaseChanged {
@@ -217,32 +176,28 @@ async fn run_one<S: Sandbox>(
     (queued, outcome)
 }
 
-/// Remove every container and image labelled with `job_label` (leftovers of a killed run of
-/// the same job dir). Failures are logged: they must not stop the job.
+/// Remove every resource of the job labelled `job_label` (leftovers of a killed run of the
+/// same job dir, or everything at once after a second interrupt): containers first, then the
+/// frozen filesystems they may have started from. Failures are logged: they must not stop
+/// the job.
 pub async fn reap_job<S: Sandbox>(sandbox: &S, job_label: &str) -> usize {
-    let filter = [format!("{LABEL_JOB}={job_label}")];
+    let mut found: Vec<Listed> = match sandbox.list(&Selector::Job(job_label.to_string())).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!("listing leftovers: {e}");
+            return 0;
+        }
+    };
+    found.sort_by(|a, b| a.resource.cmp(&b.resource));
     let mut removed = 0;
-    match sandbox.list_containers(&filter).await {
-        Ok(found) => {
-            for c in found {
-                match sandbox.remove_container(&c.id).await {
-                    Ok(()) => removed += 1,
-                    Err(e) => tracing::warn!("removing leftover container {}: {e}", c.id),
-                }
-            }
+    for listed in found {
+        if matches!(listed.resource, Resource::Image(_)) {
+            continue;
         }
-        Err(e) => tracing::warn!("listing leftover containers: {e}"),
-    }
-    match sandbox.list_images(&filter).await {
-        Ok(found) => {
-            for i in found {
-                match sandbox.remove_image(&i.id).await {
-                    Ok(()) => removed += 1,
-                    Err(e) => tracing::warn!("removing leftover image {}: {e}", i.id),
-                }
-            }
+        match sandbox.remove(&listed.resource).await {
+            Ok(()) => removed += 1,
+            Err(e) => tracing::warn!("removing leftover {:?}: {e}", listed.resource),
         }
-        Err(e) => tracing::warn!("listing leftover images: {e}"),
     }
     if removed > 0 {
         tracing::info!(

@@ -61,6 +61,11 @@ impl Claim {
     pub fn claims_success(&self) -> bool {
         self.status == ClaimStatus::Present && self.semantic_status.as_deref() == Some("succeeded")
     }
+
+    /// The agent says the infrastructure failed it (`semantic_status: infrastructure_failed`).
+    pub fn claims_infrastructure_failure(&self) -> bool {
+        self.semantic_status.as_deref() == Some("infrastructure_failed")
+    }
 }
 
 /// Build the claim from the outcome file's bytes (if the agent wrote one) and its stderr.

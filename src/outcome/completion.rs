@@ -237,11 +237,18 @@ fn one_line(v: &Value) -> String {
     }
 }
 
+/// Whether `completion.json` was a valid completion record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionStatus {
+    Present,
+    Invalid,
+}
+
 /// What became of `completion.json` in the record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompletionSummary {
-    /// `present` or `invalid`.
-    pub status: String,
+    pub status: CompletionStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,5 +9,5 @@ mod completion;
 pub use audit::{Audit, AuditInput, Verdict, Violation, ViolationKind, audit};
 pub use claim::{Claim, ClaimSource, ClaimStatus, OUTCOME_SCHEMA, collect_claim};
 pub use completion::{
-    Attempt, CompletionRecord, CompletionSummary, FileCheck, FileStatus, Receipt,
+    Attempt, CompletionRecord, CompletionStatus, CompletionSummary, FileCheck, FileStatus, Receipt,
 };

@@ -7,7 +7,6 @@
 //! flight complete (so what they create is registered and cleaned up); only the long waits
 //! (an exec, an image build) are cut short — an exec by killing its container.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +14,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{
-    ContainerSpec, ContainerState, ExecOutcome, ExecSpec, Fetched, ImageSpec, Labelled, Sandbox,
-    SandboxError,
+    Change, ContainerId, ContainerSpec, ExecOutcome, ExecSpec, Fetched, FrozenId, ImageRef,
+    ImageSpec, Listed, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 pub struct Cancellable<S> {
@@ -50,34 +49,34 @@ pub async fn cancelled(mut cancel: watch::Receiver<bool>) {
 }
 
 impl<S: Sandbox> Sandbox for Cancellable<S> {
-    async fn ensure_image(&self, spec: &ImageSpec) -> Result<String, SandboxError> {
+    async fn prepare_image(&self, spec: &ImageSpec) -> Result<ImageRef, SandboxError> {
         self.check()?;
         tokio::select! {
-            result = self.inner.ensure_image(spec) => result,
+            result = self.inner.prepare_image(spec) => result,
             // Abandoning a build creates no container; a finished image is only a cache entry.
             _ = cancelled(self.cancel.clone()) => Err(SandboxError::Cancelled),
         }
     }
 
-    async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError> {
+    async fn create(&self, spec: &ContainerSpec) -> Result<ContainerId, SandboxError> {
         self.check()?;
         self.inner.create(spec).await
     }
 
-    async fn start(&self, id: &str) -> Result<(), SandboxError> {
+    async fn start(&self, id: &ContainerId) -> Result<(), SandboxError> {
         self.check()?;
         self.inner.start(id).await
     }
 
-    async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
+    async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
         self.check()?;
         let exec = self.inner.exec(id, spec);
         tokio::pin!(exec);
         tokio::select! {
             result = &mut exec => result,
             _ = cancelled(self.cancel.clone()) => {
-                if let Err(e) = self.inner.kill(id).await {
-                    tracing::debug!(id, "kill on cancel: {e}");
+                if let Err(e) = self.inner.stop(id).await {
+                    tracing::debug!(%id, "stop on cancel: {e}");
                 }
                 // The stream ends once the container is dead; let the exec finish its bookkeeping.
                 let _ = tokio::time::timeout(Duration::from_secs(10), exec).await;
@@ -86,58 +85,46 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         }
     }
 
-    async fn put_archive(&self, id: &str, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
+    async fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
         self.check()?;
-        self.inner.put_archive(id, dest, tar).await
+        self.inner.upload(id, dest, tar).await
     }
 
-    async fn get_archive(
+    async fn download(
         &self,
-        id: &str,
+        id: &ContainerId,
         path: &str,
         to: &Path,
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
         self.check()?;
-        self.inner.get_archive(id, path, to, limit).await
+        self.inner.download(id, path, to, limit).await
     }
 
-    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
-        self.inner.kill(id).await
+    async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
+        self.inner.stop(id).await
     }
 
-    async fn inspect(&self, id: &str) -> Result<ContainerState, SandboxError> {
-        self.check()?;
-        self.inner.inspect(id).await
-    }
-
-    async fn disk_usage(&self, id: &str) -> Result<Option<u64>, SandboxError> {
+    async fn disk_usage(&self, id: &ContainerId) -> Result<Option<u64>, SandboxError> {
         self.check()?;
         self.inner.disk_usage(id).await
     }
 
-    async fn commit(
-        &self,
-        id: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> Result<String, SandboxError> {
+    async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {
         self.check()?;
-        self.inner.commit(id, labels).await
+        self.inner.freeze(id, owner).await
     }
 
-    async fn remove_container(&self, id: &str) -> Result<(), SandboxError> {
-        self.inner.remove_container(id).await
+    async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
+        self.check()?;
+        self.inner.changes(id).await
     }
 
-    async fn remove_image(&self, id: &str) -> Result<(), SandboxError> {
-        self.inner.remove_image(id).await
+    async fn remove(&self, resource: &Resource) -> Result<(), SandboxError> {
+        self.inner.remove(resource).await
     }
 
-    async fn list_containers(&self, labels: &[String]) -> Result<Vec<Labelled>, SandboxError> {
-        self.inner.list_containers(labels).await
-    }
-
-    async fn list_images(&self, labels: &[String]) -> Result<Vec<Labelled>, SandboxError> {
-        self.inner.list_images(labels).await
+    async fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {
+        self.inner.list(selector).await
     }
 }

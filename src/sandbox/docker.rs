@@ -9,8 +9,8 @@ use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateContainerOptionsBuilder,
-    CreateImageOptionsBuilder, DownloadFromContainerOptionsBuilder, InspectContainerOptionsBuilder,
+    BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateImageOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, InspectContainerOptionsBuilder,
     KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
     RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, UploadToContainerOptionsBuilder,
 };
@@ -21,8 +21,9 @@ use tokio::sync::{Mutex, OnceCell};
 use super::error::status_of;
 use super::tarball::dir_to_tar;
 use super::{
-    ContainerSpec, ContainerState, ExecOutcome, ExecSpec, Fetched, ImageSpec, Labelled, Sandbox,
-    SandboxError,
+    Base, Change, ChangeKind, ContainerId, ContainerSpec, ExecEnd, ExecOutcome, ExecSpec, Fetched,
+    FrozenId, ImageRecipe, ImageRef, ImageSpec, LABEL_MANAGED, Listed, Network, Owner, Resource,
+    Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// PID 1's child in every container: sleeps forever and ignores SIGTERM, so that a deadline's
@@ -298,9 +299,13 @@ impl DockerSandbox {
                 });
             }
         };
+        let end = match (timed_out, exit_code) {
+            (true, _) => ExecEnd::TimedOut,
+            (false, Some(code)) => ExecEnd::Exited(code),
+            (false, None) => ExecEnd::Killed { oom: false },
+        };
         Ok(ExecOutcome {
-            exit_code,
-            timed_out,
+            end,
             stdout_bytes: stdout.total,
             stderr_bytes: stderr.total,
             truncated: stdout.total > stdout.kept || stderr.total > stderr.kept,
@@ -371,12 +376,69 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn labels_filter(labels: &[String]) -> HashMap<String, Vec<String>> {
-    HashMap::from([("label".to_string(), labels.to_vec())])
+/// The engine's label filter for a selector.
+fn selector_filter(selector: &Selector) -> HashMap<String, Vec<String>> {
+    use super::{LABEL_JOB, LABEL_TRIAL};
+    let labels = match selector {
+        Selector::Managed => vec![format!("{LABEL_MANAGED}=true")],
+        Selector::Job(job) => vec![format!("{LABEL_JOB}={job}")],
+        Selector::Trial { job, trial } => {
+            vec![
+                format!("{LABEL_JOB}={job}"),
+                format!("{LABEL_TRIAL}={trial}"),
+            ]
+        }
+    };
+    HashMap::from([("label".to_string(), labels)])
+}
+
+fn network_mode(network: Network) -> &'static str {
+    match network {
+        Network::None => "none",
+        Network::Host => "host",
+        Network::Bridge => "bridge",
+    }
+}
+
+impl DockerSandbox {
+    /// SIGKILL every process of the container and wait until the engine reports it stopped,
+    /// so that a freeze sees a quiescent filesystem. A container that is not running is fine.
+    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        let options = KillContainerOptionsBuilder::new().signal("KILL").build();
+        match self.docker.kill_container(id, Some(options)).await {
+            Ok(()) => {}
+            Err(e) if status_of(&e) == Some(409) => {}
+            Err(e) => {
+                return Err(SandboxError::Engine {
+                    op: "container kill",
+                    source: e,
+                });
+            }
+        }
+        for _ in 0..100 {
+            if !self.state(id).await?.running.unwrap_or(false) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(SandboxError::Refused {
+            op: "container kill",
+            message: "container still running 2s after SIGKILL".into(),
+        })
+    }
+
+    async fn state(&self, id: &str) -> Result<bollard::models::ContainerState, SandboxError> {
+        let info = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(SandboxError::engine("container inspect"))?;
+        Ok(info.state.unwrap_or_default())
+    }
 }
 
 impl Sandbox for DockerSandbox {
-    async fn ensure_image(&self, spec: &ImageSpec) -> Result<String, SandboxError> {
+    async fn prepare_image(&self, spec: &ImageSpec) -> Result<ImageRef, SandboxError> {
         let reference = spec.reference().to_string();
         let cell = {
             let mut builds = self.builds.lock().await;
@@ -385,30 +447,21 @@ impl Sandbox for DockerSandbox {
                 .or_insert_with(|| Arc::new(OnceCell::new()))
                 .clone()
         };
+        let timeout = spec.timeout;
         let ready = cell
             .get_or_try_init(|| async {
                 if self.image_exists(&reference).await? {
                     return Ok::<_, SandboxError>(reference.clone());
                 }
-                match spec {
-                    ImageSpec::Build {
-                        context,
-                        dockerfile,
-                        tag,
-                        timeout,
-                        labels,
-                    } => {
-                        tracing::info!(tag, "building image");
-                        match tokio::time::timeout(
-                            *timeout,
-                            self.build(context, dockerfile, tag, labels),
-                        )
-                        .await
-                        {
+                match &spec.recipe {
+                    ImageRecipe::Build { context, file } => {
+                        tracing::info!(tag = reference, "building image");
+                        let built = self.build(context, file, &reference, &spec.labels);
+                        match tokio::time::timeout(timeout, built).await {
                             Ok(result) => result?,
                             Err(_) => {
                                 return Err(SandboxError::Build {
-                                    tag: tag.clone(),
+                                    tag: reference.clone(),
                                     message: format!(
                                         "build timed out after {}s",
                                         timeout.as_secs()
@@ -417,9 +470,9 @@ impl Sandbox for DockerSandbox {
                             }
                         }
                     }
-                    ImageSpec::Existing { name, timeout } => {
+                    ImageRecipe::Named(name) => {
                         tracing::info!(image = name, "pulling image");
-                        match tokio::time::timeout(*timeout, self.pull(name)).await {
+                        match tokio::time::timeout(timeout, self.pull(name)).await {
                             Ok(result) => result?,
                             Err(_) => {
                                 return Err(SandboxError::Image {
@@ -433,33 +486,35 @@ impl Sandbox for DockerSandbox {
                 Ok(reference.clone())
             })
             .await?;
-        Ok(ready.clone())
+        Ok(ImageRef::new(ready.clone()))
     }
 
-    async fn create(&self, spec: &ContainerSpec) -> Result<String, SandboxError> {
-        let mut binds: Vec<String> = spec
-            .ro_mounts
+    async fn create(&self, spec: &ContainerSpec) -> Result<ContainerId, SandboxError> {
+        let binds: Vec<String> = spec
+            .mounts
             .iter()
-            .map(|(host, inside)| format!("{}:{}:ro", host.display(), inside))
+            .map(|m| {
+                let mode = if m.read_only { "ro" } else { "rw" };
+                format!("{}:{}:{mode}", m.host.display(), m.container)
+            })
             .collect();
-        binds.extend(
-            spec.rw_mounts
-                .iter()
-                .map(|(host, inside)| format!("{}:{}:rw", host.display(), inside)),
-        );
-        let memory = (spec.memory_mb as i64).saturating_mul(1024 * 1024);
+        let memory = (spec.limits.memory_mb as i64).saturating_mul(1024 * 1024);
         let host_config = HostConfig {
             init: Some(true),
-            nano_cpus: Some((spec.cpus * 1e9) as i64),
+            nano_cpus: Some((spec.limits.cpus * 1e9) as i64),
             memory: Some(memory),
             memory_swap: Some(memory),
-            pids_limit: Some(spec.pids_limit),
-            network_mode: Some(spec.network.docker_mode().to_string()),
+            pids_limit: Some(spec.limits.pids_limit),
+            network_mode: Some(network_mode(spec.network).to_string()),
             binds: if binds.is_empty() { None } else { Some(binds) },
             ..Default::default()
         };
+        let image = match &spec.base {
+            Base::Image(image) => image.as_str().to_string(),
+            Base::Frozen(frozen) => frozen.as_str().to_string(),
+        };
         let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
+            image: Some(image),
             entrypoint: Some(vec![
                 "sh".to_string(),
                 "-c".to_string(),
@@ -467,51 +522,45 @@ impl Sandbox for DockerSandbox {
             ]),
             cmd: Some(vec!["arbiter-keepalive".to_string()]),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(
-                spec.labels
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            ),
+            labels: Some(spec.owner.labels().into_iter().collect()),
             working_dir: spec.workdir.clone(),
-            network_disabled: Some(spec.network == super::Network::None),
+            network_disabled: Some(spec.network == Network::None),
             host_config: Some(host_config),
             ..Default::default()
         };
-        let options = spec
-            .name
-            .as_deref()
-            .map(|name| CreateContainerOptionsBuilder::new().name(name).build());
         let created = self
             .docker
-            .create_container(options, body)
+            .create_container(
+                None::<bollard::query_parameters::CreateContainerOptions>,
+                body,
+            )
             .await
             .map_err(SandboxError::engine("container create"))?;
-        Ok(created.id)
+        Ok(ContainerId::new(created.id))
     }
 
-    async fn start(&self, id: &str) -> Result<(), SandboxError> {
+    async fn start(&self, id: &ContainerId) -> Result<(), SandboxError> {
         self.docker
-            .start_container(id, None)
+            .start_container(id.as_str(), None)
             .await
             .map_err(SandboxError::engine("container start"))
     }
 
-    async fn exec(&self, id: &str, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
-        self.exec_inner(id, spec).await
+    async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
+        self.exec_inner(id.as_str(), spec).await
     }
 
-    async fn put_archive(&self, id: &str, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
+    async fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
         let options = UploadToContainerOptionsBuilder::new().path(dest).build();
         self.docker
-            .upload_to_container(id, Some(options), bollard::body_full(tar.into()))
+            .upload_to_container(id.as_str(), Some(options), bollard::body_full(tar.into()))
             .await
             .map_err(SandboxError::engine("copy into container"))
     }
 
-    async fn get_archive(
+    async fn download(
         &self,
-        id: &str,
+        id: &ContainerId,
         path: &str,
         to: &Path,
         limit: u64,
@@ -519,7 +568,9 @@ impl Sandbox for DockerSandbox {
         let options = DownloadFromContainerOptionsBuilder::new()
             .path(path)
             .build();
-        let mut stream = self.docker.download_from_container(id, Some(options));
+        let mut stream = self
+            .docker
+            .download_from_container(id.as_str(), Some(options));
         let mut file = tokio::fs::File::create(to)
             .await
             .map_err(SandboxError::io(to))?;
@@ -552,66 +603,33 @@ impl Sandbox for DockerSandbox {
         Ok(Fetched::Archive { bytes })
     }
 
-    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
-        let options = KillContainerOptionsBuilder::new().signal("KILL").build();
-        match self.docker.kill_container(id, Some(options)).await {
-            Ok(()) => {}
-            Err(e) if status_of(&e) == Some(409) => {}
-            Err(e) => {
-                return Err(SandboxError::Engine {
-                    op: "container kill",
-                    source: e,
-                });
-            }
-        }
-        // Wait until the engine reports it stopped, so a commit sees a quiescent filesystem.
-        for _ in 0..100 {
-            if !self.inspect(id).await?.running {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Err(SandboxError::Refused {
-            op: "container kill",
-            message: "container still running 2s after SIGKILL".into(),
-        })
-    }
-
-    async fn inspect(&self, id: &str) -> Result<ContainerState, SandboxError> {
-        let info = self
-            .docker
-            .inspect_container(id, None)
-            .await
-            .map_err(SandboxError::engine("container inspect"))?;
-        let state = info.state.unwrap_or_default();
-        Ok(ContainerState {
-            running: state.running.unwrap_or(false),
+    async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
+        self.kill(id.as_str()).await?;
+        // An exec'd process killed by the OOM killer leaves the container running with
+        // `OOMKilled` false; once the container has stopped the engine reports it.
+        let state = self.state(id.as_str()).await?;
+        Ok(Stopped {
             oom_killed: state.oom_killed.unwrap_or(false),
-            exit_code: state.exit_code,
         })
     }
 
-    async fn disk_usage(&self, id: &str) -> Result<Option<u64>, SandboxError> {
+    async fn disk_usage(&self, id: &ContainerId) -> Result<Option<u64>, SandboxError> {
         let options = InspectContainerOptionsBuilder::new().size(true).build();
         let info = self
             .docker
-            .inspect_container(id, Some(options))
+            .inspect_container(id.as_str(), Some(options))
             .await
             .map_err(SandboxError::engine("container inspect"))?;
         Ok(info.size_rw.map(|n| n.max(0) as u64))
     }
 
-    async fn commit(
-        &self,
-        id: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> Result<String, SandboxError> {
+    async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {
         let options = CommitContainerOptionsBuilder::new()
-            .container(id)
+            .container(id.as_str())
             .pause(false)
             .build();
         let config = ContainerConfig {
-            labels: Some(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            labels: Some(owner.labels().into_iter().collect()),
             ..Default::default()
         };
         let response = self
@@ -619,71 +637,101 @@ impl Sandbox for DockerSandbox {
             .commit_container(options, config)
             .await
             .map_err(SandboxError::engine("commit"))?;
-        Ok(response.id)
+        Ok(FrozenId::new(response.id))
     }
 
-    async fn remove_container(&self, id: &str) -> Result<(), SandboxError> {
-        let options = RemoveContainerOptionsBuilder::new()
-            .force(true)
-            .v(true)
-            .build();
-        match self.docker.remove_container(id, Some(options)).await {
-            Ok(()) => Ok(()),
-            Err(e) if matches!(status_of(&e), Some(404) | Some(409)) => Ok(()),
-            Err(e) => Err(SandboxError::Engine {
-                op: "container remove",
-                source: e,
-            }),
+    async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
+        use bollard::models::ChangeType;
+        let list = self
+            .docker
+            .container_changes(id.as_str())
+            .await
+            .map_err(SandboxError::engine("container changes"))?;
+        Ok(list
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| Change {
+                path: c.path,
+                kind: match c.kind {
+                    ChangeType::_0 => ChangeKind::Modified,
+                    ChangeType::_1 => ChangeKind::Added,
+                    ChangeType::_2 => ChangeKind::Deleted,
+                },
+            })
+            .collect())
+    }
+
+    async fn remove(&self, resource: &Resource) -> Result<(), SandboxError> {
+        match resource {
+            Resource::Container(id) => {
+                let options = RemoveContainerOptionsBuilder::new()
+                    .force(true)
+                    .v(true)
+                    .build();
+                match self
+                    .docker
+                    .remove_container(id.as_str(), Some(options))
+                    .await
+                {
+                    Ok(()) => Ok(()),
+                    Err(e) if matches!(status_of(&e), Some(404) | Some(409)) => Ok(()),
+                    Err(e) => Err(SandboxError::Engine {
+                        op: "container remove",
+                        source: e,
+                    }),
+                }
+            }
+            Resource::Frozen(FrozenId(id)) | Resource::Image(ImageRef(id)) => {
+                let options = RemoveImageOptionsBuilder::new().force(true).build();
+                match self.docker.remove_image(id, Some(options), None).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if status_of(&e) == Some(404) => Ok(()),
+                    Err(e) => Err(SandboxError::Engine {
+                        op: "image remove",
+                        source: e,
+                    }),
+                }
+            }
         }
     }
 
-    async fn remove_image(&self, id: &str) -> Result<(), SandboxError> {
-        let options = RemoveImageOptionsBuilder::new().force(true).build();
-        match self.docker.remove_image(id, Some(options), None).await {
-            Ok(_) => Ok(()),
-            Err(e) if status_of(&e) == Some(404) => Ok(()),
-            Err(e) => Err(SandboxError::Engine {
-                op: "image remove",
-                source: e,
-            }),
-        }
-    }
-
-    async fn list_containers(&self, labels: &[String]) -> Result<Vec<Labelled>, SandboxError> {
+    async fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {
+        let filters = selector_filter(selector);
         let options = ListContainersOptionsBuilder::new()
             .all(true)
-            .filters(&labels_filter(labels))
+            .filters(&filters)
             .build();
-        let list = self
+        let containers = self
             .docker
             .list_containers(Some(options))
             .await
             .map_err(SandboxError::engine("container list"))?;
-        Ok(list
-            .into_iter()
-            .map(|c| Labelled {
-                id: c.id.unwrap_or_default(),
-                labels: c.labels.unwrap_or_default().into_iter().collect(),
-            })
-            .collect())
-    }
-
-    async fn list_images(&self, labels: &[String]) -> Result<Vec<Labelled>, SandboxError> {
         let options = ListImagesOptionsBuilder::new()
             .all(false)
-            .filters(&labels_filter(labels))
+            .filters(&filters)
             .build();
-        let list = self
+        let images = self
             .docker
             .list_images(Some(options))
             .await
             .map_err(SandboxError::engine("image list"))?;
-        Ok(list
+        let mut found: Vec<Listed> = containers
             .into_iter()
-            .map(|i| Labelled {
-                id: i.id,
-                labels: i.labels.into_iter().collect(),
+            .map(|c| Listed {
+                resource: Resource::Container(ContainerId::new(c.id.unwrap_or_default())),
+                labels: c.labels.unwrap_or_default().into_iter().collect(),
             })
-            .collect())
+            .collect();
+        found.extend(images.into_iter().map(|i| {
+            let labels: BTreeMap<String, String> = i.labels.into_iter().collect();
+            // Frozen filesystems carry their trial's owner; cached environments do not.
+            let resource = if labels.contains_key(super::LABEL_CACHE) {
+                Resource::Image(ImageRef::new(i.id))
+            } else {
+                Resource::Frozen(FrozenId::new(i.id))
+            };
+            Listed { resource, labels }
+        }));
+        Ok(found)
     }
 }

@@ -1,23 +1,39 @@
-//! The only module that talks to a container engine.
+//! The backend seam: the only module that talks to a container engine.
 //!
-//! Everything above this module speaks in terms of [`Sandbox`]: ensure an image, create a
-//! container with limits and labels, exec with a deadline, copy tar archives in and out, commit
-//! a stopped container, remove. The Docker implementation lives in [`docker`]; the trait keeps
-//! the door open for other backends and lets the scheduler be tested without an engine.
+//! Everything above this module speaks in terms of [`Sandbox`], a small trait in the terms a
+//! trial needs — an environment image, a container with limits and an owner, exec with a
+//! deadline, files in and out, "freeze this container's filesystem so a verifier can start
+//! from it", the change set, stop, remove, list by owner — never in Docker's (commit, tags,
+//! label filter strings, exit code 137). [`DockerSandbox`] is the real backend; [`FakeSandbox`]
+//! is an in-memory one whose behaviour tests script; docs/architecture.md sketches how a
+//! Kubernetes backend would implement each operation.
+//!
+//! Invariants every backend keeps:
+//! - every resource carries its [`Owner`], so [`Sandbox::list`] can find it again after a crash;
+//! - [`Sandbox::remove`] of something already gone is a success;
+//! - an exec's deadline is enforced by the backend (SIGTERM to the container's processes, then
+//!   after the grace period every process is killed) and reported as [`ExecEnd::TimedOut`].
 
 mod cancel;
 mod docker;
 mod error;
+mod fake;
+mod fetch;
+mod scope;
 mod tarball;
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use cancel::{Cancellable, cancelled};
+pub(crate) use cancel::Cancellable;
 pub use docker::DockerSandbox;
 pub use error::SandboxError;
+pub use fake::{FakeExec, FakeSandbox, Op};
+pub(crate) use fetch::{FetchResult, fetch};
+pub(crate) use scope::Scope;
 pub use tarball::{
     ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, dir_to_tar,
     extract_tar_file, files_to_tar,
@@ -29,33 +45,168 @@ pub const LABEL_MANAGED: &str = "arbiter.managed";
 pub const LABEL_JOB: &str = "arbiter.job";
 /// Label naming the trial a resource belongs to.
 pub const LABEL_TRIAL: &str = "arbiter.trial";
+/// Label naming what a resource is for within its trial ([`Role`]).
+pub const LABEL_ROLE: &str = "arbiter.role";
 /// Label on cached environment images (shared across jobs, never job-owned).
 pub const LABEL_CACHE: &str = "arbiter.cache";
 
-/// Where an image comes from.
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub(crate) String);
+
+        impl $name {
+            pub fn new(id: impl Into<String>) -> Self {
+                $name(id.into())
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A container (a running or stopped sandbox) on the backend.
+    ContainerId
+);
+id_type!(
+    /// A frozen filesystem: what a container held when [`Sandbox::freeze`] was called.
+    FrozenId
+);
+id_type!(
+    /// An environment image, ready to start containers from.
+    ImageRef
+);
+
+/// Where a task's environment image comes from.
 #[derive(Debug, Clone)]
-pub enum ImageSpec {
-    /// Build `context` (a directory with a Dockerfile) and tag the result `tag`.
-    /// The tag is expected to carry a content hash, so an existing tag is reused as is.
-    Build {
-        context: PathBuf,
-        dockerfile: String,
-        tag: String,
-        timeout: Duration,
-        labels: BTreeMap<String, String>,
-    },
-    /// Use an existing image; pulled if absent.
-    Existing { name: String, timeout: Duration },
+pub enum ImageRecipe {
+    /// Build `context` with the recipe file `file` (a path relative to `context`).
+    Build { context: PathBuf, file: String },
+    /// Use an image the backend can get by name.
+    Named(String),
+}
+
+/// An environment image to prepare: the recipe, a content key (the same key always means the
+/// same environment, so a prepared image is reused), a time limit and the labels cached
+/// images carry.
+#[derive(Debug, Clone)]
+pub struct ImageSpec {
+    pub recipe: ImageRecipe,
+    /// Stable name of the environment (for a build: derived from a hash of its context).
+    pub key: String,
+    pub timeout: Duration,
+    pub labels: BTreeMap<String, String>,
 }
 
 impl ImageSpec {
-    /// The image reference the spec resolves to.
+    /// The name the prepared image goes by.
     pub fn reference(&self) -> &str {
-        match self {
-            ImageSpec::Build { tag, .. } => tag,
-            ImageSpec::Existing { name, .. } => name,
+        match &self.recipe {
+            ImageRecipe::Named(name) => name,
+            ImageRecipe::Build { .. } => &self.key,
         }
     }
+}
+
+/// What a resource is for within its trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Agent,
+    Snapshot,
+    Validation,
+    ValidationSnapshot,
+    Verifier,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Snapshot => "snapshot",
+            Role::Validation => "validation",
+            Role::ValidationSnapshot => "validation-snapshot",
+            Role::Verifier => "verifier",
+        }
+    }
+}
+
+/// Who a resource belongs to: a job, a trial in it, and the resource's role. `extra` carries
+/// further labels (e.g. the owning process, for `arbiter gc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub job: String,
+    pub trial: String,
+    pub role: Role,
+    pub extra: BTreeMap<String, String>,
+}
+
+impl Owner {
+    /// Every label of a resource with this owner.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.extra.clone();
+        labels.extend([
+            (LABEL_MANAGED.to_string(), "true".to_string()),
+            (LABEL_JOB.to_string(), self.job.clone()),
+            (LABEL_TRIAL.to_string(), self.trial.clone()),
+            (LABEL_ROLE.to_string(), self.role.as_str().to_string()),
+        ]);
+        labels
+    }
+
+    pub fn with_role(&self, role: Role) -> Owner {
+        Owner {
+            role,
+            ..self.clone()
+        }
+    }
+}
+
+/// Which resources to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// Everything arbiter created (cached environment images included).
+    Managed,
+    /// Everything of one job.
+    Job(String),
+    /// Everything of one trial of a job.
+    Trial { job: String, trial: String },
+}
+
+impl Selector {
+    /// Whether a resource with `labels` is selected.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let is = |key: &str, value: &str| labels.get(key).is_some_and(|v| v == value);
+        match self {
+            Selector::Managed => is(LABEL_MANAGED, "true"),
+            Selector::Job(job) => is(LABEL_JOB, job),
+            Selector::Trial { job, trial } => is(LABEL_JOB, job) && is(LABEL_TRIAL, trial),
+        }
+    }
+}
+
+/// A resource on the backend.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Resource {
+    Container(ContainerId),
+    Frozen(FrozenId),
+    /// A cached environment image (only [`Selector::Managed`] lists these).
+    Image(ImageRef),
+}
+
+/// A resource found by [`Sandbox::list`], with its labels.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub resource: Resource,
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Network attachment of a container.
@@ -66,32 +217,39 @@ pub enum Network {
     Bridge,
 }
 
-impl Network {
-    pub fn docker_mode(self) -> &'static str {
-        match self {
-            Network::None => "none",
-            Network::Host => "host",
-            Network::Bridge => "bridge",
-        }
-    }
+/// What a container starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Base {
+    Image(ImageRef),
+    Frozen(FrozenId),
+}
+
+/// A host directory made visible inside a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub host: PathBuf,
+    pub container: String,
+    pub read_only: bool,
+}
+
+/// Resource limits of a container.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContainerLimits {
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub pids_limit: i64,
 }
 
 /// Everything needed to create a long-lived container that commands are exec'd into.
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
-    pub image: String,
-    pub name: Option<String>,
+    pub base: Base,
+    pub owner: Owner,
     pub env: Vec<(String, String)>,
-    pub labels: BTreeMap<String, String>,
-    pub cpus: f64,
-    pub memory_mb: u64,
-    pub pids_limit: i64,
+    pub limits: ContainerLimits,
     pub network: Network,
     pub workdir: Option<String>,
-    /// Read-only host bind mounts: (host path, container path).
-    pub ro_mounts: Vec<(PathBuf, String)>,
-    /// Read-write host bind mounts: (host path, container path).
-    pub rw_mounts: Vec<(PathBuf, String)>,
+    pub mounts: Vec<Mount>,
 }
 
 /// A command run inside a running container.
@@ -107,18 +265,49 @@ pub struct ExecSpec {
     /// At most this many bytes are kept per stream; the rest is counted and dropped.
     pub cap_bytes: u64,
     /// Wall-clock limit. On expiry the container's processes get SIGTERM, then after
-    /// `grace` the whole container is killed.
+    /// `grace` every process of the container is killed.
     pub timeout: Option<Duration>,
     pub grace: Duration,
 }
 
-/// How an exec ended.
+/// How an exec ended, as the backend decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecEnd {
+    /// The process exited with this code (128 + n when it died of signal n).
+    Exited(i64),
+    /// The deadline fired; the container's processes were terminated, then killed.
+    TimedOut,
+    /// The process was killed under the exec (its container stopped, or the kernel's OOM
+    /// killer, once the container has been stopped and the backend knows).
+    Killed { oom: bool },
+}
+
+impl ExecEnd {
+    /// The exit code, when the process exited.
+    pub fn exit_code(self) -> Option<i64> {
+        match self {
+            ExecEnd::Exited(code) => Some(code),
+            ExecEnd::TimedOut | ExecEnd::Killed { .. } => None,
+        }
+    }
+
+    /// What the end turns out to have been once the container is stopped: a process that
+    /// died of SIGKILL (exit 137) or vanished, in a container whose memory limit the kernel
+    /// enforced by killing, was killed by the OOM killer.
+    pub fn after_stop(self, stopped: Stopped) -> ExecEnd {
+        match self {
+            ExecEnd::Exited(137) | ExecEnd::Killed { .. } if stopped.oom_killed => {
+                ExecEnd::Killed { oom: true }
+            }
+            other => other,
+        }
+    }
+}
+
+/// What an exec did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecOutcome {
-    /// Exit code reported by the engine (`None` when the container was killed under it).
-    pub exit_code: Option<i64>,
-    /// The deadline fired; the container has been killed.
-    pub timed_out: bool,
+    pub end: ExecEnd,
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     /// Some output was dropped because of `cap_bytes`.
@@ -126,12 +315,11 @@ pub struct ExecOutcome {
     pub seconds: f64,
 }
 
-/// State of a container as the engine reports it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ContainerState {
-    pub running: bool,
+/// A container after [`Sandbox::stop`]: every process is gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stopped {
+    /// The kernel's OOM killer killed a process of the container during its life.
     pub oom_killed: bool,
-    pub exit_code: Option<i64>,
 }
 
 /// Result of fetching a path out of a container as a tar archive.
@@ -145,77 +333,131 @@ pub enum Fetched {
     TooLarge { limit: u64 },
 }
 
-/// A resource found by label (for leftovers checks and garbage collection).
-#[derive(Debug, Clone)]
-pub struct Labelled {
-    pub id: String,
-    pub labels: BTreeMap<String, String>,
+/// How a path differs from the container's base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
 }
 
-/// The engine operations a trial needs. Implementations must be cheap to share (`Arc`).
+/// One entry of a container's change set (its filesystem against its base).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Change {
+    pub path: String,
+    pub kind: ChangeKind,
+}
+
+/// The operations a trial needs from a backend. Implementations must be cheap to share (`Arc`).
 pub trait Sandbox: Send + Sync + 'static {
-    fn ensure_image(
+    /// Make an environment image available (build or fetch it unless it already exists).
+    fn prepare_image(
         &self,
         spec: &ImageSpec,
-    ) -> impl Future<Output = Result<String, SandboxError>> + Send;
+    ) -> impl Future<Output = Result<ImageRef, SandboxError>> + Send;
     fn create(
         &self,
         spec: &ContainerSpec,
-    ) -> impl Future<Output = Result<String, SandboxError>> + Send;
-    fn start(&self, id: &str) -> impl Future<Output = Result<(), SandboxError>> + Send;
+    ) -> impl Future<Output = Result<ContainerId, SandboxError>> + Send;
+    fn start(&self, id: &ContainerId) -> impl Future<Output = Result<(), SandboxError>> + Send;
     fn exec(
         &self,
-        id: &str,
+        id: &ContainerId,
         spec: &ExecSpec,
     ) -> impl Future<Output = Result<ExecOutcome, SandboxError>> + Send;
     /// Unpack a tar archive at `dest` (a directory that must exist) inside the container.
-    fn put_archive(
+    fn upload(
         &self,
-        id: &str,
+        id: &ContainerId,
         dest: &str,
         tar: Vec<u8>,
     ) -> impl Future<Output = Result<(), SandboxError>> + Send;
     /// Write a tar archive of `path` inside the container to `to` on the host, at most `limit` bytes.
-    fn get_archive(
+    fn download(
         &self,
-        id: &str,
+        id: &ContainerId,
         path: &str,
-        to: &std::path::Path,
+        to: &Path,
         limit: u64,
     ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send;
-    /// SIGKILL every process of the container. A container that is not running is fine.
-    fn kill(&self, id: &str) -> impl Future<Output = Result<(), SandboxError>> + Send;
-    fn inspect(
-        &self,
-        id: &str,
-    ) -> impl Future<Output = Result<ContainerState, SandboxError>> + Send;
-    /// Bytes the container has written to its own filesystem (its writable layer, apparent
-    /// size: a sparse file counts in full, as it would once committed), when the engine says.
+    /// Kill every process of the container and wait until none is left. A container that is
+    /// not running is fine.
+    fn stop(&self, id: &ContainerId) -> impl Future<Output = Result<Stopped, SandboxError>> + Send;
+    /// Bytes the container has written to its own filesystem (apparent size: a sparse file
+    /// counts in full, as it would once frozen), when the backend can tell.
     fn disk_usage(
         &self,
-        id: &str,
-    ) -> impl Future<Output = Result<Option<u64>, SandboxError>> + Send {
-        let _ = id;
-        async { Ok(None) }
+        id: &ContainerId,
+    ) -> impl Future<Output = Result<Option<u64>, SandboxError>> + Send;
+    /// Freeze a stopped container's filesystem so that containers can start from it.
+    fn freeze(
+        &self,
+        id: &ContainerId,
+        owner: &Owner,
+    ) -> impl Future<Output = Result<FrozenId, SandboxError>> + Send;
+    /// What the container changed against its base: added, modified and deleted paths.
+    fn changes(
+        &self,
+        id: &ContainerId,
+    ) -> impl Future<Output = Result<Vec<Change>, SandboxError>> + Send;
+    /// Remove a container (force) or a frozen filesystem; one already gone counts as removed.
+    fn remove(&self, resource: &Resource) -> impl Future<Output = Result<(), SandboxError>> + Send;
+    /// Every resource (containers in any state, frozen filesystems, cached images with
+    /// [`Selector::Managed`]) the selector matches.
+    fn list(
+        &self,
+        selector: &Selector,
+    ) -> impl Future<Output = Result<Vec<Listed>, SandboxError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oom_is_decided_once_stopped() {
+        let oom = Stopped { oom_killed: true };
+        let clean = Stopped::default();
+        assert_eq!(
+            ExecEnd::Exited(137).after_stop(oom),
+            ExecEnd::Killed { oom: true }
+        );
+        assert_eq!(
+            ExecEnd::Killed { oom: false }.after_stop(oom),
+            ExecEnd::Killed { oom: true }
+        );
+        assert_eq!(ExecEnd::Exited(137).after_stop(clean), ExecEnd::Exited(137));
+        assert_eq!(ExecEnd::Exited(1).after_stop(oom), ExecEnd::Exited(1));
+        assert_eq!(ExecEnd::TimedOut.after_stop(oom), ExecEnd::TimedOut);
     }
-    /// Commit a (stopped) container to a new untagged image carrying `labels`.
-    fn commit(
-        &self,
-        id: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> impl Future<Output = Result<String, SandboxError>> + Send;
-    /// Force-remove a container; one that is already gone counts as removed.
-    fn remove_container(&self, id: &str) -> impl Future<Output = Result<(), SandboxError>> + Send;
-    /// Remove an image; one that is already gone counts as removed.
-    fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), SandboxError>> + Send;
-    /// Containers (all states) matching every label filter (`key` or `key=value`).
-    fn list_containers(
-        &self,
-        labels: &[String],
-    ) -> impl Future<Output = Result<Vec<Labelled>, SandboxError>> + Send;
-    /// Images matching every label filter (`key` or `key=value`).
-    fn list_images(
-        &self,
-        labels: &[String],
-    ) -> impl Future<Output = Result<Vec<Labelled>, SandboxError>> + Send;
+
+    #[test]
+    fn selectors_match_owner_labels() {
+        let owner = Owner {
+            job: "j".into(),
+            trial: "t".into(),
+            role: Role::Agent,
+            extra: BTreeMap::from([("arbiter.owner".into(), "h/1/2".into())]),
+        };
+        let labels = owner.labels();
+        assert!(Selector::Managed.matches(&labels));
+        assert!(Selector::Job("j".into()).matches(&labels));
+        assert!(!Selector::Job("k".into()).matches(&labels));
+        assert!(
+            Selector::Trial {
+                job: "j".into(),
+                trial: "t".into()
+            }
+            .matches(&labels)
+        );
+        assert!(
+            !Selector::Trial {
+                job: "j".into(),
+                trial: "u".into()
+            }
+            .matches(&labels)
+        );
+        assert_eq!(labels["arbiter.role"], "agent");
+        assert_eq!(labels["arbiter.owner"], "h/1/2");
+    }
 }

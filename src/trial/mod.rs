@@ -1,24 +1,34 @@
-//! One trial: `environment → agent → collect → verify → record`, a straight line of phases.
+//! One trial: `environment → agent → collect → validate → verify → record`, a straight line of
+//! phases (`phases/`), each an async function that takes what it needs as values and returns a
+//! typed outcome; [`run`] writes each outcome into the record as it arrives.
+//!
+//! Owns: the phase sequence, deadlines, the trial's resources, cleanup. Knows nothing of other
+//! trials or of a particular backend: everything goes through [`crate::sandbox::Sandbox`].
 //!
 //! Invariants:
 //! - `run` never fails: every harness or engine failure ends up in the record as an
 //!   `infra_error` (with the phase it happened in), never as an agent failure.
-//! - The verifier's files (`tests/`) only ever enter a container after the agent phase has
-//!   ended; `/logs/verifier` is wiped and created fresh right before the verifier runs, so
-//!   nothing the agent wrote can be read as a reward.
-//! - Every container and image the trial creates is registered before anything else happens
-//!   and removed on every path, including cancellation (plus a sweep by label).
+//! - The verifier's files only ever enter a container after the agent phase has ended (see
+//!   `crate::verifier`).
+//! - Every resource the trial creates is registered in its [`crate::sandbox::Scope`] the moment
+//!   it exists and removed on every path, including cancellation (plus a sweep by owner).
+//! - A cancelled trial records nothing: it runs again on resume.
 
 mod control;
+mod phases;
+mod plan;
 mod record;
 mod run;
 pub mod scrub;
+#[cfg(test)]
+mod tests;
 
+pub use plan::{Phase, TrialPlan, TrialSettings};
 pub use record::{
     ArtifactEntry, ArtifactStatus, ControlRootInfo, InfraError, Limits, OutputStats, PhaseTime,
     TRIAL_SCHEMA, Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
 };
-pub use run::{Phase, TrialPlan, TrialRun, TrialSettings, run};
+pub use run::{DEFAULT_STORAGE_LIMIT_MB, TrialRun, run};
 
 /// `s` reduced to `[A-Za-z0-9._-]` (anything else becomes `-`): safe in file names and ids.
 pub fn safe_name(s: &str) -> String {

@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::HarnessOverride;
 use crate::outcome::{Audit, Claim, CompletionSummary, FileCheck, Receipt};
-use crate::verifier::Reward;
+use crate::task::NetworkMode;
+pub use crate::verifier::{VerifierOutcome, VerifierStatus};
+
+use super::plan::Phase;
 
 pub const TRIAL_SCHEMA: &str = "arbiter.trial.v1";
 
@@ -29,40 +32,6 @@ pub struct Termination {
     pub exit_code: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerifierStatus {
-    Passed,
-    Failed,
-    Error,
-    Skipped,
-}
-
-/// What the verifier measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VerifierOutcome {
-    pub status: VerifierStatus,
-    pub mode: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reward: Option<Reward>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-impl VerifierOutcome {
-    pub fn skipped(mode: &str, why: &str) -> Self {
-        VerifierOutcome {
-            status: VerifierStatus::Skipped,
-            mode: mode.to_string(),
-            reward: None,
-            exit_code: None,
-            detail: Some(why.to_string()),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,7 +62,7 @@ pub struct ArtifactEntry {
 /// A failure of the harness or the engine (never the agent's doing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InfraError {
-    pub phase: String,
+    pub phase: Phase,
     pub message: String,
 }
 
@@ -103,7 +72,7 @@ pub struct Limits {
     pub cpus: f64,
     pub memory_mb: u64,
     pub pids_limit: i64,
-    pub network: String,
+    pub network: NetworkMode,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub storage_mb: Option<u64>,
     /// Whether a disk limit was enforced: arbiter's watchdog enforces `storage_limit_mb` when
@@ -143,7 +112,7 @@ pub struct TrialRecord {
     pub verifier: VerifierOutcome,
     /// `None` when the trial was not scored (infra error).
     pub audit: Option<Audit>,
-    pub phases: BTreeMap<String, PhaseTime>,
+    pub phases: BTreeMap<Phase, PhaseTime>,
     pub retries: u32,
     /// Infrastructure failures of the earlier tries of this trial (one per retry).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

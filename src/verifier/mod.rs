@@ -1,7 +1,19 @@
-//! Reading what the verifier measured. The verifier phase itself (containers, modes) runs in
-//! `trial/`, through the sandbox; this module owns the rules for turning its files into a
-//! reward and a status.
+//! The verifier phase and everything it decides: its modes (where the verifier runs), arbiter's
+//! own validation commands, reading the reward the verifier wrote, and the pass rule.
+//!
+//! Invariants:
+//! - the verifier's files (`tests/`) only enter a container after the agent phase has ended;
+//! - `/logs/verifier` is wiped and created fresh right before `test.sh` runs, so nothing the
+//!   agent wrote is read as a reward;
+//! - a verifier that crashes, times out or writes no reward gives `error` with no reward,
+//!   never a zero.
 
+mod outcome;
+mod phase;
 mod reward;
+mod validation;
 
+pub use outcome::{VerifierOutcome, VerifierStatus, judge};
+pub(crate) use phase::{Target, VerifyInput, verify};
 pub use reward::{Reward, RewardError, parse_reward, primary_value};
+pub(crate) use validation::validate;

@@ -1,0 +1,407 @@
+//! The collect phase: every agent process is stopped (unless the verifier checks the running
+//! container), then what the agent left — logs, outcome record, trajectory, artifacts,
+//! deliverables, completion record, control root — is fetched without trusting it, and the
+//! agent's filesystem is frozen for the verifier.
+
+use std::path::Path;
+
+use crate::agent::AgentPlan;
+use crate::outcome::{
+    Claim, ClaimSource, ClaimStatus, CompletionRecord, CompletionStatus, CompletionSummary,
+    FileCheck, FileStatus, collect_claim,
+};
+use crate::sandbox::{
+    ContainerId, ExecEnd, ExtractReport, FetchResult, Resource, Role, Sandbox, Stopped,
+};
+use crate::task::VerifierMode;
+use crate::trial::plan::Phase;
+use crate::trial::record::{ArtifactEntry, ArtifactStatus, ControlRootInfo};
+use crate::verifier::Target;
+
+use super::super::control;
+use super::agent::Storage;
+use super::{AgentDone, Ctx, EnvReady, Infra, infra, read_capped, safe_relative};
+
+const AGENT_LOGS_LIMIT: u64 = 64 * 1024 * 1024;
+const OUTCOME_LIMIT: u64 = 1024 * 1024;
+const ARTIFACT_LIMIT: u64 = 256 * 1024 * 1024;
+/// At most this many extra paths named by a completion record are checked.
+const MAX_OBSERVED_PATHS: usize = 16;
+
+/// What the agent left, and what the verifier starts from.
+#[derive(Debug)]
+pub(crate) struct Collected {
+    /// Known when the agent's container was stopped here (not in live mode).
+    pub stopped: Option<Stopped>,
+    pub storage: Storage,
+    pub claim: Claim,
+    pub artifacts: Vec<ArtifactEntry>,
+    pub trajectory: Option<ArtifactEntry>,
+    pub completion: Option<CompletionSummary>,
+    /// The completion record, when valid (for the audit).
+    pub completion_record: Option<CompletionRecord>,
+    pub deliverables: Vec<FileCheck>,
+    pub observed_files: Vec<FileCheck>,
+    pub control_root: Option<ControlRootInfo>,
+    /// `None` when the agent's filesystem cannot be verified (see `storage`).
+    pub target: Option<Target>,
+}
+
+pub(crate) async fn run<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    env: &EnvReady,
+    done: &AgentDone,
+) -> Result<Collected, Infra> {
+    let fail = || infra(Phase::Collect);
+    let id = &env.container;
+    let live = ctx.plan.task.verifier.mode == VerifierMode::Live;
+    let mut out = Collected {
+        stopped: None,
+        storage: done.storage,
+        claim: Claim::missing(),
+        artifacts: Vec::new(),
+        trajectory: None,
+        completion: None,
+        completion_record: None,
+        deliverables: Vec::new(),
+        observed_files: Vec::new(),
+        control_root: None,
+        target: None,
+    };
+    if !live {
+        out.stopped = Some(ctx.sb.stop(id).await.map_err(fail())?);
+    }
+    // The last word on the agent's writes (in snapshot mode, after every process is gone).
+    out.storage.measure(ctx.sb, id).await;
+
+    let logs_dir = ctx.path("agent/logs");
+    if let FetchResult::Failed(why) = ctx
+        .fetch(id, "/logs/agent", &logs_dir, AGENT_LOGS_LIMIT)
+        .await
+        .map_err(fail())?
+    {
+        tracing::warn!(trial = ctx.plan.id, "agent logs not collected: {why}");
+    }
+    let plan = &env.agent;
+    out.claim = match read_outcome(ctx, id, &plan.outcome_path).await? {
+        Ok(bytes) => collect_claim(bytes.as_deref(), &done.stderr),
+        Err(why) => Claim {
+            status: ClaimStatus::Invalid,
+            source: Some(ClaimSource::File),
+            error: Some(why),
+            ..collect_claim(None, &done.stderr)
+        },
+    };
+    out.trajectory = collect_trajectory(ctx, plan);
+    (out.completion, out.completion_record) = collect_completion_record(ctx);
+    for path in &ctx.plan.task.artifacts {
+        let (entry, _) = fetch_artifact(ctx, id, path).await?;
+        out.artifacts.push(entry);
+    }
+    check_deliverables(ctx, id, &mut out).await?;
+    let manifest = serde_json::to_vec_pretty(&out.artifacts).map_err(infra(Phase::Collect))?;
+    std::fs::write(ctx.path("artifacts/manifest.json"), manifest).map_err(infra(Phase::Collect))?;
+    out.control_root = save_control_root(ctx, env)?;
+
+    if let Some(message) = &plan.record_required
+        && done.end == Some(ExecEnd::Exited(0))
+        && out.claim.status == ClaimStatus::Missing
+    {
+        return Err(Infra {
+            phase: Phase::Agent,
+            message: message.clone(),
+        });
+    }
+    if out.storage.exceeded.is_some() {
+        // Freezing would copy every byte (sparse files in full) to the backend's disk.
+        ctx.sb.stop(id).await.map_err(fail())?;
+        return Ok(out);
+    }
+    out.target = Some(if live {
+        Target::Live(id.clone())
+    } else {
+        let frozen = ctx
+            .scope
+            .freeze(ctx.sb, id, Role::Snapshot)
+            .await
+            .map_err(fail())?;
+        ctx.scope
+            .remove(ctx.sb, Resource::Container(id.clone()))
+            .await
+            .map_err(fail())?;
+        Target::Frozen(frozen)
+    });
+    Ok(out)
+}
+
+/// Fetch `path` into `artifacts/`, describing what was found.
+async fn fetch_artifact<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    id: &ContainerId,
+    path: &str,
+) -> Result<(ArtifactEntry, Option<ExtractReport>), Infra> {
+    let entry = |status, detail: Option<String>| ArtifactEntry {
+        path: path.to_string(),
+        status,
+        size: None,
+        sha256: None,
+        detail,
+    };
+    let Some(relative) = safe_relative(path) else {
+        return Ok((
+            entry(
+                ArtifactStatus::Failed,
+                Some("not a plain absolute path (no `..`)".to_string()),
+            ),
+            None,
+        ));
+    };
+    let dest = ctx.path("artifacts").join(relative);
+    let fetched = ctx
+        .fetch(id, path, &dest, ARTIFACT_LIMIT)
+        .await
+        .map_err(infra(Phase::Collect))?;
+    Ok(match fetched {
+        FetchResult::Missing => (entry(ArtifactStatus::Missing, None), None),
+        FetchResult::Failed(why) => (entry(ArtifactStatus::Failed, Some(why)), None),
+        FetchResult::Ok(report) => {
+            let size = report.files.iter().map(|f| f.size).sum();
+            let single = report.files.iter().find(|f| f.relative.is_empty());
+            let mut notes: Vec<String> = report
+                .skipped
+                .iter()
+                .map(|s| format!("{}: {}", s.path, s.reason))
+                .collect();
+            if report.truncated {
+                notes.push("truncated".to_string());
+            }
+            let found = ArtifactEntry {
+                path: path.to_string(),
+                status: ArtifactStatus::Ok,
+                size: Some(size),
+                sha256: single.map(|f| f.sha256.clone()),
+                detail: (!notes.is_empty()).then(|| notes.join("; ")),
+            };
+            (found, Some(report))
+        }
+    })
+}
+
+/// Check the task's declared deliverables (saved as artifacts) and any absolute paths the
+/// agent's completion record names.
+async fn check_deliverables<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    id: &ContainerId,
+    out: &mut Collected,
+) -> Result<(), Infra> {
+    let declared = ctx
+        .plan
+        .task
+        .completion
+        .as_ref()
+        .map(|c| c.deliverables.clone())
+        .unwrap_or_default();
+    for d in &declared {
+        let check = check_file(
+            ctx,
+            id,
+            out,
+            &d.path,
+            d.goal.clone(),
+            d.non_empty,
+            d.sha256.clone(),
+        )
+        .await?;
+        out.deliverables.push(check);
+    }
+    let named = out
+        .completion_record
+        .as_ref()
+        .map(CompletionRecord::named_paths)
+        .unwrap_or_default();
+    for path in named
+        .into_iter()
+        .filter(|p| !declared.iter().any(|d| &d.path == p))
+        .take(MAX_OBSERVED_PATHS)
+    {
+        let check = check_file(ctx, id, out, &path, None, true, None).await?;
+        out.observed_files.push(check);
+    }
+    Ok(())
+}
+
+async fn check_file<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    id: &ContainerId,
+    out: &mut Collected,
+    path: &str,
+    goal: Option<String>,
+    non_empty: bool,
+    expected: Option<String>,
+) -> Result<FileCheck, Infra> {
+    let (entry, report) = fetch_artifact(ctx, id, path).await?;
+    let status = match (&entry.status, &report) {
+        (ArtifactStatus::Missing, _) => FileStatus::Missing,
+        (ArtifactStatus::Failed, _) | (_, None) => FileStatus::Unreadable,
+        (ArtifactStatus::Ok, Some(report)) => {
+            let single = report.files.iter().find(|f| f.relative.is_empty());
+            match (single, &expected) {
+                (None, Some(_)) => FileStatus::Unreadable,
+                (None, None) if report.files.is_empty() && !report.skipped.is_empty() => {
+                    FileStatus::Unreadable
+                }
+                (None, None) if non_empty && report.files.is_empty() => FileStatus::Empty,
+                (Some(f), _) if non_empty && f.size == 0 => FileStatus::Empty,
+                (Some(f), Some(want)) if &f.sha256 != want => FileStatus::HashMismatch,
+                _ => FileStatus::Ok,
+            }
+        }
+    };
+    let detail = match status {
+        FileStatus::Unreadable => entry.detail.clone().or_else(|| {
+            Some(if expected.is_some() {
+                "not a regular file, so it has no sha256".to_string()
+            } else {
+                "no regular file could be read back".to_string()
+            })
+        }),
+        _ => entry.detail.clone(),
+    };
+    if !out.artifacts.iter().any(|a| a.path == path) {
+        out.artifacts.push(entry.clone());
+    }
+    Ok(FileCheck {
+        path: path.to_string(),
+        goal,
+        status,
+        size: entry.size,
+        sha256: entry.sha256,
+        expected_sha256: expected,
+        detail,
+    })
+}
+
+/// Copy the agent's trajectory (already fetched with `/logs/agent`) to `agent/`.
+fn collect_trajectory<S: Sandbox>(ctx: &Ctx<'_, S>, plan: &AgentPlan) -> Option<ArtifactEntry> {
+    let path = plan.trajectory_path.clone()?;
+    let rel = path
+        .strip_prefix("/logs/agent/")
+        .filter(|r| !r.contains(".."))?;
+    let src = ctx.path("agent/logs").join(rel);
+    let name = Path::new(rel)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trajectory.json".to_string());
+    Some(match std::fs::symlink_metadata(&src) {
+        Ok(meta) if meta.is_file() => {
+            let copied = std::fs::copy(&src, ctx.path("agent").join(&name));
+            ArtifactEntry {
+                path,
+                status: if copied.is_ok() {
+                    ArtifactStatus::Ok
+                } else {
+                    ArtifactStatus::Failed
+                },
+                size: Some(meta.len()),
+                sha256: None,
+                detail: copied.err().map(|e| e.to_string()),
+            }
+        }
+        _ => ArtifactEntry {
+            path,
+            status: ArtifactStatus::Missing,
+            size: None,
+            sha256: None,
+            detail: None,
+        },
+    })
+}
+
+/// Read `/logs/agent/completion.json` (fetched with `/logs/agent`), if the agent wrote one.
+fn collect_completion_record<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+) -> (Option<CompletionSummary>, Option<CompletionRecord>) {
+    let src = ctx.path("agent/logs/completion.json");
+    match std::fs::symlink_metadata(&src) {
+        Ok(meta) if meta.is_file() => {}
+        _ => return (None, None),
+    }
+    let bytes = read_capped(&src, OUTCOME_LIMIT);
+    let _ = std::fs::write(ctx.path("agent/completion.json"), &bytes);
+    match CompletionRecord::parse(&bytes) {
+        Ok(record) => (
+            Some(CompletionSummary {
+                status: CompletionStatus::Present,
+                error: None,
+                record: serde_json::from_slice(&bytes).ok(),
+            }),
+            Some(record),
+        ),
+        Err(error) => (
+            Some(CompletionSummary {
+                status: CompletionStatus::Invalid,
+                error: Some(error),
+                record: None,
+            }),
+            None,
+        ),
+    }
+}
+
+/// Save the control root to `agent/control/` and empty it, so that a live verifier finds
+/// nothing there.
+fn save_control_root<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    env: &EnvReady,
+) -> Result<Option<ControlRootInfo>, Infra> {
+    let (Some(dir), Some(control)) = (&env.control_dir, &env.agent.control) else {
+        return Ok(None);
+    };
+    let report = control::save(dir, &ctx.path("agent/control")).map_err(infra(Phase::Collect))?;
+    control::empty(dir).map_err(infra(Phase::Collect))?;
+    Ok(Some(ControlRootInfo {
+        container_path: control.container_path.clone(),
+        template: control.template.as_ref().map(|t| t.display().to_string()),
+        saved_to: "agent/control".to_string(),
+        files: report.files,
+        bytes: report.bytes,
+        skipped: report.skipped,
+    }))
+}
+
+/// The agent's outcome file: `Ok(None)` if absent, `Err` if present but unreadable.
+async fn read_outcome<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    id: &ContainerId,
+    path: &str,
+) -> Result<Result<Option<Vec<u8>>, String>, Infra> {
+    let dest = ctx.path("agent/outcome.json");
+    let local = match path.strip_prefix("/logs/agent/") {
+        Some(rel) if !rel.contains("..") => {
+            let src = ctx.path("agent/logs").join(rel);
+            return Ok(match std::fs::symlink_metadata(&src) {
+                Ok(meta) if meta.is_file() => {
+                    if meta.len() > OUTCOME_LIMIT {
+                        Err(format!("outcome record larger than {OUTCOME_LIMIT} bytes"))
+                    } else {
+                        let _ = std::fs::copy(&src, &dest);
+                        Ok(Some(read_capped(&src, OUTCOME_LIMIT)))
+                    }
+                }
+                _ => Ok(None),
+            });
+        }
+        _ => ctx
+            .fetch(id, path, &dest, OUTCOME_LIMIT)
+            .await
+            .map_err(infra(Phase::Collect))?,
+    };
+    Ok(match local {
+        FetchResult::Missing => Ok(None),
+        FetchResult::Failed(why) => Err(format!("outcome record not readable: {why}")),
+        FetchResult::Ok(report) if report.files.iter().any(|f| f.relative.is_empty()) => {
+            Ok(Some(read_capped(&dest, OUTCOME_LIMIT)))
+        }
+        FetchResult::Ok(_) => Err("outcome record is not a regular file".to_string()),
+    })
+}

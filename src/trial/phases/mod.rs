@@ -1,0 +1,147 @@
+//! The phases of one trial, each an async function over a [`Ctx`] that takes what it needs
+//! as values and returns a typed outcome:
+//! [`environment::run`] → [`EnvReady`], [`agent::run`] → [`AgentDone`],
+//! [`collect::run`] → [`Collected`]; validation and verification are the verifier's
+//! (`crate::verifier`). No phase reads another phase's files by convention.
+
+pub(crate) mod agent;
+pub(crate) mod collect;
+pub(crate) mod environment;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::sandbox::{
+    ContainerId, ContainerLimits, ExecSpec, FetchResult, Network, Sandbox, SandboxError, Scope,
+};
+use crate::task::NetworkMode;
+
+use super::plan::{Phase, TrialPlan};
+
+pub(crate) use agent::AgentDone;
+pub(crate) use environment::EnvReady;
+
+/// What every phase works with.
+pub(crate) struct Ctx<'a, S> {
+    pub sb: &'a S,
+    pub plan: &'a TrialPlan,
+    pub scope: &'a Scope,
+}
+
+/// A failure of the harness or engine during `phase` (never the agent's doing).
+#[derive(Debug)]
+pub(crate) struct Infra {
+    pub phase: Phase,
+    pub message: String,
+}
+
+pub(crate) fn infra<E: std::fmt::Display>(phase: Phase) -> impl FnOnce(E) -> Infra {
+    move |e| Infra {
+        phase,
+        message: e.to_string(),
+    }
+}
+
+impl<S: Sandbox> Ctx<'_, S> {
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.plan.dir.join(rel)
+    }
+
+    pub fn limits(&self) -> ContainerLimits {
+        let env = &self.plan.task.environment;
+        ContainerLimits {
+            cpus: env.cpus,
+            memory_mb: env.memory_mb,
+            pids_limit: env.pids_limit,
+        }
+    }
+
+    /// An exec in the task's working directory with the job's log cap and kill grace;
+    /// `logs` are the trial-relative files for stdout and stderr.
+    pub fn exec_spec(
+        &self,
+        argv: Vec<String>,
+        user: Option<String>,
+        timeout: Duration,
+        logs: Option<(&str, &str)>,
+    ) -> ExecSpec {
+        ExecSpec {
+            argv,
+            env: Vec::new(),
+            user,
+            workdir: self.plan.task.environment.workdir.clone(),
+            stdout: logs.map(|(out, _)| self.path(out)),
+            stderr: logs.map(|(_, err)| self.path(err)),
+            cap_bytes: self.plan.settings.log_cap_bytes,
+            timeout: Some(timeout),
+            grace: self.plan.settings.kill_grace,
+        }
+    }
+
+    pub async fn fetch(
+        &self,
+        id: &ContainerId,
+        path: &str,
+        dest: &Path,
+        limit: u64,
+    ) -> Result<FetchResult, SandboxError> {
+        crate::sandbox::fetch(self.sb, id, path, dest, limit, &self.path(".fetch.tar")).await
+    }
+}
+
+pub(crate) fn sandbox_network(mode: NetworkMode) -> Network {
+    match mode {
+        NetworkMode::NoNetwork => Network::None,
+        NetworkMode::Host => Network::Host,
+        NetworkMode::Bridge => Network::Bridge,
+    }
+}
+
+/// `path` without its leading `/`, when it is absolute and made of plain components only.
+pub(crate) fn safe_relative(path: &str) -> Option<PathBuf> {
+    use std::path::Component;
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::new();
+    for component in p.components() {
+        match component {
+            Component::RootDir => {}
+            Component::Normal(part) => out.push(part),
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+pub(crate) fn read_capped(path: &Path, cap: u64) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Ok(file) = std::fs::File::open(path) {
+        let _ = file.take(cap).read_to_end(&mut out);
+    }
+    out
+}
+
+pub(crate) fn code_words(code: Option<i64>) -> String {
+    code.map(|c| c.to_string())
+        .unwrap_or_else(|| "no exit code".to_string())
+}
+
+pub(crate) fn fmt_secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s:.1}")
+    }
+}
+
+pub(crate) fn fmt_mib(bytes: u64) -> String {
+    format!("{} MiB", bytes.div_ceil(1024 * 1024))
+}
+
+pub(crate) fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

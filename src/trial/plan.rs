@@ -1,0 +1,81 @@
+//! What a trial is given before it starts.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Agent;
+use crate::sandbox::ImageSpec;
+use crate::task::Task;
+
+/// Phases of a trial, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Environment,
+    Agent,
+    Collect,
+    /// arbiter's own validation commands (`[completion] validation`), when the task has any.
+    Validate,
+    Verify,
+    Cleanup,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Environment => "environment",
+            Phase::Agent => "agent",
+            Phase::Collect => "collect",
+            Phase::Validate => "validate",
+            Phase::Verify => "verify",
+            Phase::Cleanup => "cleanup",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Knobs that are the same for every trial of a job.
+#[derive(Debug, Clone)]
+pub struct TrialSettings {
+    pub pass_threshold: f64,
+    /// Bytes of stdout / stderr kept per stream.
+    pub log_cap_bytes: u64,
+    /// Time between SIGTERM and SIGKILL when a deadline fires.
+    pub kill_grace: Duration,
+    /// Label value identifying the job's resources (unique per job dir).
+    pub job_label: String,
+    /// Extra labels on every resource (e.g. the owning process, for `gc`).
+    pub labels: BTreeMap<String, String>,
+    pub agent_timeout_multiplier: f64,
+    pub install_timeout_multiplier: f64,
+    pub verifier_timeout_multiplier: f64,
+}
+
+/// Everything one trial needs, decided before it starts.
+#[derive(Debug, Clone)]
+pub struct TrialPlan {
+    pub id: String,
+    pub job: String,
+    pub task: Arc<Task>,
+    pub agent: Arc<Agent>,
+    pub variant: String,
+    /// Variant env overrides (values may hold `${NAME}` references; never recorded resolved).
+    pub overrides: BTreeMap<String, String>,
+    /// Variant arguments appended to a command agent's argv.
+    pub args: Vec<String>,
+    pub attempt: u32,
+    pub image: ImageSpec,
+    /// The trial's directory (created by the caller, empty).
+    pub dir: PathBuf,
+    pub settings: Arc<TrialSettings>,
+}

@@ -1,0 +1,209 @@
+//! Running the task's verifier: in a fresh container of the agent's frozen filesystem
+//! (`snapshot`), or inside the still-running agent container (`live`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::agent::{EnvError, resolve_env, shell_script};
+use crate::sandbox::{
+    Base, ContainerId, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, FetchResult, FrozenId,
+    Network, Role, Sandbox, SandboxError, Scope, dir_to_tar, fetch,
+};
+use crate::task::Task;
+
+use super::outcome::{VerifierOutcome, judge};
+use super::reward::parse_reward;
+
+const VERIFIER_LOGS_LIMIT: u64 = 16 * 1024 * 1024;
+const REWARD_LIMIT: u64 = 1024 * 1024;
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where the verifier runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A fresh container of the agent's frozen filesystem.
+    Frozen(FrozenId),
+    /// The agent's container, still running.
+    Live(ContainerId),
+}
+
+/// What the verifier phase needs from its trial.
+pub(crate) struct VerifyInput<'a> {
+    pub task: &'a Task,
+    /// The trial's directory (verifier logs and rewards go under `verifier/`).
+    pub dir: &'a Path,
+    pub limits: ContainerLimits,
+    pub network: Network,
+    pub pass_threshold: f64,
+    pub timeout_multiplier: f64,
+    pub log_cap_bytes: u64,
+    pub grace: Duration,
+}
+
+/// A failure of the harness or engine while verifying (never the agent's doing).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum VerifyError {
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl VerifyInput<'_> {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    pub(crate) fn exec(
+        &self,
+        argv: Vec<String>,
+        user: Option<String>,
+        timeout: Duration,
+        logs: Option<(&str, &str)>,
+    ) -> ExecSpec {
+        ExecSpec {
+            argv,
+            env: Vec::new(),
+            user,
+            workdir: self.task.environment.workdir.clone(),
+            stdout: logs.map(|(out, _)| self.path(out)),
+            stderr: logs.map(|(_, err)| self.path(err)),
+            cap_bytes: self.log_cap_bytes,
+            timeout: Some(timeout),
+            grace: self.grace,
+        }
+    }
+
+    /// A container of `frozen` for `role`, with the task's limits and no mounts.
+    pub(crate) fn container(
+        &self,
+        scope: &Scope,
+        frozen: &FrozenId,
+        role: Role,
+        network: Network,
+    ) -> ContainerSpec {
+        ContainerSpec {
+            base: Base::Frozen(frozen.clone()),
+            owner: scope.owner(role),
+            env: Vec::new(),
+            limits: self.limits,
+            network,
+            workdir: self.task.environment.workdir.clone(),
+            mounts: Vec::new(),
+        }
+    }
+}
+
+/// Run the task's verifier on `target` and judge its reward.
+pub(crate) async fn verify<S: Sandbox>(
+    sb: &S,
+    scope: &Scope,
+    input: &VerifyInput<'_>,
+    target: &Target,
+) -> Result<VerifierOutcome, VerifyError> {
+    let task = input.task;
+    let mode = task.verifier.mode;
+    let id = match target {
+        Target::Frozen(frozen) => {
+            let spec = input.container(scope, frozen, Role::Verifier, input.network);
+            scope.launch(sb, &spec).await?
+        }
+        Target::Live(id) => id.clone(),
+    };
+    let prep = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier && chmod 0777 /logs/verifier".to_string(),
+    ];
+    let prepared = sb
+        .exec(
+            &id,
+            &input.exec(prep, Some("0".to_string()), PREPARE_TIMEOUT, None),
+        )
+        .await?;
+    if prepared.end != ExecEnd::Exited(0) {
+        return Ok(VerifierOutcome::error(
+            mode,
+            prepared.end.exit_code(),
+            "could not prepare /tests and /logs/verifier in the agent's final filesystem"
+                .to_string(),
+        ));
+    }
+    let tests = dir_to_tar(&task.tests_dir, "tests").map_err(|source| VerifyError::Io {
+        path: task.tests_dir.clone(),
+        source,
+    })?;
+    sb.upload(&id, "/", tests).await?;
+    let timeout =
+        Duration::from_secs_f64(task.verifier.timeout_sec).mul_f64(input.timeout_multiplier);
+    let mut spec = input.exec(
+        shell_script("/tests/test.sh"),
+        None,
+        timeout,
+        Some(("verifier/stdout.log", "verifier/stderr.log")),
+    );
+    spec.env = resolve_env(&task.verifier.env)?;
+    let out = sb.exec(&id, &spec).await?;
+    if out.end == ExecEnd::TimedOut {
+        return Ok(VerifierOutcome::error(
+            mode,
+            None,
+            format!("verifier timed out after {}s", fmt_secs(timeout)),
+        ));
+    }
+    let logs = input.path("verifier/logs");
+    let scratch = input.path(".fetch.tar");
+    if let FetchResult::Failed(why) = fetch(
+        sb,
+        &id,
+        "/logs/verifier",
+        &logs,
+        VERIFIER_LOGS_LIMIT,
+        &scratch,
+    )
+    .await?
+    {
+        tracing::warn!(task = task.name, "verifier logs not collected: {why}");
+    }
+    let read = |name: &str| -> Option<Vec<u8>> {
+        let path = logs.join(name);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        meta.is_file().then(|| read_capped(&path, REWARD_LIMIT))
+    };
+    let (json, txt) = (read("reward.json"), read("reward.txt"));
+    for (name, bytes) in [("reward.json", &json), ("reward.txt", &txt)] {
+        if let Some(bytes) = bytes {
+            let _ = std::fs::write(input.path("verifier").join(name), bytes);
+        }
+    }
+    Ok(judge(
+        mode,
+        parse_reward(json.as_deref(), txt.as_deref()),
+        out.end.exit_code(),
+        input.pass_threshold,
+    ))
+}
+
+pub(crate) fn read_capped(path: &Path, cap: u64) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Ok(file) = std::fs::File::open(path) {
+        let _ = file.take(cap).read_to_end(&mut out);
+    }
+    out
+}
+
+fn fmt_secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s:.1}")
+    }
+}
