@@ -10,6 +10,8 @@ pub mod outcome;
 pub mod report;
 pub mod sandbox;
 pub mod task;
+#[cfg(test)]
+mod testing;
 pub mod timefmt;
 pub mod trial;
 pub mod verifier;

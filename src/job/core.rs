@@ -211,3 +211,228 @@ impl JobState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{job_spec, task_dir};
+    use crate::trial::{TerminationKind, VerifierStatus, initial_record};
+
+    struct Job {
+        _dir: tempfile::TempDir,
+        plans: Vec<TrialPlan>,
+    }
+
+    fn job(tasks: usize) -> Job {
+        let dir = tempfile::tempdir().expect("tmp");
+        let dirs: Vec<_> = (0..tasks)
+            .map(|i| task_dir(dir.path(), &format!("t{i}"), ""))
+            .collect();
+        let spec = job_spec(dir.path(), &dirs, &["oracle"], 1);
+        let plans = spec.trials(Default::default());
+        Job { _dir: dir, plans }
+    }
+
+    fn policy(max: u32) -> RetryPolicy {
+        RetryPolicy {
+            max,
+            backoff_sec: 2.0,
+            max_backoff_sec: 30.0,
+            on_claimed_infrastructure_failure: false,
+        }
+    }
+
+    fn passed(plan: &TrialPlan) -> TrialRun {
+        let mut rec = initial_record(plan);
+        rec.termination.kind = TerminationKind::Exited;
+        rec.verifier.status = VerifierStatus::Passed;
+        TrialRun::Finished(Box::new(rec))
+    }
+
+    fn infra(plan: &TrialPlan, message: &str) -> TrialRun {
+        let mut rec = initial_record(plan);
+        rec.infra_error = Some(InfraError {
+            phase: Phase::Environment,
+            message: message.to_string(),
+        });
+        TrialRun::Finished(Box::new(rec))
+    }
+
+    fn spawned(actions: &[Action]) -> Vec<Queued> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Spawn(q) => Some((**q).clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn recorded(actions: &[Action]) -> Vec<TrialRecord> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Record(r) => Some((**r).clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn done(q: Queued, run: TrialRun) -> Input {
+        Input::TrialDone(Box::new(q), run)
+    }
+
+    #[test]
+    fn starts_at_most_concurrency_trials_and_one_per_finished() {
+        let job = job(5);
+        let now = Instant::now();
+        let mut state = JobState::new(job.plans.clone(), 2, policy(0));
+        let first = spawned(&state.handle(Input::Tick, now));
+        assert_eq!(first.len(), 2);
+        assert_eq!(first[0].plan.id, job.plans[0].id);
+        let run = passed(&first[0].plan);
+        let next = state.handle(done(first[0].clone(), run), now);
+        assert_eq!(recorded(&next).len(), 1);
+        assert_eq!(spawned(&next).len(), 1);
+        assert_eq!(spawned(&next)[0].plan.id, job.plans[2].id);
+        assert!(!state.is_done());
+    }
+
+    #[test]
+    fn infra_failures_are_retried_with_backoff_without_holding_a_slot() {
+        let job = job(2);
+        let t0 = Instant::now();
+        let mut state = JobState::new(job.plans.clone(), 1, policy(2));
+        let a = spawned(&state.handle(Input::Tick, t0)).remove(0);
+
+        // First failure: a retry after 2 s; the slot goes to the next trial meanwhile.
+        let out = state.handle(done(a.clone(), infra(&a.plan, "engine gone")), t0);
+        assert!(recorded(&out).is_empty());
+        assert!(out.iter().any(|x| matches!(x, Action::Emit(JobEvent::TrialRetrying { retry: 1, wait, .. }) if *wait == Duration::from_secs(2))));
+        let b = spawned(&out);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].plan.id, job.plans[1].id);
+        assert_eq!(state.next_wake(), Some(t0 + Duration::from_secs(2)));
+
+        // Due while the slot is busy: it waits for the slot, then goes first.
+        assert!(spawned(&state.handle(Input::Tick, t0 + Duration::from_secs(3))).is_empty());
+        let out = state.handle(
+            done(b[0].clone(), passed(&b[0].plan)),
+            t0 + Duration::from_secs(3),
+        );
+        let retried = spawned(&out);
+        assert_eq!(retried.len(), 1);
+        assert_eq!(retried[0].plan.id, a.plan.id);
+        assert_eq!(retried[0].failures.len(), 1);
+
+        // Second failure: backoff doubles.
+        let t1 = t0 + Duration::from_secs(4);
+        let out = state.handle(done(retried[0].clone(), infra(&a.plan, "again")), t1);
+        assert!(out.iter().any(|x| matches!(x, Action::Emit(JobEvent::TrialRetrying { retry: 2, wait, .. }) if *wait == Duration::from_secs(4))));
+        assert!(spawned(&state.handle(Input::Tick, t1 + Duration::from_secs(3))).is_empty());
+        let third = spawned(&state.handle(Input::Tick, t1 + Duration::from_secs(4))).remove(0);
+
+        // Third failure: out of retries, recorded with both earlier errors.
+        let out = state.handle(
+            done(third.clone(), infra(&a.plan, "still")),
+            t1 + Duration::from_secs(5),
+        );
+        let rec = recorded(&out).remove(0);
+        assert_eq!(rec.retries, 2);
+        let messages: Vec<&str> = rec
+            .previous_errors
+            .iter()
+            .map(|e| e.message.as_str())
+            .collect();
+        assert_eq!(messages, ["engine gone", "again"]);
+        assert!(rec.is_infra());
+        assert!(state.is_done());
+    }
+
+    #[test]
+    fn agent_results_are_never_retried_and_claimed_infra_only_when_asked() {
+        let job = job(1);
+        let now = Instant::now();
+        let mut claimed = initial_record(&job.plans[0]);
+        claimed.termination.kind = TerminationKind::Exited;
+        claimed.verifier.status = VerifierStatus::Failed;
+        claimed.claim.semantic_status = Some("infrastructure_failed".to_string());
+        for (on_claimed, retried) in [(false, false), (true, true)] {
+            let mut p = policy(3);
+            p.on_claimed_infrastructure_failure = on_claimed;
+            let mut state = JobState::new(job.plans.clone(), 1, p);
+            let q = spawned(&state.handle(Input::Tick, now)).remove(0);
+            let out = state.handle(done(q, TrialRun::Finished(Box::new(claimed.clone()))), now);
+            assert_eq!(
+                recorded(&out).is_empty(),
+                retried,
+                "on_claimed={on_claimed}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_interrupt_starts_nothing_more_and_a_second_reaps_at_once() {
+        let job = job(3);
+        let now = Instant::now();
+        let mut state = JobState::new(job.plans.clone(), 1, policy(2));
+        let a = spawned(&state.handle(Input::Tick, now)).remove(0);
+        let out = state.handle(Input::Cancel(CancelReason::Interrupt), now);
+        assert!(
+            out.iter()
+                .any(|x| matches!(x, Action::Emit(JobEvent::Interrupted)))
+        );
+        assert!(out.iter().any(|x| matches!(x, Action::CancelTrials)));
+        assert!(!out.iter().any(|x| matches!(x, Action::Reap)));
+        // A repeated interrupt of the same strength changes nothing.
+        assert!(
+            state
+                .handle(Input::Cancel(CancelReason::Interrupt), now)
+                .is_empty()
+        );
+        assert!(!state.is_done(), "a trial is still cleaning up");
+        // An infra failure seen while stopping is recorded, not retried; nothing new starts.
+        let out = state.handle(done(a.clone(), infra(&a.plan, "x")), now);
+        assert_eq!(recorded(&out).len(), 1);
+        assert!(spawned(&out).is_empty());
+        assert!(state.is_done());
+        assert_eq!(state.next_wake(), None);
+
+        let mut state = JobState::new(job.plans.clone(), 2, policy(2));
+        state.handle(Input::Tick, now);
+        state.handle(Input::Cancel(CancelReason::Interrupt), now);
+        let out = state.handle(Input::Cancel(CancelReason::HardInterrupt), now);
+        assert!(out.iter().any(|x| matches!(x, Action::Reap)));
+        assert!(
+            !out.iter()
+                .any(|x| matches!(x, Action::Emit(JobEvent::Interrupted)))
+        );
+        assert!(
+            state.is_done(),
+            "a second interrupt does not wait for running trials"
+        );
+        // A weaker reason after a stronger one is ignored.
+        assert!(
+            state
+                .handle(Input::Cancel(CancelReason::Interrupt), now)
+                .is_empty()
+        );
+        assert_eq!(state.cancelled(), Some(CancelReason::HardInterrupt));
+    }
+
+    #[test]
+    fn a_cancelled_trial_is_not_recorded() {
+        let job = job(1);
+        let now = Instant::now();
+        let mut state = JobState::new(job.plans.clone(), 1, policy(2));
+        let a = spawned(&state.handle(Input::Tick, now)).remove(0);
+        state.handle(Input::Cancel(CancelReason::Interrupt), now);
+        let out = state.handle(done(a, TrialRun::Cancelled), now);
+        assert!(recorded(&out).is_empty());
+        assert!(
+            out.iter()
+                .any(|x| matches!(x, Action::Emit(JobEvent::TrialCancelled { .. })))
+        );
+        assert!(state.is_done());
+    }
+}

@@ -19,6 +19,8 @@ mod plan;
 mod runner;
 mod store;
 mod summary;
+#[cfg(test)]
+mod tests;
 
 pub use config::{
     ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant, resolve,

@@ -156,10 +156,10 @@ impl FakeSandbox {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// An exec whose argv (joined by spaces) contains `pattern` does `exec`. The first
-    /// matching script wins; an exec matching none exits 0 at once.
+    /// An exec whose argv (joined by spaces) contains `pattern` does `exec`. The script set
+    /// last wins; an exec matching none exits 0 at once.
     pub fn on_exec(&self, pattern: &str, exec: FakeExec) {
-        self.lock().execs.push((pattern.to_string(), exec));
+        self.lock().execs.insert(0, (pattern.to_string(), exec));
     }
 
     /// The `nth` call (1-based) of `op` fails with an engine error.
@@ -238,7 +238,7 @@ impl FakeSandbox {
             };
             if state.vanish.iter().any(|&(o, k)| o == op && k == n) {
                 for container in state.containers.values() {
-                    let _ = container.running.send(false);
+                    container.running.send_replace(false);
                 }
                 state.containers.clear();
             }
@@ -387,7 +387,7 @@ impl Sandbox for FakeSandbox {
             .containers
             .get(id.as_str())
             .ok_or_else(|| missing(Op::Start, id))?;
-        let _ = container.running.send(true);
+        container.running.send_replace(true);
         Ok(())
     }
 
@@ -512,7 +512,7 @@ impl Sandbox for FakeSandbox {
             .containers
             .get(id.as_str())
             .ok_or_else(|| missing(Op::Stop, id))?;
-        let _ = container.running.send(false);
+        container.running.send_replace(false);
         Ok(Stopped {
             oom_killed: container.oom,
         })
@@ -584,7 +584,7 @@ impl Sandbox for FakeSandbox {
         match resource {
             Resource::Container(id) => {
                 if let Some(c) = state.containers.remove(id.as_str()) {
-                    let _ = c.running.send(false);
+                    c.running.send_replace(false);
                 }
             }
             Resource::Frozen(id) => {

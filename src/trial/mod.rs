@@ -28,6 +28,8 @@ pub use record::{
     ArtifactEntry, ArtifactStatus, ControlRootInfo, InfraError, Limits, OutputStats, PhaseTime,
     TRIAL_SCHEMA, Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
 };
+#[cfg(test)]
+pub(crate) use run::initial_record;
 pub use run::{DEFAULT_STORAGE_LIMIT_MB, TrialRun, run};
 
 /// `s` reduced to `[A-Za-z0-9._-]` (anything else becomes `-`): safe in file names and ids.

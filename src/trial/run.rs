@@ -210,7 +210,7 @@ fn time(rec: &mut TrialRecord, phase: Phase, started: Instant) {
     );
 }
 
-fn initial_record(plan: &TrialPlan) -> TrialRecord {
+pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
     let task = &plan.task;
     let env = &task.environment;
     TrialRecord {

@@ -1,1 +1,347 @@
+//! The trial's phases on the in-memory backend, under paused time: phase order, a failure
+//! injected into every backend call, cancellation at every phase, timeout, OOM, storage.
 
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::sandbox::{FakeExec, FakeSandbox, Op};
+use crate::testing::{job_spec, task_dir};
+
+use super::*;
+
+const REWARD_1: &[u8] = b"1\n";
+
+/// A trial of the oracle on a one-task job, with its dir created.
+fn plan_in(root: &std::path::Path, extra_toml: &str) -> TrialPlan {
+    let task = task_dir(root, "hello", extra_toml);
+    let spec = job_spec(root, &[task], &["oracle"], 1);
+    let plan = spec.trials(Default::default()).remove(0);
+    std::fs::create_dir_all(&plan.dir).expect("trial dir");
+    plan
+}
+
+/// A backend on which the oracle solves the task and the verifier rewards it.
+fn solving() -> FakeSandbox {
+    let fake = FakeSandbox::new();
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec::exits(0).writes("/app/out.txt", b"hi\n"),
+    );
+    fake.on_exec(
+        "/tests/test.sh",
+        FakeExec::exits(0).writes("/logs/verifier/reward.txt", REWARD_1),
+    );
+    fake
+}
+
+struct Run {
+    run: TrialRun,
+    /// The phases announced, each with the number of backend calls made before it.
+    phases: Vec<(Phase, usize)>,
+}
+
+async fn run_on(fake: &Arc<FakeSandbox>, plan: &TrialPlan, cancel_at: Option<Phase>) -> Run {
+    let (tx, rx) = watch::channel(false);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let on_phase = {
+        let seen = seen.clone();
+        let fake = fake.clone();
+        move |phase: Phase| {
+            seen.lock()
+                .expect("phases")
+                .push((phase, fake.calls().len()));
+            if Some(phase) == cancel_at {
+                let _ = tx.send(true);
+            }
+        }
+    };
+    let run = run(fake.clone(), plan, rx, &on_phase).await;
+    let phases = seen.lock().expect("phases").clone();
+    Run { run, phases }
+}
+
+fn record(run: TrialRun) -> TrialRecord {
+    match run {
+        TrialRun::Finished(record) => *record,
+        TrialRun::Cancelled => panic!("the trial was cancelled"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn phases_run_in_order_and_leave_nothing() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "");
+    let fake = Arc::new(solving());
+    let out = run_on(&fake, &plan, None).await;
+    let order: Vec<Phase> = out.phases.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        order,
+        [
+            Phase::Environment,
+            Phase::Agent,
+            Phase::Collect,
+            Phase::Verify,
+            Phase::Cleanup
+        ]
+    );
+    let rec = record(out.run);
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
+    assert_eq!(rec.termination.kind, TerminationKind::Exited);
+    assert!(rec.infra_error.is_none());
+    for phase in [
+        Phase::Environment,
+        Phase::Agent,
+        Phase::Collect,
+        Phase::Verify,
+    ] {
+        assert!(rec.phases.contains_key(&phase), "{phase} timed");
+    }
+    // The verifier ran in a fresh container of the frozen filesystem, after the agent's was
+    // stopped and removed.
+    let ops: Vec<Op> = fake.calls().iter().map(|(op, _)| *op).collect();
+    let at = |op: Op| ops.iter().position(|o| *o == op).expect("called");
+    assert!(at(Op::Stop) < at(Op::Freeze));
+    let verifier_create = ops.iter().rposition(|o| *o == Op::Create).expect("create");
+    assert!(at(Op::Freeze) < verifier_create);
+    assert!(fake.live().is_empty(), "left: {:?}", fake.live());
+    assert!(!plan.dir.join(".control").exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_of_any_backend_call_is_a_typed_infra_error_and_leaves_nothing() {
+    let root = tempfile::tempdir().expect("tmp");
+    let clean_plan = plan_in(root.path(), "");
+    let clean = Arc::new(solving());
+    let baseline = run_on(&clean, &clean_plan, None).await;
+    let calls = clean.calls();
+    let phase_of = |index: usize| {
+        baseline
+            .phases
+            .iter()
+            .rev()
+            .find(|(_, at)| *at <= index)
+            .map(|(p, _)| *p)
+            .expect("a phase")
+    };
+    let mut tried = 0;
+    for (index, (op, detail)) in calls.iter().enumerate() {
+        let nth = calls[..=index].iter().filter(|(o, _)| o == op).count();
+        let fake = Arc::new(solving());
+        fake.fail(*op, nth);
+        let dir = tempfile::tempdir().expect("tmp");
+        let plan = plan_in(dir.path(), "");
+        let rec = record(run_on(&fake, &plan, None).await.run);
+        let phase = phase_of(index);
+        let what = format!("{op:?} #{nth} ({detail}) in {phase}");
+        match (phase, op) {
+            // The watchdog's measurements are best effort.
+            (_, Op::DiskUsage) => {
+                assert!(rec.infra_error.is_none(), "{what}: {rec:#?}");
+                assert!(fake.live().is_empty(), "{what}: left {:?}", fake.live());
+            }
+            // A failed removal during cleanup is logged; the result stands.
+            (Phase::Cleanup, _) => {
+                assert!(rec.infra_error.is_none(), "{what}: {rec:#?}");
+                assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{what}");
+                assert!(fake.live().len() <= 1, "{what}: left {:?}", fake.live());
+            }
+            _ => {
+                let infra = rec
+                    .infra_error
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("{what}: no infra error"));
+                assert_eq!(infra.phase, phase, "{what}: {rec:#?}");
+                assert!(rec.is_infra());
+                assert!(rec.audit.is_none(), "{what}: an infra error is not scored");
+                assert!(fake.live().is_empty(), "{what}: left {:?}", fake.live());
+                if matches!(phase, Phase::Environment | Phase::Agent) {
+                    assert_eq!(rec.termination.kind, TerminationKind::InfraError, "{what}");
+                }
+            }
+        }
+        tried += 1;
+    }
+    assert!(tried >= 15, "only {tried} calls in a trial?");
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_at_any_phase_records_nothing_and_removes_everything() {
+    for phase in [
+        Phase::Environment,
+        Phase::Agent,
+        Phase::Collect,
+        Phase::Verify,
+    ] {
+        let root = tempfile::tempdir().expect("tmp");
+        let plan = plan_in(root.path(), "");
+        let fake = Arc::new(solving());
+        let out = run_on(&fake, &plan, Some(phase)).await;
+        assert!(
+            matches!(out.run, TrialRun::Cancelled),
+            "cancelled at {phase}: {:?}",
+            out.run
+        );
+        assert!(
+            fake.live().is_empty(),
+            "cancelled at {phase}: left {:?}",
+            fake.live()
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_during_a_long_agent_run_stops_it_at_once() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "[agent]\ntimeout_sec = 3600\n");
+    let fake = Arc::new(solving());
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec::exits(0).takes(Duration::from_secs(3000)),
+    );
+    let (tx, rx) = watch::channel(false);
+    let started = tokio::time::Instant::now();
+    let trial = tokio::spawn({
+        let fake = fake.clone();
+        let plan = plan.clone();
+        async move { run(fake, &plan, rx, &|_| {}).await }
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let _ = tx.send(true);
+    let out = trial.await.expect("trial task");
+    assert!(matches!(out, TrialRun::Cancelled));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(fake.live().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_past_its_deadline_is_a_timeout_and_still_verified() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "[agent]\ntimeout_sec = 10\n");
+    let fake = Arc::new(solving());
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec {
+            ignores_term: true,
+            ..FakeExec::exits(0).takes(Duration::from_secs(3600))
+        },
+    );
+    let started = tokio::time::Instant::now();
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(rec.termination.kind, TerminationKind::Timeout, "{rec:#?}");
+    let detail = rec.termination.detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with("agent phase exceeded 10s; SIGTERM, then SIGKILL after"),
+        "{detail}"
+    );
+    // The deadline and the grace period, not the agent's hour.
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed);
+    assert!(fake.live().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oom_killed_agent_is_oom() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "memory_mb = 64\n");
+    let fake = Arc::new(solving());
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec {
+            oom: true,
+            ..FakeExec::exits(0)
+        },
+    );
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(rec.termination.kind, TerminationKind::Oom, "{rec:#?}");
+    assert_eq!(
+        rec.termination.detail.as_deref(),
+        Some("killed by the kernel OOM killer (memory limit 64 MiB)")
+    );
+    // OOM is the agent's result: still verified, never retried as infra.
+    assert!(rec.infra_error.is_none());
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_agent_over_its_storage_limit_is_stopped_and_never_frozen() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "storage_mb = 10\n");
+    let fake = Arc::new(solving());
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec {
+            disk_bytes: Some(50 * 1024 * 1024),
+            ..FakeExec::exits(0).takes(Duration::from_secs(600))
+        },
+    );
+    let started = tokio::time::Instant::now();
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the watchdog stops it within a poll"
+    );
+    assert_eq!(rec.termination.kind, TerminationKind::Killed, "{rec:#?}");
+    assert_eq!(rec.verifier.status, VerifierStatus::Error);
+    assert_eq!(
+        rec.verifier.detail.as_deref(),
+        Some(
+            "not run: the agent wrote 50 MiB to its container's filesystem, over the storage limit of 10 MiB, so its filesystem was not snapshotted"
+        )
+    );
+    assert_eq!(fake.count(Op::Freeze), 0);
+    assert!(rec.limits.storage_enforced);
+    assert!(fake.live().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_that_vanishes_is_an_infra_error() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "");
+    let fake = Arc::new(solving());
+    fake.vanish_at(Op::Download, 1);
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    let infra = rec.infra_error.expect("infra");
+    assert_eq!(infra.phase, Phase::Collect);
+    assert!(
+        infra.message.contains("no such container"),
+        "{}",
+        infra.message
+    );
+    assert!(fake.live().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_verifier_that_writes_no_reward_is_an_error_and_a_failed_one_fails() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "");
+    let fake = Arc::new(FakeSandbox::new());
+    fake.on_exec("/tests/test.sh", FakeExec::exits(3));
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(rec.verifier.status, VerifierStatus::Error);
+    assert_eq!(rec.verifier.reward, None);
+    assert_eq!(rec.verifier.exit_code, Some(3));
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let failing = plan_in(dir.path(), "");
+    let fake = Arc::new(FakeSandbox::new());
+    fake.on_exec(
+        "/tests/test.sh",
+        FakeExec::exits(1).writes("/logs/verifier/reward.txt", b"0"),
+    );
+    let rec = record(run_on(&fake, &failing, None).await.run);
+    assert_eq!(rec.verifier.status, VerifierStatus::Failed);
+    assert_eq!(
+        rec.audit.map(|a| a.verdict),
+        Some(crate::outcome::Verdict::HonestFailure)
+    );
+}
