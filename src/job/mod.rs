@@ -16,20 +16,20 @@ mod events;
 mod lock;
 mod owner;
 mod plan;
+mod resolve;
 mod runner;
 mod store;
 mod summary;
 #[cfg(test)]
 mod tests;
 
-pub use config::{
-    ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant, resolve,
-};
+pub use config::{ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant};
 pub use core::CancelReason;
 pub use events::JobEvent;
 pub use lock::Lock;
 pub use owner::{LABEL_OWNER, Owner};
 pub use plan::{JobSpec, trial_id};
+pub use resolve::resolve;
 pub use runner::{JobOutcome, RunError, reap_job, run};
 pub use store::{JobStore, StoreError, write_atomic};
 pub use summary::{ArmSummary, Brief, summarize};

@@ -66,18 +66,8 @@ pub fn image_spec(task: &Task, context_digest: Option<&str>, multiplier: f64) ->
         } => {
             let digest = context_digest.unwrap_or("unknown");
             let hex = digest.trim_start_matches("sha256:");
-            let repo: String = task
-                .name
-                .to_ascii_lowercase()
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                        c
-                    } else {
-                        '-'
-                    }
-                })
-                .collect();
+            // Image repositories are lowercase and take no `_`.
+            let repo = safe_name(&task.name.to_ascii_lowercase()).replace('_', "-");
             let file = dockerfile
                 .strip_prefix(context)
                 .map(|p| p.to_string_lossy().into_owned())

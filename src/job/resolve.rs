@@ -1,0 +1,649 @@
+//! Flags + `job.yaml` → a validated [`JobSpec`]: the config is read, tasks expanded and
+//! loaded, agents and variants resolved, every number checked, and the job's lock compared with
+//! an existing job dir's — all before an engine is contacted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::agent::{Agent, AgentKind, redact_env, resolve_env};
+use crate::task::{ImageSource, Task, VerifierMode};
+
+use super::config::{
+    AgentEntry, ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant, field,
+};
+use super::lock::Lock;
+use super::plan::{JobSpec, image_spec, trial_id};
+
+const BUILTINS: &str = "oracle, nop";
+
+/// Turn flags (and the config file they name) into a job.
+pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
+    let (config, config_name, base) = read_config(args)?;
+    let tasks = load_tasks(args, &config, &config_name, &base)?;
+    let agents = resolve_agents(args, &config, &config_name)?;
+    check_tasks(&tasks, &agents)?;
+    let variants = resolve_variants(args, &config, &config_name, &agents)?;
+    let knobs = Knobs::resolve(args, &config, &config_name)?;
+
+    let dir = match (&args.job_dir, &config.job_dir) {
+        (Some(d), _) => d.clone(),
+        (None, Some(d)) => base.join(d),
+        (None, None) => PathBuf::from("jobs").join(crate::timefmt::now_compact()),
+    };
+    let name = config
+        .name
+        .clone()
+        .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "job".to_string());
+    let arms = arms(&tasks, &agents, &variants, &config_name)?;
+    let mut images = Vec::new();
+    for task in &tasks {
+        let digest = match &task.environment.source {
+            ImageSource::Build { context, .. } => Some(crate::task::dir_checksum(context)?),
+            ImageSource::Image(_) => None,
+        };
+        images.push(image_spec(task, digest.as_deref(), knobs.timeouts.build));
+    }
+
+    let saved = saved_config(&name, &tasks, &agents, &variants, &knobs);
+    let config_yaml =
+        serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
+    let lock = Lock::new(
+        &tasks,
+        &images,
+        &saved,
+        knobs.attempts,
+        knobs.pass_threshold,
+        knobs.timeouts,
+    );
+    check_resumable(&dir, &lock)?;
+
+    Ok(JobSpec {
+        name,
+        dir,
+        tasks: tasks.into_iter().map(Arc::new).collect(),
+        images,
+        agents: agents.into_iter().map(Arc::new).collect(),
+        variants: variants.into_iter().map(Arc::new).collect(),
+        arms,
+        attempts: knobs.attempts,
+        concurrency: knobs.concurrency,
+        pass_threshold: knobs.pass_threshold,
+        log_cap_bytes: knobs.log_cap_mb * 1024 * 1024,
+        kill_grace: Duration::from_secs(3),
+        timeouts: knobs.timeouts,
+        retry: knobs.retry,
+        config_yaml,
+        lock,
+    })
+}
+
+/// The config file named by `-c` (or an empty one), how errors name it, and the directory
+/// its relative paths start from.
+fn read_config(args: &RunArgs) -> Result<(JobConfig, String, PathBuf), ConfigError> {
+    Ok(match &args.config {
+        Some(path) => {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| field(&shown, "file", format!("cannot read: {e}")))?;
+            let config: JobConfig =
+                serde_yaml::from_str(&text).map_err(|e| yaml_error(&shown, &e))?;
+            let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            (config, shown, base)
+        }
+        None => (
+            JobConfig::default(),
+            "arguments".to_string(),
+            PathBuf::new(),
+        ),
+    })
+}
+
+/// The tasks named on the command line, else in the config (relative to it).
+fn load_tasks(
+    args: &RunArgs,
+    config: &JobConfig,
+    config_name: &str,
+    base: &Path,
+) -> Result<Vec<Task>, ConfigError> {
+    let (patterns, pattern_source, pattern_base) = if args.tasks.is_empty() {
+        (
+            config.tasks.clone(),
+            config_name.to_string(),
+            base.to_path_buf(),
+        )
+    } else {
+        (args.tasks.clone(), "arguments".to_string(), PathBuf::new())
+    };
+    if patterns.is_empty() {
+        return Err(field(
+            config_name,
+            "tasks",
+            "no tasks given (pass task directories, or list them under tasks: in job.yaml)",
+        ));
+    }
+    let dirs = expand_tasks(&patterns, &pattern_source, &pattern_base)?;
+    let tasks = crate::task::load_all(&dirs)?;
+    for task in &tasks {
+        for warning in &task.warnings {
+            tracing::warn!("{warning}");
+        }
+    }
+    Ok(tasks)
+}
+
+/// What no trial of these tasks could run with: an unsupported verifier mode, an oracle
+/// without a solution, a verifier env reference that does not resolve.
+fn check_tasks(tasks: &[Task], agents: &[Agent]) -> Result<(), ConfigError> {
+    for task in tasks {
+        if task.verifier.mode == VerifierMode::Separate {
+            return Err(field(
+                task.dir.join("task.toml").display().to_string(),
+                "verifier.environment_mode",
+                "\"separate\" is not supported yet (use snapshot or live)",
+            ));
+        }
+        for agent in agents {
+            if matches!(agent.kind, AgentKind::Oracle) && task.solution_dir.is_none() {
+                return Err(field(
+                    task.dir.join("solution").display().to_string(),
+                    "solve.sh",
+                    "missing: the oracle agent needs a reference solution",
+                ));
+            }
+        }
+        resolve_env(&task.verifier.env).map_err(|e| {
+            field(
+                task.dir.join("task.toml").display().to_string(),
+                format!("verifier.env.{}", e.key()),
+                e.reason(),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The job's numbers, flags over config over defaults, each checked.
+struct Knobs {
+    attempts: u32,
+    concurrency: usize,
+    pass_threshold: f64,
+    log_cap_mb: u64,
+    timeouts: TimeoutMultipliers,
+    retry: RetryPolicy,
+}
+
+impl Knobs {
+    fn resolve(args: &RunArgs, config: &JobConfig, config_name: &str) -> Result<Self, ConfigError> {
+        let attempts = args.attempts.or(config.attempts).unwrap_or(1);
+        if attempts == 0 {
+            return Err(field(
+                flag_or(config_name, args.attempts.is_some(), "-k"),
+                "attempts",
+                "must be at least 1",
+            ));
+        }
+        let concurrency = args.concurrency.or(config.concurrency).unwrap_or(1);
+        if concurrency == 0 {
+            return Err(field(
+                flag_or(config_name, args.concurrency.is_some(), "-n"),
+                "concurrency",
+                "must be at least 1",
+            ));
+        }
+        let pass_threshold = args.pass_threshold.or(config.pass_threshold).unwrap_or(1.0);
+        if !pass_threshold.is_finite() {
+            return Err(field(
+                flag_or(
+                    config_name,
+                    args.pass_threshold.is_some(),
+                    "--pass-threshold",
+                ),
+                "pass_threshold",
+                "must be a finite number",
+            ));
+        }
+        let log_cap_mb = config.log_cap_mb.unwrap_or(10);
+        if log_cap_mb == 0 {
+            return Err(field(config_name, "log_cap_mb", "must be at least 1"));
+        }
+        let timeouts = config.timeouts.unwrap_or_default();
+        for (key, value) in [
+            ("agent", timeouts.agent),
+            ("verifier", timeouts.verifier),
+            ("build", timeouts.build),
+            ("install", timeouts.install),
+        ] {
+            if !(value.is_finite() && value > 0.0 && value <= 1000.0) {
+                return Err(field(
+                    config_name,
+                    format!("timeouts.{key}"),
+                    format!("must be a multiplier above 0 and at most 1000 (got {value})"),
+                ));
+            }
+        }
+        let retry = config.retries.unwrap_or_default();
+        if retry.max > 100 {
+            return Err(field(
+                config_name,
+                "retries.max",
+                format!("must be at most 100 (got {})", retry.max),
+            ));
+        }
+        for (key, value) in [
+            ("backoff_sec", retry.backoff_sec),
+            ("max_backoff_sec", retry.max_backoff_sec),
+        ] {
+            if !(value.is_finite() && (0.0..=3600.0).contains(&value)) {
+                return Err(field(
+                    config_name,
+                    format!("retries.{key}"),
+                    format!("must be between 0 and 3600 seconds (got {value})"),
+                ));
+            }
+        }
+        Ok(Knobs {
+            attempts,
+            concurrency,
+            pass_threshold,
+            log_cap_mb,
+            timeouts,
+            retry,
+        })
+    }
+}
+
+/// The (agent, variant) pairs that run; two that map to the same trial id are refused.
+fn arms(
+    tasks: &[Task],
+    agents: &[Agent],
+    variants: &[Variant],
+    config_name: &str,
+) -> Result<Vec<(usize, usize)>, ConfigError> {
+    let mut arms = Vec::new();
+    for (a, agent) in agents.iter().enumerate() {
+        for (v, variant) in variants.iter().enumerate() {
+            if variant.applies_to(&agent.name) {
+                arms.push((a, v));
+            }
+        }
+    }
+    let mut ids = BTreeSet::new();
+    for task in tasks {
+        for &(a, v) in &arms {
+            let id = trial_id(&task.name, &agents[a].name, &variants[v].name, 1);
+            if !ids.insert(id.clone()) {
+                return Err(field(
+                    config_name,
+                    "tasks",
+                    format!(
+                        "two tasks, agents or variants map to the same trial id {id}; rename one"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(arms)
+}
+
+/// The resolved config as saved in the job dir's `job.yaml` (secrets redacted); loadable again.
+fn saved_config(
+    name: &str,
+    tasks: &[Task],
+    agents: &[Agent],
+    variants: &[Variant],
+    knobs: &Knobs,
+) -> JobConfig {
+    JobConfig {
+        name: Some(name.to_string()),
+        tasks: tasks.iter().map(|t| t.dir.display().to_string()).collect(),
+        agents: agents
+            .iter()
+            .map(|a| AgentEntry::Def(redacted(a)))
+            .collect(),
+        attempts: Some(knobs.attempts),
+        concurrency: Some(knobs.concurrency),
+        pass_threshold: Some(knobs.pass_threshold),
+        job_dir: None,
+        log_cap_mb: Some(knobs.log_cap_mb),
+        variants: variants
+            .iter()
+            .filter(|v| **v != Variant::default_variant())
+            .map(|v| Variant {
+                env: redact_env(&v.env),
+                ..v.clone()
+            })
+            .collect(),
+        timeouts: Some(knobs.timeouts),
+        retries: Some(knobs.retry),
+    }
+}
+
+/// An existing job dir may only be continued by a config that does not change its trials.
+fn check_resumable(dir: &Path, lock: &Lock) -> Result<(), ConfigError> {
+    let path = dir.join("lock.json");
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(());
+    };
+    let shown = dir.join("job.yaml").display().to_string();
+    let old: Lock = serde_json::from_slice(&bytes).map_err(|e| {
+        field(
+            path.display().to_string(),
+            "file",
+            format!("unreadable ({e}); use a new --job-dir"),
+        )
+    })?;
+    match old.changes_to(lock) {
+        None => Ok(()),
+        Some((what, change)) => Err(field(
+            shown,
+            what,
+            format!(
+                "{change} since this job started; its trials would differ (adding attempts, tasks, agents or variants is fine; use a new --job-dir for anything else)"
+            ),
+        )),
+    }
+}
+
+fn resolve_variants(
+    args: &RunArgs,
+    config: &JobConfig,
+    config_name: &str,
+    agents: &[Agent],
+) -> Result<Vec<Variant>, ConfigError> {
+    let mut defined: Vec<Variant> = Vec::new();
+    for (i, variant) in config.variants.iter().enumerate() {
+        if !valid_name(&variant.name) {
+            return Err(field(
+                config_name,
+                format!("variants[{i}].name"),
+                format!(
+                    "{:?} must be non-empty and use only A-Z a-z 0-9 . _ -",
+                    variant.name
+                ),
+            ));
+        }
+        if defined.iter().any(|v| v.name == variant.name) {
+            return Err(field(
+                config_name,
+                format!("variants[{i}].name"),
+                format!("variant {:?} is defined twice", variant.name),
+            ));
+        }
+        check_not_redacted(&variant.env, config_name, &format!("variants[{i}]"))?;
+        resolve_env(&variant.env).map_err(|e| {
+            field(
+                config_name,
+                format!("variants[{i}].env.{}", e.key()),
+                e.reason(),
+            )
+        })?;
+        if let Some(names) = &variant.agents {
+            for (j, name) in names.iter().enumerate() {
+                let Some(agent) = agents.iter().find(|a| &a.name == name) else {
+                    let known: Vec<&str> = agents.iter().map(|a| a.name.as_str()).collect();
+                    return Err(field(
+                        config_name,
+                        format!("variants[{i}].agents[{j}]"),
+                        format!(
+                            "unknown agent {name:?} (agents in this job: {})",
+                            known.join(", ")
+                        ),
+                    ));
+                };
+                check_args(variant, agent, config_name, i)?;
+            }
+        } else {
+            for agent in agents {
+                check_args(variant, agent, config_name, i)?;
+            }
+        }
+        defined.push(variant.clone());
+    }
+    if args.variants.is_empty() {
+        return Ok(if defined.is_empty() {
+            vec![Variant::default_variant()]
+        } else {
+            defined
+        });
+    }
+    let mut chosen: Vec<Variant> = Vec::new();
+    for name in &args.variants {
+        let variant = if name == "default" && defined.is_empty() {
+            Variant::default_variant()
+        } else {
+            let known: Vec<&str> = defined.iter().map(|v| v.name.as_str()).collect();
+            defined
+                .iter()
+                .find(|v| &v.name == name)
+                .cloned()
+                .ok_or_else(|| {
+                    field(
+                        "--variant",
+                        name,
+                        format!(
+                            "unknown variant (defined: {})",
+                            if known.is_empty() {
+                                "none".to_string()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    )
+                })?
+        };
+        if !chosen.iter().any(|v| v.name == variant.name) {
+            chosen.push(variant);
+        }
+    }
+    Ok(chosen)
+}
+
+fn check_args(
+    variant: &Variant,
+    agent: &Agent,
+    config_name: &str,
+    i: usize,
+) -> Result<(), ConfigError> {
+    if !variant.args.is_empty() && !matches!(agent.kind, AgentKind::Command(_)) {
+        return Err(field(
+            config_name,
+            format!("variants[{i}].args"),
+            format!(
+                "agent {:?} is built in and takes no arguments (limit the variant with agents: [...])",
+                agent.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// A saved `job.yaml` holds `***` where a literal secret was; it cannot be run again as is.
+fn check_not_redacted(
+    env: &BTreeMap<String, String>,
+    config_name: &str,
+    at: &str,
+) -> Result<(), ConfigError> {
+    match env.iter().find(|(_, v)| v.as_str() == "***") {
+        Some((key, _)) => Err(field(
+            config_name,
+            format!("{at}.env.{key}"),
+            "the value was redacted when the job was saved; give secrets as ${NAME} references, or run the original config with --job-dir",
+        )),
+        None => Ok(()),
+    }
+}
+
+fn flag_or(config_name: &str, from_flag: bool, flag: &str) -> String {
+    if from_flag {
+        flag.to_string()
+    } else {
+        config_name.to_string()
+    }
+}
+
+fn redacted(agent: &Agent) -> Agent {
+    agent.redacted()
+}
+
+fn resolve_agents(
+    args: &RunArgs,
+    config: &JobConfig,
+    config_name: &str,
+) -> Result<Vec<Agent>, ConfigError> {
+    let mut defined: Vec<Agent> = Vec::new();
+    for (i, entry) in config.agents.iter().enumerate() {
+        let agent = match entry {
+            AgentEntry::Name(name) => Agent::builtin(name).ok_or_else(|| {
+                field(config_name, format!("agents[{i}]"), format!("unknown agent {name:?} (built-in: {BUILTINS}; or define one with name: and kind:)"))
+            })?,
+            AgentEntry::Def(agent) => agent.clone(),
+        };
+        if !valid_name(&agent.name) {
+            return Err(field(
+                config_name,
+                format!("agents[{i}].name"),
+                format!(
+                    "{:?} must be non-empty and use only A-Z a-z 0-9 . _ -",
+                    agent.name
+                ),
+            ));
+        }
+        if let AgentKind::Command(cmd) = &agent.kind {
+            check_not_redacted(&cmd.env, config_name, &format!("agents[{i}]"))?;
+            if cmd.run.is_empty() {
+                return Err(field(
+                    config_name,
+                    format!("agents[{i}].run"),
+                    "must name a command (a non-empty list)",
+                ));
+            }
+            resolve_env(&cmd.env).map_err(|e| {
+                field(
+                    config_name,
+                    format!("agents[{i}].env.{}", e.key()),
+                    e.reason(),
+                )
+            })?;
+            for (m, mount) in cmd.mounts.iter().enumerate() {
+                if !mount.host.exists() {
+                    return Err(field(
+                        config_name,
+                        format!("agents[{i}].mounts[{m}].host"),
+                        format!("{} does not exist", mount.host.display()),
+                    ));
+                }
+            }
+        }
+        agent
+            .validate()
+            .map_err(|e| field(config_name, format!("agents[{i}].{}", e.field), e.message))?;
+        if defined.iter().any(|a| a.name == agent.name) {
+            return Err(field(
+                config_name,
+                format!("agents[{i}].name"),
+                format!("agent {:?} is defined twice", agent.name),
+            ));
+        }
+        defined.push(agent);
+    }
+    if args.agents.is_empty() {
+        if defined.is_empty() {
+            return Err(field(
+                config_name,
+                "agents",
+                format!("no agents given (pass --agent NAME; built-in: {BUILTINS})"),
+            ));
+        }
+        return Ok(defined);
+    }
+    let mut chosen = Vec::new();
+    for name in &args.agents {
+        let agent = defined
+            .iter()
+            .find(|a| &a.name == name)
+            .cloned()
+            .or_else(|| Agent::builtin(name))
+            .ok_or_else(|| field("--agent", name, format!("unknown agent (built-in: {BUILTINS}; or define it under agents: in job.yaml)")))?;
+        if !chosen.iter().any(|a: &Agent| a.name == agent.name) {
+            chosen.push(agent);
+        }
+    }
+    Ok(chosen)
+}
+
+fn expand_tasks(
+    patterns: &[String],
+    source: &str,
+    base: &Path,
+) -> Result<Vec<PathBuf>, ConfigError> {
+    let mut dirs = Vec::new();
+    for (i, pattern) in patterns.iter().enumerate() {
+        let full = if Path::new(pattern).is_absolute() {
+            PathBuf::from(pattern)
+        } else {
+            base.join(pattern)
+        };
+        let label = if source == "arguments" {
+            pattern.clone()
+        } else {
+            format!("tasks[{i}]")
+        };
+        if pattern.contains(['*', '?', '[']) {
+            let matches = glob::glob(&full.to_string_lossy())
+                .map_err(|e| field(source, &label, format!("bad glob: {e}")))?;
+            let mut found: Vec<PathBuf> = matches
+                .filter_map(Result::ok)
+                .filter(|p| p.join("task.toml").is_file())
+                .collect();
+            if found.is_empty() {
+                return Err(field(
+                    source,
+                    &label,
+                    format!("{pattern} matches no task directory"),
+                ));
+            }
+            found.sort();
+            dirs.extend(found);
+        } else {
+            if !full.is_dir() {
+                let shown = if source == "arguments" {
+                    pattern.clone()
+                } else {
+                    full.display().to_string()
+                };
+                return Err(field(shown, "path", "no such task directory"));
+            }
+            dirs.push(full);
+        }
+    }
+    let mut seen = BTreeSet::new();
+    dirs.retain(|d| seen.insert(d.canonicalize().unwrap_or_else(|_| d.clone())));
+    Ok(dirs)
+}
+
+/// One line for a YAML problem: serde_yaml's message, which names the field path and location.
+fn yaml_error(file: &str, e: &serde_yaml::Error) -> ConfigError {
+    let message = e
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    match message.split_once(": ") {
+        Some((path, rest)) if !path.contains(' ') => field(file, path, rest),
+        _ => ConfigError::Field {
+            source_name: file.to_string(),
+            field: "yaml".to_string(),
+            message,
+        },
+    }
+}
