@@ -27,6 +27,7 @@ mod config;
 mod error;
 mod load;
 mod model;
+mod toml_read;
 
 #[cfg(test)]
 mod tests;
