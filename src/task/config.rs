@@ -1,12 +1,22 @@
 //! `task.toml` → validated configuration, without touching the file system.
 //!
 //! The document is parsed into a `toml::Table` and read key by key (no serde
-//! derive) so every error can name its dotted key, the TOML type found and the
-//! allowed values. Known tables (`[task]`, `[agent]`, `[verifier]`, `[environment]`,
-//! `[completion]`, `[solution]`) are strict: an unknown key is an error with a
-//! did-you-mean, except keys Harbor / Terminal-Bench tasks carry that arbiter
-//! does not use (`HARBOR_*` lists), which are kept as metadata. Unknown
-//! top-level keys and tables are kept as metadata with a warning.
+//! derive, see `toml_read.rs`) so every error can name its dotted key, the TOML
+//! type found and the allowed values.
+//!
+//! Unknown keys. Harbor ignores keys its models do not declare, and real tasks
+//! carry such keys (InfraBench: `environment.nodes`, `agent.network`,
+//! `environment.base_image`). So inside Harbor's tables (`[task]`, `[agent]`,
+//! `[verifier]`, `[environment]`, `[solution]`, `[[steps]]`, artifact tables)
+//! an unknown key is kept in the metadata under its table's path with a
+//! warning naming it — unless it is a near miss of a known key (`timeout_secs`,
+//! `cpu`), which stays an error with a did-you-mean: a typo silently ignored
+//! would run the task with a default its author did not mean. Keys Harbor
+//! declares that arbiter does not use (`HARBOR_*` lists) are kept without a
+//! warning (or with one when the value asks for something arbiter cannot do).
+//! The arbiter-only `[completion]` tables stay strict: they are ours, so any
+//! unknown key there is a mistake. Unknown top-level keys and tables are kept
+//! as metadata with a warning.
 
 use std::collections::BTreeMap;
 
@@ -15,15 +25,19 @@ use toml::Value;
 
 mod completion;
 mod environment;
+mod network;
+mod steps;
+
+pub(crate) use steps::StepConfig;
 
 use super::error::{FileCtx, TaskError, TaskErrorKind, quote};
 use super::model::{
     AgentSection, Completion, DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, DEFAULT_CPUS,
     DEFAULT_MEMORY_MB, DEFAULT_PIDS_LIMIT, DEFAULT_VERIFIER_TIMEOUT_SEC, EnvironmentSpec,
-    ImageSource, NetworkMode, VerifierMode, VerifierSection,
+    Healthcheck, ImageSource, MultiStepReward, NetworkMode, VerifierMode, VerifierSection,
 };
 use super::toml_read::{
-    Table, dotted, expect_table, insert_path, join, suggest, syntax_error, to_json,
+    Table, dotted, expect_table, insert_path, join, suggest, syntax_error, to_json, unknown_value,
 };
 
 type Result<T> = std::result::Result<T, TaskError>;
@@ -40,10 +54,13 @@ const TOP_LEVEL: &[&str] = &[
     "version",
     "schema_version",
     "solution",
+    "steps",
+    "multi_step_reward_strategy",
 ];
 /// Top-level keys of Harbor's `TaskConfig` that arbiter does not use: kept
-/// verbatim in the metadata, no warning (`steps` warns: it changes the run).
-const HARBOR_TOP_LEVEL: &[&str] = &["source", "steps", "multi_step_reward_strategy"];
+/// verbatim in the metadata, no warning (`multi_step_reward_mode` is the
+/// pre-1.3 spelling Harbor itself drops).
+const HARBOR_TOP_LEVEL: &[&str] = &["source", "multi_step_reward_mode"];
 
 const TASK_KEYS: &[&str] = &["name"];
 const HARBOR_TASK_KEYS: &[&str] = &["version", "description", "authors", "keywords"];
@@ -76,14 +93,19 @@ const ENVIRONMENT_KEYS: &[&str] = &[
     "storage",
     "os",
     "allowed_hosts",
-];
-const HARBOR_ENVIRONMENT_KEYS: &[&str] = &[
     "gpus",
     "gpu_types",
-    "tpu",
-    "mcp_servers",
-    "skills_dir",
-    "healthcheck",
+];
+/// `healthcheck` is read into the model too, but warns until the trial runs it.
+const HARBOR_ENVIRONMENT_KEYS: &[&str] = &["tpu", "mcp_servers", "skills_dir", "healthcheck"];
+
+const HEALTHCHECK_KEYS: &[&str] = &[
+    "command",
+    "interval_sec",
+    "timeout_sec",
+    "start_period_sec",
+    "start_interval_sec",
+    "retries",
 ];
 
 const SOLUTION_KEYS: &[&str] = &["env"];
@@ -93,14 +115,28 @@ const VALIDATION_KEYS: &[&str] = &["id", "argv", "shell", "cwd", "timeout_sec"];
 const ARTIFACT_KEYS: &[&str] = &["source", "destination", "exclude", "service"];
 
 const MAX_CPUS: f64 = 1024.0;
+const MAX_GPUS: i64 = 1024;
+
+/// A phase's network: the mode and, for `Allowlist`, its hosts.
+pub(crate) type Policy = (NetworkMode, Vec<String>);
+
+/// How [`Parser::table`] treats a key it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unknown {
+    /// Harbor's tables: a warning, kept as metadata (a near miss is an error).
+    Keep,
+    /// arbiter's own tables: always an error.
+    Refuse,
+}
 
 /// Everything `task.toml` says, validated; file-system facts come later.
 #[derive(Debug)]
 pub(crate) struct TaskConfig {
     pub name: Option<String>,
     pub agent: AgentSection,
-    /// `[agent] network_mode`, overriding the environment's for the agent phase.
-    pub agent_network: Option<NetworkMode>,
+    /// `[agent] network_mode` / `allowed_hosts`, overriding the environment's
+    /// for the agent phase.
+    pub agent_network: Option<Policy>,
     /// `environment` is still `None`; the loader resolves it.
     pub verifier: VerifierSection,
     /// `[verifier.environment]`, when present.
@@ -109,6 +145,9 @@ pub(crate) struct TaskConfig {
     pub solution_env: BTreeMap<String, String>,
     pub artifacts: Vec<String>,
     pub completion: Option<Completion>,
+    /// `[[steps]]`, in order; files are checked by the loader.
+    pub steps: Vec<StepConfig>,
+    pub multi_step_reward: MultiStepReward,
     pub metadata: JsonMap<String, Json>,
     pub warnings: Vec<String>,
 }
@@ -123,9 +162,13 @@ pub(crate) struct EnvConfig {
     pub pids_limit: i64,
     /// From `network_mode` or legacy `allow_internet`; `None` when neither.
     pub network: Option<NetworkMode>,
+    pub allowed_hosts: Vec<String>,
     pub workdir: Option<String>,
     pub storage_mb: Option<u64>,
     pub env: BTreeMap<String, String>,
+    pub gpus: u32,
+    pub gpu_types: Vec<String>,
+    pub healthcheck: Option<Healthcheck>,
 }
 
 impl Default for EnvConfig {
@@ -137,15 +180,26 @@ impl Default for EnvConfig {
             memory_mb: DEFAULT_MEMORY_MB,
             pids_limit: DEFAULT_PIDS_LIMIT,
             network: None,
+            allowed_hosts: Vec::new(),
             workdir: None,
             storage_mb: None,
             env: BTreeMap::new(),
+            gpus: 0,
+            gpu_types: Vec::new(),
+            healthcheck: None,
         }
     }
 }
 
 impl EnvConfig {
-    pub(crate) fn into_spec(self, source: ImageSource, network: NetworkMode) -> EnvironmentSpec {
+    /// The spec with its image source and the phase's network (`allowed_hosts`
+    /// go with `network`: kept only for `Allowlist`).
+    pub(crate) fn into_spec(
+        self,
+        source: ImageSource,
+        network: NetworkMode,
+        allowed_hosts: Vec<String>,
+    ) -> EnvironmentSpec {
         EnvironmentSpec {
             source,
             build_timeout_sec: self.build_timeout_sec,
@@ -156,8 +210,31 @@ impl EnvConfig {
             workdir: self.workdir,
             storage_mb: self.storage_mb,
             env: self.env,
+            allowed_hosts: if network == NetworkMode::Allowlist {
+                allowed_hosts
+            } else {
+                Vec::new()
+            },
+            gpus: self.gpus,
+            gpu_types: self.gpu_types,
+            healthcheck: self.healthcheck,
+            compose: None,
         }
     }
+}
+
+/// A `[verifier]`-shaped table as written, before Harbor's fallbacks (task
+/// defaults for `[verifier]`, the task's `[verifier]` for `[steps.verifier]`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct VerifierConfig {
+    pub timeout_sec: Option<f64>,
+    /// `environment_mode`, or `Separate` implied by an `environment` table.
+    pub mode: Option<VerifierMode>,
+    pub env: BTreeMap<String, String>,
+    /// `network_mode` / `allowed_hosts`, when `network_mode` or hosts are given.
+    pub network: Option<Policy>,
+    pub user: Option<String>,
+    pub environment: Option<EnvConfig>,
 }
 
 /// Parses and validates the text of a `task.toml`.
@@ -186,12 +263,6 @@ impl Parser<'_> {
             }
             self.metadata.insert(key.clone(), to_json(value));
             if HARBOR_TOP_LEVEL.contains(&key.as_str()) {
-                if key == "steps" {
-                    self.warn(
-                        key,
-                        "multi-step tasks are not supported by arbiter; the steps are ignored (kept as metadata)",
-                    );
-                }
                 continue;
             }
             let what = if value.is_table() {
@@ -222,7 +293,14 @@ impl Parser<'_> {
             None => None,
         };
         let (agent, agent_network) = match root.get("agent") {
-            Some(v) => self.agent_table(v)?,
+            Some(v) => {
+                let (timeout, user, network) = self.agent_table("agent", v)?;
+                let agent = AgentSection {
+                    timeout_sec: timeout.unwrap_or(DEFAULT_AGENT_TIMEOUT_SEC),
+                    user,
+                };
+                (agent, network)
+            }
             None => (AgentSection::default(), None),
         };
         let environment = match root.get("environment") {
@@ -230,23 +308,49 @@ impl Parser<'_> {
             None => EnvConfig::default(),
         };
         let (verifier, verifier_environment) = match root.get("verifier") {
-            Some(v) => self.verifier_table(v)?,
+            Some(v) => resolve_task_verifier(self.verifier_table("verifier", v)?),
             None => (VerifierSection::default(), None),
         };
         let solution_env = match root.get("solution") {
             Some(v) => {
-                let t = self.table("solution", v, SOLUTION_KEYS, &[])?;
+                let t = self.table("solution", v, SOLUTION_KEYS, &[], Unknown::Keep)?;
                 t.string_map("env")?.unwrap_or_default()
             }
             None => BTreeMap::new(),
         };
         let artifacts = match root.get("artifacts") {
-            Some(v) => self.artifacts(v)?,
+            Some(v) => self.artifacts("artifacts", v)?,
             None => Vec::new(),
         };
         let completion = match root.get("completion") {
             Some(v) => Some(self.completion_table(v)?),
             None => None,
+        };
+        let steps = match root.get("steps") {
+            Some(v) => self.steps(v)?,
+            None => Vec::new(),
+        };
+        let multi_step_reward = match root.get("multi_step_reward_strategy") {
+            Some(Value::String(s)) => MultiStepReward::ALL
+                .into_iter()
+                .find(|m| m.as_str() == s)
+                .ok_or_else(|| {
+                    unknown_value(
+                        ctx,
+                        "multi_step_reward_strategy",
+                        s,
+                        &MultiStepReward::ALL.map(|m| m.as_str()),
+                    )
+                })?,
+            Some(other) => {
+                return Err(super::toml_read::type_error(
+                    ctx,
+                    "multi_step_reward_strategy",
+                    "a string",
+                    other,
+                ));
+            }
+            None => MultiStepReward::default(),
         };
 
         Ok(TaskConfig {
@@ -259,6 +363,8 @@ impl Parser<'_> {
             solution_env,
             artifacts,
             completion,
+            steps,
+            multi_step_reward,
             metadata: self.metadata,
             warnings: self.warnings,
         })
@@ -268,14 +374,16 @@ impl Parser<'_> {
         self.warnings.push(self.ctx.warning(field, message));
     }
 
-    /// Opens a known table: checks its type and its keys, and files the
-    /// Harbor-only keys under `metadata.<path>`.
+    /// Opens a known table: checks its type and its keys, files the
+    /// Harbor-only keys under `metadata.<path>`, and handles unknown keys as
+    /// `unknown` says (a near miss of a known key is always an error).
     fn table<'v>(
         &mut self,
         path: &str,
         value: &'v Value,
         ours: &[&str],
         harbor: &[&str],
+        unknown: Unknown,
     ) -> Result<Table<'v>> {
         let ctx = self.ctx.clone();
         let table = expect_table(&ctx, path, value)?;
@@ -289,9 +397,14 @@ impl Parser<'_> {
                 continue;
             }
             let candidates: Vec<&str> = ours.iter().chain(harbor).copied().collect();
-            let hint = match suggest(key, &candidates) {
-                Some(s) => format!("did you mean {s}?"),
-                None => format!("expected one of: {}", ours.join(", ")),
+            let hint = match (suggest(key, &candidates), unknown) {
+                (Some(s), _) => format!("did you mean {s}?"),
+                (None, Unknown::Refuse) => format!("expected one of: {}", ours.join(", ")),
+                (None, Unknown::Keep) => {
+                    kept.insert(key.clone(), to_json(v));
+                    self.warn(&join(path, key), "unknown key, kept as metadata");
+                    continue;
+                }
             };
             return Err(ctx.err(
                 TaskErrorKind::UnknownKey,
@@ -310,39 +423,47 @@ impl Parser<'_> {
     }
 
     fn task_table(&mut self, value: &Value) -> Result<Option<String>> {
-        let t = self.table("task", value, TASK_KEYS, HARBOR_TASK_KEYS)?;
+        let t = self.table("task", value, TASK_KEYS, HARBOR_TASK_KEYS, Unknown::Keep)?;
         t.string("name")
     }
 
-    fn agent_table(&mut self, value: &Value) -> Result<(AgentSection, Option<NetworkMode>)> {
-        let t = self.table("agent", value, AGENT_KEYS, &[])?;
-        let agent = AgentSection {
-            timeout_sec: t
-                .duration("timeout_sec")?
-                .unwrap_or(DEFAULT_AGENT_TIMEOUT_SEC),
-            user: t.user("user")?,
-        };
-        t.no_allowed_hosts()?;
-        Ok((agent, t.network_mode("network_mode")?))
+    /// `[agent]` or `[steps.agent]`: timeout, user and the network override,
+    /// as written.
+    fn agent_table(
+        &mut self,
+        path: &str,
+        value: &Value,
+    ) -> Result<(Option<f64>, Option<String>, Option<Policy>)> {
+        let t = self.table(path, value, AGENT_KEYS, &[], Unknown::Keep)?;
+        let network = self.network_policy(&t)?;
+        Ok((t.duration("timeout_sec")?, t.user("user")?, network))
     }
 
-    fn verifier_table(&mut self, value: &Value) -> Result<(VerifierSection, Option<EnvConfig>)> {
-        let t = self.table("verifier", value, VERIFIER_KEYS, HARBOR_VERIFIER_KEYS)?;
-        t.no_allowed_hosts()?;
+    /// `[verifier]` or `[steps.verifier]`, as written.
+    fn verifier_table(&mut self, path: &str, value: &Value) -> Result<VerifierConfig> {
+        let t = self.table(
+            path,
+            value,
+            VERIFIER_KEYS,
+            HARBOR_VERIFIER_KEYS,
+            Unknown::Keep,
+        )?;
+        let env_path = join(path, "environment");
         let environment = match t.get("environment") {
-            Some(v) => Some(self.environment_table("verifier.environment", v)?),
+            Some(v) => Some(self.environment_table(&env_path, v)?),
             None => None,
         };
-        let explicit_mode = t.verifier_mode("environment_mode")?;
-        let mode = match (explicit_mode, environment.is_some()) {
-            (Some((mode, _)), false) => mode,
-            (None, false) => VerifierMode::Snapshot,
+        let mode = match (t.verifier_mode("environment_mode")?, environment.is_some()) {
+            (Some((mode, _)), false) => Some(mode),
+            (None, false) => None,
             // Harbor: a verifier environment without a mode implies separate.
-            (None, true) | (Some((VerifierMode::Separate, _)), true) => VerifierMode::Separate,
+            (None, true) | (Some((VerifierMode::Separate, _)), true) => {
+                Some(VerifierMode::Separate)
+            }
             (Some((_, spelled)), true) => {
                 return Err(t.ctx.err(
                     TaskErrorKind::Conflict,
-                    "verifier.environment",
+                    &env_path,
                     format!(
                         "only used with environment_mode = \"separate\" (environment_mode is {})",
                         quote(&spelled)
@@ -350,28 +471,20 @@ impl Parser<'_> {
                 ));
             }
         };
-        let network = match t.network_mode("network_mode")? {
-            Some(n) => n,
-            None => environment
-                .as_ref()
-                .and_then(|e| e.network)
-                .unwrap_or(NetworkMode::NoNetwork),
-        };
-        let verifier = VerifierSection {
-            timeout_sec: t
-                .duration("timeout_sec")?
-                .unwrap_or(DEFAULT_VERIFIER_TIMEOUT_SEC),
+        let network = self.network_policy(&t)?;
+        let verifier = VerifierConfig {
+            timeout_sec: t.duration("timeout_sec")?,
             mode,
             env: t.string_map("env")?.unwrap_or_default(),
             network,
             user: t.user("user")?,
-            environment: None,
+            environment,
         };
         if let Some(Value::Table(c)) = t.get("continuous")
             && c.get("enabled") == Some(&Value::Boolean(true))
         {
             self.warn(
-                "verifier.continuous",
+                &join(path, "continuous"),
                 "continuous verification is not supported by arbiter, ignored (kept as metadata)",
             );
         }
@@ -379,11 +492,46 @@ impl Parser<'_> {
             && !c.is_empty()
         {
             self.warn(
-                "verifier.collect",
+                &join(path, "collect"),
                 "collect hooks are not supported by arbiter, ignored (kept as metadata)",
             );
         }
-        Ok((verifier, environment))
+        Ok(verifier)
+    }
+}
+
+/// `[verifier]` with arbiter's defaults applied: snapshot mode, 600 s, and a
+/// network of its own (`network_mode`, else `[verifier.environment]`'s, else
+/// no-network whatever the agent's).
+fn resolve_task_verifier(raw: VerifierConfig) -> (VerifierSection, Option<EnvConfig>) {
+    let (network, allowed_hosts) = match raw.network {
+        Some(n) => n,
+        None => match &raw.environment {
+            Some(e) => (
+                e.network.unwrap_or(NetworkMode::NoNetwork),
+                e.allowed_hosts.clone(),
+            ),
+            None => (NetworkMode::NoNetwork, Vec::new()),
+        },
+    };
+    let section = VerifierSection {
+        timeout_sec: raw.timeout_sec.unwrap_or(DEFAULT_VERIFIER_TIMEOUT_SEC),
+        mode: raw.mode.unwrap_or_default(),
+        env: raw.env,
+        network,
+        allowed_hosts: only_for_allowlist(network, allowed_hosts),
+        user: raw.user,
+        environment: None,
+    };
+    (section, raw.environment)
+}
+
+/// `hosts` when `network` is `Allowlist`, else nothing.
+pub(crate) fn only_for_allowlist(network: NetworkMode, hosts: Vec<String>) -> Vec<String> {
+    if network == NetworkMode::Allowlist {
+        hosts
+    } else {
+        Vec::new()
     }
 }
 

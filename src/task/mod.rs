@@ -23,10 +23,12 @@
 //! `memory_mb = 2048`, `[agent] user = 1000` → `"1000"`.
 
 mod checksum;
+mod compose;
 mod config;
 mod error;
 mod load;
 mod model;
+mod steps;
 mod toml_read;
 
 #[cfg(test)]

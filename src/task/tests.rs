@@ -260,8 +260,8 @@ fn malformed_inputs_give_exact_one_line_errors() {
             "tasks/foo/task.toml:agent.timeout_secs: unknown key (did you mean timeout_sec?)",
         ),
         (
-            "[environment]\nfrobnicate = true\n",
-            "tasks/foo/task.toml:environment.frobnicate: unknown key (expected one of: docker_image, build_timeout_sec, cpus, memory_mb, pids_limit, network_mode, allow_internet, workdir, storage_mb, env, memory, storage, os, allowed_hosts)",
+            "[environment]\ncpu = 2\n",
+            "tasks/foo/task.toml:environment.cpu: unknown key (did you mean cpus?)",
         ),
         (
             "[environment]\nallow_internet = false\nnetwork_mode = \"bridge\"\n",
@@ -269,11 +269,11 @@ fn malformed_inputs_give_exact_one_line_errors() {
         ),
         (
             "[environment]\nnetwork_mode = \"none\"\n",
-            "tasks/foo/task.toml:environment.network_mode: unknown value \"none\" (expected one of: no-network, host, bridge)",
+            "tasks/foo/task.toml:environment.network_mode: unknown value \"none\" (expected one of: no-network, host, bridge, allowlist)",
         ),
         (
-            "[environment]\nallowed_hosts = [\"pypi.org\"]\n",
-            "tasks/foo/task.toml:environment.allowed_hosts: allowlist networking is not supported by arbiter (use network_mode = \"bridge\" or \"no-network\")",
+            "[environment]\nnetwork_mode = \"bridge\"\nallowed_hosts = [\"pypi.org\"]\n",
+            "tasks/foo/task.toml:environment.allowed_hosts: only used with network_mode = \"allowlist\" (network_mode is \"bridge\")",
         ),
         (
             "[task]\nname = \"../escape\"\n",
@@ -412,7 +412,7 @@ fn missing_and_empty_files_are_named() {
     f.write("environment/docker-compose.yaml", "services: {}\n");
     assert_eq!(
         f.error(),
-        "tasks/foo/environment/Dockerfile:file: missing (environment/docker-compose.yaml is not supported by arbiter; add environment/Dockerfile or set [environment] docker_image in task.toml)"
+        "tasks/foo/environment/Dockerfile:file: missing (the main service of environment/docker-compose.yaml names no build or image, so it is built from environment/Dockerfile; or set [environment] docker_image in task.toml)"
     );
 
     let f = Fixture::new("");
@@ -583,7 +583,7 @@ HINT = "yes"
     assert_eq!(task.metadata["schema_version"], "1.4");
     assert_eq!(task.metadata["source"], "terminal-bench");
     assert_eq!(task.metadata["task"]["description"], "says hello");
-    assert_eq!(task.metadata["environment"]["gpus"], 0);
+    assert_eq!(task.environment.gpus, 0);
     assert!(task.warnings.is_empty(), "{:?}", task.warnings);
 }
 
@@ -614,7 +614,6 @@ fn unusable_harbor_features_and_unknown_tables_warn() {
         vec![
             "tasks/foo/task.toml:custom: unknown table [custom], kept as metadata",
             "tasks/foo/task.toml:enviroment: unknown table [enviroment], kept as metadata (did you mean environment?)",
-            "tasks/foo/task.toml:environment.gpus: not supported by arbiter, ignored (kept as metadata)",
             "tasks/foo/task.toml:environment.healthcheck: not supported by arbiter, ignored (kept as metadata)",
         ]
     );
@@ -651,7 +650,7 @@ fn separate_verifier_gets_its_own_environment() {
     assert_eq!(env.source, ImageSource::Image("judge:1".into()));
     assert_eq!(env.cpus, 4.0);
     assert_eq!(env.network, NetworkMode::Bridge);
-    assert_eq!(task.metadata["verifier"]["environment"]["gpus"], 0);
+    assert_eq!(env.gpus, 0);
 
     let f = Fixture::new("[verifier]\nenvironment_mode = \"separate\"\n");
     f.write("tests/Dockerfile", "FROM python:3.12\n");

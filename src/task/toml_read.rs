@@ -109,6 +109,29 @@ impl Table<'_> {
         Ok(Some(secs))
     }
 
+    /// Seconds that may be 0 (intervals, grace periods): finite, >= 0, at
+    /// most `MAX_DURATION_SEC`.
+    pub(crate) fn seconds(&self, key: &str) -> Result<Option<f64>> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let field = self.key(key);
+        let secs = number(&self.ctx, &field, v)?;
+        if secs.is_nan() || secs < 0.0 {
+            return Err(self.ctx.value(
+                &field,
+                format!("must be a number of seconds >= 0 (got {v})"),
+            ));
+        }
+        if secs > MAX_DURATION_SEC {
+            return Err(self.ctx.value(
+                &field,
+                format!("must be at most {MAX_DURATION_SEC} seconds (got {v})"),
+            ));
+        }
+        Ok(Some(secs))
+    }
+
     /// `<key>_mb` as an integer, or Harbor's deprecated size string under
     /// `legacy` ("2G", "512M"); both given and different is an error.
     pub(crate) fn memory_mb(
@@ -248,21 +271,6 @@ impl Table<'_> {
             }
         }
         Ok(Some(out))
-    }
-
-    /// Harbor's allowlist networking cannot be enforced here: refuse it
-    /// rather than run with more or less network than the task asked for.
-    pub(crate) fn no_allowed_hosts(&self) -> Result<()> {
-        if let Some(v) = self.get("allowed_hosts") {
-            let hosts = string_list(&self.ctx, &self.key("allowed_hosts"), v)?;
-            if !hosts.is_empty() {
-                return Err(self.ctx.value(
-                    &self.key("allowed_hosts"),
-                    "allowlist networking is not supported by arbiter (use network_mode = \"bridge\" or \"no-network\")",
-                ));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -881,6 +881,9 @@ fn sandbox_network(mode: NetworkMode) -> Network {
         NetworkMode::NoNetwork => Network::None,
         NetworkMode::Host => Network::Host,
         NetworkMode::Bridge => Network::Bridge,
+        // Until the egress proxy of SPEC §11 exists, an allowlist phase gets no
+        // network: never more than the task asked for (the loader warns).
+        NetworkMode::Allowlist => Network::None,
     }
 }
 
@@ -889,6 +892,7 @@ fn network_name(mode: NetworkMode) -> &'static str {
         NetworkMode::NoNetwork => "no-network",
         NetworkMode::Host => "host",
         NetworkMode::Bridge => "bridge",
+        NetworkMode::Allowlist => "allowlist",
     }
 }
 

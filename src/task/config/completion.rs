@@ -9,19 +9,22 @@ use super::super::model::{
 use super::super::toml_read::{
     container_path, expect_array, sha256_hex, string_list, type_error, unknown_value,
 };
-use super::{ARTIFACT_KEYS, COMPLETION_KEYS, DELIVERABLE_KEYS, Parser, Result, VALIDATION_KEYS};
+use super::{
+    ARTIFACT_KEYS, COMPLETION_KEYS, DELIVERABLE_KEYS, Parser, Result, Unknown, VALIDATION_KEYS,
+};
 
 impl Parser<'_> {
-    pub(super) fn artifacts(&mut self, value: &Value) -> Result<Vec<String>> {
+    /// `artifacts` (or `steps[i].artifacts`, named by `list`).
+    pub(super) fn artifacts(&mut self, list: &str, value: &Value) -> Result<Vec<String>> {
         let ctx = self.ctx.clone();
-        let items = expect_array(&ctx, "artifacts", value)?;
+        let items = expect_array(&ctx, list, value)?;
         let mut out: Vec<String> = Vec::new();
         for (i, item) in items.iter().enumerate() {
-            let field = format!("artifacts[{i}]");
+            let field = format!("{list}[{i}]");
             let path = match item {
                 Value::String(s) => container_path(&ctx, &field, s)?,
                 Value::Table(_) => {
-                    let t = self.table(&field, item, ARTIFACT_KEYS, &[])?;
+                    let t = self.table(&field, item, ARTIFACT_KEYS, &[], Unknown::Keep)?;
                     let Some(source) = t.string("source")? else {
                         return Err(ctx.value(
                             &t.key("source"),
@@ -44,7 +47,7 @@ impl Parser<'_> {
                 return Err(ctx.err(
                     TaskErrorKind::Duplicate,
                     &field,
-                    format!("duplicate of artifacts[{first}] ({})", quote(&path)),
+                    format!("duplicate of {list}[{first}] ({})", quote(&path)),
                 ));
             }
             out.push(path);
@@ -53,7 +56,7 @@ impl Parser<'_> {
     }
 
     pub(super) fn completion_table(&mut self, value: &Value) -> Result<Completion> {
-        let t = self.table("completion", value, COMPLETION_KEYS, &[])?;
+        let t = self.table("completion", value, COMPLETION_KEYS, &[], Unknown::Refuse)?;
         let mode = match t.string("mode")? {
             Some(s) => CompletionMode::ALL
                 .into_iter()
@@ -107,6 +110,7 @@ impl Parser<'_> {
             item,
             DELIVERABLE_KEYS,
             &[],
+            Unknown::Refuse,
         )?;
         let Some(file) = d.string("path")? else {
             return Err(d.ctx.value(
@@ -145,7 +149,7 @@ impl Parser<'_> {
         earlier: &[ValidationCommand],
     ) -> Result<ValidationCommand> {
         let path = format!("completion.validation[{i}]");
-        let c = self.table(&path, item, VALIDATION_KEYS, &[])?;
+        let c = self.table(&path, item, VALIDATION_KEYS, &[], Unknown::Refuse)?;
         let Some(id) = c.string("id")? else {
             return Err(c.ctx.value(
                 &c.key("id"),
