@@ -7,6 +7,9 @@ use tempfile::TempDir;
 
 use super::*;
 
+mod fixtures;
+mod harbor;
+
 /// `shared/fixtures/harbor/tb21-task.toml`: a real Terminal-Bench 2.1 task.toml.
 const TB21_TASK_TOML: &str = r#"version = "2.0"
 
@@ -87,6 +90,11 @@ impl Fixture {
     fn shown(&self, e: &TaskError) -> String {
         let text = e.to_string();
         assert!(!text.contains('\n'), "multi-line error: {text:?}");
+        self.shown_text(&text)
+    }
+
+    /// A message or warning with the temp directory shown as `tasks/foo`.
+    fn shown_text(&self, text: &str) -> String {
         text.replace(&self.dir.display().to_string(), "tasks/foo")
     }
 }
