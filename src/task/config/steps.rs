@@ -130,8 +130,12 @@ pub(crate) fn check_step_name(name: &str) -> std::result::Result<(), String> {
     let device = DEVICES.iter().any(|d| stem.eq_ignore_ascii_case(d))
         || ["COM", "LPT"].iter().any(|p| {
             stem.len() == 4
-                && stem[..3].eq_ignore_ascii_case(p)
-                && stem[3..].chars().all(|c| ('1'..='9').contains(&c))
+                && stem
+                    .get(..3)
+                    .is_some_and(|head| head.eq_ignore_ascii_case(p))
+                && stem
+                    .get(3..)
+                    .is_some_and(|n| n.chars().all(|c| ('1'..='9').contains(&c)))
         });
     let bad_char = name
         .chars()

@@ -95,6 +95,10 @@ fn new_keys_give_exact_one_line_errors() {
             "tasks/foo/task.toml:steps[0].name: \"com1\" is a reserved device name",
         ),
         (
+            "[[steps]]\nname = \"a\u{20ac}\"\n[[steps]]\nname = \"LPT1.txt\"\n",
+            "tasks/foo/task.toml:steps[1].name: \"LPT1.txt\" is a reserved device name",
+        ),
+        (
             "[[steps]]\nname = \"One\"\n[[steps]]\nname = \"one\"\n",
             "tasks/foo/task.toml:steps[1].name: duplicate step name \"one\" (names must differ in more than case)",
         ),
