@@ -178,6 +178,39 @@ fn malformed_tasks_are_refused_with_one_line() {
                 ),
             )
         },
+        {
+            let d = task(root, "step-no-instruction", |d| {
+                write(
+                    d,
+                    "task.toml",
+                    "[[steps]]\nname = \"one\"\n[environment]\ndocker_image = \"x\"\n",
+                )
+            });
+            let s = shown(&d);
+            (
+                d,
+                format!(
+                    "error: {s}/steps/one/instruction.md:file: missing (step \"one\" of task.toml needs the prompt given to the agent for that step)"
+                ),
+            )
+        },
+        {
+            let d = task(root, "compose-unknown-service", |d| {
+                fs::create_dir_all(d.join("environment")).expect("mkdir");
+                write(
+                    d,
+                    "environment/docker-compose.yaml",
+                    "services:\n  main:\n    depends_on: [cache]\n",
+                )
+            });
+            let s = shown(&d);
+            (
+                d,
+                format!(
+                    "error: {s}/environment/docker-compose.yaml:services.main.depends_on[0]: unknown service \"cache\""
+                ),
+            )
+        },
     ];
     for (dir, expected) in &cases {
         refused(

@@ -28,7 +28,7 @@ const DOMAIN: &[u8] = b"arbiter.task-checksum.v1\0";
 
 /// Subdirectories whose symlinks must stay inside the task directory: they
 /// are copied into containers (build context, verifier, oracle).
-const CONTAINED_DIRS: &[&str] = &["tests", "solution", "environment"];
+const CONTAINED_DIRS: &[&str] = &["tests", "solution", "environment", "steps"];
 
 #[derive(Debug)]
 enum Kind {

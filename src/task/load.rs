@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 use serde_json::Value as Json;
 
 use super::checksum;
-use super::config::{self, check_name};
+use super::compose;
+use super::config::{self, check_name, only_for_allowlist};
 use super::error::{FileCtx, TaskError, TaskErrorKind, quote};
 use super::model::{ImageSource, NetworkMode, Task, VerifierMode};
+use super::steps;
 
 type Result<T> = std::result::Result<T, TaskError>;
 
@@ -64,28 +66,60 @@ pub fn load(dir: &Path) -> Result<Task> {
         }
     };
 
-    let instruction = read_instruction(dir)?;
+    let multi_step = !cfg.steps.is_empty();
+    let instruction = if multi_step {
+        // Harbor never shows a multi-step task's own instruction.md: optional.
+        let path = dir.join("instruction.md");
+        if path.is_file() {
+            read_text(&path, "instruction.md")?
+        } else {
+            String::new()
+        }
+    } else {
+        read_instruction(dir)?
+    };
 
     let environment_dir = root.join("environment");
-    let source = match &cfg.environment.docker_image {
-        Some(image) => ImageSource::Image(image.clone()),
-        None => {
+    let compose = match compose::find(&environment_dir) {
+        Some(file) => {
+            let shown = dir.join("environment").join(file);
+            let text = read_text(&shown, file)?;
+            let (compose, compose_warnings) = compose::parse(
+                &FileCtx::new(&shown),
+                &text,
+                environment_dir.join(file),
+                &environment_dir,
+                &root,
+            )?;
+            warnings.extend(compose_warnings);
+            Some((file, compose))
+        }
+        None => None,
+    };
+    let main_source = compose.as_ref().and_then(|(_, c)| {
+        let main = c.main_service()?;
+        match (&main.build, &main.image) {
+            (Some(build), _) => Some(ImageSource::Build {
+                context: build.context.clone(),
+                dockerfile: build.dockerfile.clone(),
+            }),
+            (None, Some(image)) => Some(ImageSource::Image(image.clone())),
+            (None, None) => None,
+        }
+    });
+    let source = match (main_source, &cfg.environment.docker_image) {
+        (Some(source), _) => source,
+        (None, Some(image)) => ImageSource::Image(image.clone()),
+        (None, None) => {
             let dockerfile = environment_dir.join("Dockerfile");
-            let compose = compose_file(&environment_dir);
             if !dockerfile.is_file() {
-                let why = match compose {
-                    Some(file) => format!(
-                        "environment/{file} is not supported by arbiter; add environment/Dockerfile or set [environment] docker_image in task.toml"
+                let why = match &compose {
+                    Some((file, _)) => format!(
+                        "the main service of environment/{file} names no build or image, so it is built from environment/Dockerfile; or set [environment] docker_image in task.toml"
                     ),
                     None => "the task image is built from it; or set [environment] docker_image in task.toml".to_string(),
                 };
                 return Err(missing(&dir.join("environment").join("Dockerfile"), &why));
-            }
-            if let Some(file) = compose {
-                warnings.push(format!(
-                    "{}:file: docker compose is not supported by arbiter; building environment/Dockerfile alone",
-                    dir.join("environment").join(file).display()
-                ));
             }
             ImageSource::Build {
                 context: environment_dir.clone(),
@@ -95,7 +129,7 @@ pub fn load(dir: &Path) -> Result<Task> {
     };
 
     let tests_dir = root.join("tests");
-    if !tests_dir.join("test.sh").is_file() {
+    if !multi_step && !tests_dir.join("test.sh").is_file() {
         return Err(missing(
             &dir.join("tests").join("test.sh"),
             "the verifier entry point; it writes /logs/verifier/reward.txt or reward.json",
@@ -115,10 +149,14 @@ pub fn load(dir: &Path) -> Result<Task> {
         None
     };
 
-    let agent_network = cfg
-        .agent_network
-        .or(cfg.environment.network)
-        .unwrap_or(NetworkMode::NoNetwork);
+    let (agent_network, agent_hosts) = match cfg.agent_network.clone() {
+        Some(policy) => policy,
+        None => (
+            cfg.environment.network.unwrap_or(NetworkMode::NoNetwork),
+            cfg.environment.allowed_hosts.clone(),
+        ),
+    };
+    let agent_hosts = only_for_allowlist(agent_network, agent_hosts);
     let mut verifier = cfg.verifier;
     if verifier.mode == VerifierMode::Separate {
         // Harbor: [verifier.environment] when given, else a fresh copy of the
@@ -126,18 +164,47 @@ pub fn load(dir: &Path) -> Result<Task> {
         // built when present (SPEC §5), else the task's own image source.
         let env = cfg
             .verifier_environment
+            .clone()
             .unwrap_or_else(|| cfg.environment.clone());
-        let verifier_source = match &env.docker_image {
-            Some(image) => ImageSource::Image(image.clone()),
-            None if tests_dir.join("Dockerfile").is_file() => ImageSource::Build {
-                context: tests_dir.clone(),
-                dockerfile: tests_dir.join("Dockerfile"),
-            },
-            None => source.clone(),
-        };
-        verifier.environment = Some(env.into_spec(verifier_source, verifier.network));
+        let verifier_source = separate_source(&env, &[&tests_dir], &source);
+        verifier.environment = Some(env.into_spec(
+            verifier_source,
+            verifier.network,
+            verifier.allowed_hosts.clone(),
+        ));
     }
-    let environment = cfg.environment.into_spec(source, agent_network);
+    let steps = steps::load(
+        dir,
+        &root,
+        cfg.steps,
+        &steps::TaskLevel {
+            agent: &cfg.agent,
+            network: (agent_network, &agent_hosts),
+            verifier: &verifier,
+            verifier_environment: cfg.verifier_environment.as_ref(),
+            environment: &cfg.environment,
+            source: &source,
+            tests_dir: &tests_dir,
+        },
+    )?;
+    for (phase, network) in [("agent", agent_network), ("verifier", verifier.network)]
+        .into_iter()
+        .chain(steps.iter().map(|s| ("agent", s.network)))
+    {
+        if network == NetworkMode::Allowlist {
+            warnings.push(ctx.warning(
+                "network_mode",
+                format!(
+                    "allowlist networking: the {phase} phase runs without network until arbiter's egress proxy (SPEC §11) is in place"
+                ),
+            ));
+            break;
+        }
+    }
+    let mut environment = cfg
+        .environment
+        .into_spec(source, agent_network, agent_hosts);
+    environment.compose = compose.map(|(_, c)| c);
 
     let scan = checksum::scan(&root, dir)?;
     warnings.extend(scan.warnings);
@@ -156,6 +223,8 @@ pub fn load(dir: &Path) -> Result<Task> {
         solution_env: cfg.solution_env,
         artifacts: cfg.artifacts,
         completion: cfg.completion,
+        steps,
+        multi_step_reward: cfg.multi_step_reward,
         metadata: Json::Object(cfg.metadata),
         warnings,
     })
@@ -204,7 +273,7 @@ fn not_a_task_dir(dir: &Path, why: &str) -> TaskError {
     )
 }
 
-fn missing(file: &Path, why: &str) -> TaskError {
+pub(crate) fn missing(file: &Path, why: &str) -> TaskError {
     TaskError::new(
         TaskErrorKind::File,
         file,
@@ -214,7 +283,7 @@ fn missing(file: &Path, why: &str) -> TaskError {
 }
 
 /// Reads a UTF-8 text file; `what` names it in messages.
-fn read_text(path: &Path, what: &str) -> Result<String> {
+pub(crate) fn read_text(path: &Path, what: &str) -> Result<String> {
     let bytes = fs::read(path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => missing(path, &format!("{what} is required")),
         _ => TaskError::new(
@@ -235,8 +304,16 @@ fn read_text(path: &Path, what: &str) -> Result<String> {
 }
 
 fn read_instruction(dir: &Path) -> Result<String> {
-    const WHY: &str = "every task needs the prompt given to the agent";
-    let path = dir.join("instruction.md");
+    read_prompt(
+        &dir.join("instruction.md"),
+        "every task needs the prompt given to the agent",
+    )
+}
+
+/// Reads an instruction file: a regular file of UTF-8 text, not blank. `why`
+/// ends each error.
+pub(crate) fn read_prompt(path: &Path, why: &str) -> Result<String> {
+    let path = path.to_path_buf();
     match fs::metadata(&path) {
         Ok(meta) if meta.is_file() => {}
         Ok(_) => {
@@ -244,10 +321,10 @@ fn read_instruction(dir: &Path) -> Result<String> {
                 TaskErrorKind::File,
                 &path,
                 Some("file"),
-                format!("not a regular file ({WHY})"),
+                format!("not a regular file ({why})"),
             ));
         }
-        Err(_) => return Err(missing(&path, WHY)),
+        Err(_) => return Err(missing(&path, why)),
     }
     let text = read_text(&path, "instruction.md")?;
     if text.trim().is_empty() {
@@ -255,19 +332,29 @@ fn read_instruction(dir: &Path) -> Result<String> {
             TaskErrorKind::File,
             &path,
             Some("file"),
-            format!("empty ({WHY})"),
+            format!("empty ({why})"),
         ));
     }
     Ok(text)
 }
 
-fn compose_file(environment_dir: &Path) -> Option<&'static str> {
-    [
-        "docker-compose.yaml",
-        "docker-compose.yml",
-        "compose.yaml",
-        "compose.yml",
-    ]
-    .into_iter()
-    .find(|f| environment_dir.join(f).is_file())
+/// The image of a separate verifier: the environment's `docker_image`, else
+/// the first `Dockerfile` among `tests_dirs`, else the task's own source.
+pub(crate) fn separate_source(
+    env: &config::EnvConfig,
+    tests_dirs: &[&Path],
+    task_source: &ImageSource,
+) -> ImageSource {
+    if let Some(image) = &env.docker_image {
+        return ImageSource::Image(image.clone());
+    }
+    for dir in tests_dirs {
+        if dir.join("Dockerfile").is_file() {
+            return ImageSource::Build {
+                context: dir.to_path_buf(),
+                dockerfile: dir.join("Dockerfile"),
+            };
+        }
+    }
+    task_source.clone()
 }

@@ -23,14 +23,25 @@
 //! `memory_mb = 2048`, `[agent] user = 1000` → `"1000"`.
 
 mod checksum;
+mod compose;
 mod config;
+mod dataset;
+mod dockerfile;
 mod error;
 mod load;
 mod model;
+mod steps;
+mod toml_read;
 
 #[cfg(test)]
 mod tests;
 
+pub use compose::{
+    Build, COMPOSE_FILES, Compose, Dependency, DependsCondition, HealthTest, MAIN_SERVICE, Service,
+    ServiceHealthcheck,
+};
+pub use dataset::expand_task_dirs;
+pub use dockerfile::dockerfile_base_images;
 pub use error::{TaskError, TaskErrorKind};
 pub use load::{load, load_all};
 pub use model::*;

@@ -22,6 +22,12 @@ pub const MIN_MEMORY_MB: u64 = 6;
 /// `Duration::from_secs_f64` and deadline arithmetic far from overflow.
 pub const MAX_DURATION_SEC: f64 = 10_000_000.0;
 
+/// Harbor's `[environment.healthcheck]` / `[steps.healthcheck]` defaults.
+pub const DEFAULT_HEALTHCHECK_INTERVAL_SEC: f64 = 5.0;
+pub const DEFAULT_HEALTHCHECK_TIMEOUT_SEC: f64 = 30.0;
+pub const DEFAULT_HEALTHCHECK_START_INTERVAL_SEC: f64 = 5.0;
+pub const DEFAULT_HEALTHCHECK_RETRIES: u32 = 3;
+
 /// One task directory, loaded and validated.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Task {
@@ -30,7 +36,9 @@ pub struct Task {
     pub name: String,
     /// The task directory, canonicalized.
     pub dir: PathBuf,
-    /// Content of `instruction.md` (UTF-8, not blank).
+    /// Content of `instruction.md` (UTF-8, not blank). A multi-step task may
+    /// have none (then this is empty): each step has its own, and Harbor never
+    /// shows the task-level one to the agent.
     pub instruction: String,
     /// `sha256:<hex>` over every file and symlink of the task directory.
     pub checksum: String,
@@ -39,7 +47,8 @@ pub struct Task {
     /// The agent's environment. `environment.network` is the agent phase's
     /// network: `[agent] network_mode` when set, else `[environment]`.
     pub environment: EnvironmentSpec,
-    /// `<dir>/tests`; holds `test.sh`.
+    /// `<dir>/tests`; holds `test.sh` (for a multi-step task: helpers shared
+    /// by every step, and `test.sh` for the steps without their own).
     pub tests_dir: PathBuf,
     /// `<dir>/solution` when it exists; it then holds `solve.sh`.
     pub solution_dir: Option<PathBuf>,
@@ -49,6 +58,11 @@ pub struct Task {
     pub artifacts: Vec<String>,
     /// The arbiter `[completion]` extension (SPEC §6), when present.
     pub completion: Option<Completion>,
+    /// Harbor `[[steps]]` in run order; empty for a single-step task.
+    pub steps: Vec<Step>,
+    /// `multi_step_reward_strategy`: how step rewards make the task's reward.
+    /// Only meaningful when `steps` is not empty.
+    pub multi_step_reward: MultiStepReward,
     /// A JSON object: `version`/`schema_version` when present, the `[metadata]`
     /// table under `metadata`, unknown and Harbor-only top-level keys verbatim,
     /// and Harbor keys arbiter does not use inside known tables under their
@@ -59,6 +73,11 @@ pub struct Task {
 }
 
 impl Task {
+    /// Whether the task declares Harbor `[[steps]]`.
+    pub fn is_multi_step(&self) -> bool {
+        !self.steps.is_empty()
+    }
+
     /// `[metadata] difficulty`, when it is a string.
     pub fn difficulty(&self) -> Option<&str> {
         self.metadata_str("difficulty")
@@ -119,6 +138,8 @@ pub struct VerifierSection {
     /// Verifier phase network: `[verifier] network_mode`, default no-network
     /// whatever the agent's mode.
     pub network: NetworkMode,
+    /// Hosts the verifier may reach; non-empty only when `network` is `Allowlist`.
+    pub allowed_hosts: Vec<String>,
     /// User the verifier runs as (Harbor `[verifier] user`).
     pub user: Option<String>,
     /// The verifier's own environment; `Some` exactly when `mode` is
@@ -139,6 +160,7 @@ impl Default for VerifierSection {
             mode: VerifierMode::default(),
             env: BTreeMap::new(),
             network: NetworkMode::NoNetwork,
+            allowed_hosts: Vec::new(),
             user: None,
             environment: None,
         }
@@ -181,16 +203,20 @@ pub enum NetworkMode {
     Host,
     /// `bridge`; also legacy `allow_internet = true` and Harbor's `public`.
     Bridge,
+    /// Harbor's `allowlist`: only the phase's `allowed_hosts` are reachable
+    /// (SPEC §11: an egress proxy on the container's loopback).
+    Allowlist,
 }
 
 impl NetworkMode {
-    pub const ALL: [NetworkMode; 3] = [Self::NoNetwork, Self::Host, Self::Bridge];
+    pub const ALL: [NetworkMode; 4] = [Self::NoNetwork, Self::Host, Self::Bridge, Self::Allowlist];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::NoNetwork => "no-network",
             Self::Host => "host",
             Self::Bridge => "bridge",
+            Self::Allowlist => "allowlist",
         }
     }
 
@@ -213,28 +239,116 @@ pub struct EnvironmentSpec {
     pub workdir: Option<String>,
     /// Disk limit where the engine supports it; recorded otherwise.
     pub storage_mb: Option<u64>,
-    /// Harbor `[environment] env`: container env, `${NAME}` left unresolved.
+    /// Harbor `[environment] env`: env of the task container in every phase;
+    /// `${NAME}` / `${NAME:-default}` left unresolved (resolve with
+    /// `agent::resolve_env` at run time; never write the result to a record).
     pub env: BTreeMap<String, String>,
+    /// Hosts the agent phase may reach; non-empty only when `network` is `Allowlist`.
+    /// Lowercase, without a trailing dot: host names, `*.suffix` wildcards, IP
+    /// addresses or CIDR ranges.
+    pub allowed_hosts: Vec<String>,
+    /// GPUs requested from the engine (0: none).
+    pub gpus: u32,
+    /// Acceptable GPU types (`["H100", "A100"]`); empty: any.
+    pub gpu_types: Vec<String>,
+    /// Harbor `[environment.healthcheck]`: run after the environment starts,
+    /// before the agent.
+    pub healthcheck: Option<Healthcheck>,
+    /// `environment/docker-compose.yaml` (or `.yml`, `compose.yaml`): the main
+    /// service and its sidecars (SPEC §2.1). `None` for a single-container task.
+    pub compose: Option<super::compose::Compose>,
 }
 
-impl EnvironmentSpec {
-    /// An environment with every default and the given image source.
-    pub fn with_source(source: ImageSource) -> Self {
-        Self {
-            source,
-            build_timeout_sec: DEFAULT_BUILD_TIMEOUT_SEC,
-            cpus: DEFAULT_CPUS,
-            memory_mb: DEFAULT_MEMORY_MB,
-            pids_limit: DEFAULT_PIDS_LIMIT,
-            network: NetworkMode::NoNetwork,
-            workdir: None,
-            storage_mb: None,
-            env: BTreeMap::new(),
-        }
-    }
+/// Harbor's `HealthcheckConfig`: a shell command that must succeed before the
+/// agent (or a step's agent) starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Healthcheck {
+    /// Run with `sh -c`; exit 0 means healthy.
+    pub command: String,
+    pub interval_sec: f64,
+    /// Limit of one attempt.
+    pub timeout_sec: f64,
+    /// Grace period after start (or after a step's setup) during which
+    /// failures do not count; may be 0.
+    pub start_period_sec: f64,
+    pub start_interval_sec: f64,
+    /// Consecutive failures before the check has failed.
+    pub retries: u32,
+}
 
-    pub fn build_timeout(&self) -> Duration {
-        secs(self.build_timeout_sec)
+/// One Harbor `[[steps]]` entry, resolved against the task: every fallback
+/// Harbor applies (step → task `[agent]`, `[verifier]`) is already applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// `name`: a portable directory name under `steps/`, unique in the task.
+    pub name: String,
+    /// `<task>/steps/<name>`, canonical.
+    pub dir: PathBuf,
+    /// Content of `steps/<name>/instruction.md` (UTF-8, not blank).
+    pub instruction: String,
+    /// `[steps.agent]` over the task's `[agent]` (timeout and user).
+    pub agent: AgentSection,
+    /// The step's agent-phase network: `[steps.agent] network_mode`, else the task's.
+    pub network: NetworkMode,
+    /// With `network == Allowlist`: the hosts the step's agent may reach.
+    pub allowed_hosts: Vec<String>,
+    /// `[steps.verifier]`: `timeout_sec` is the step's own (Harbor default
+    /// 600 s); `env` is the task's `[verifier] env` overlaid with the step's;
+    /// `user`, mode, network and environment fall back to the task's.
+    pub verifier: VerifierSection,
+    /// `steps/<name>/tests` when it exists: uploaded to `/tests` over the
+    /// task's `tests/`, same-named files replaced.
+    pub tests_dir: Option<PathBuf>,
+    /// The verifier entry point: `steps/<name>/tests/test.sh`, else the task's
+    /// `tests/test.sh`.
+    pub test_script: PathBuf,
+    /// `steps/<name>/solution` when it exists (it then holds `solve.sh`); the
+    /// oracle falls back to the task's `solution/` otherwise.
+    pub solution_dir: Option<PathBuf>,
+    /// `steps/<name>/workdir` when it exists: copied into the working
+    /// directory before the step.
+    pub workdir_dir: Option<PathBuf>,
+    /// `steps/<name>/workdir/setup.sh` when it exists: run before the step's agent.
+    pub setup_script: Option<PathBuf>,
+    /// `min_reward`: remaining steps are skipped when this step misses it.
+    pub min_reward: Option<MinReward>,
+    /// `[steps.healthcheck]`, run after the step's setup (in addition to the
+    /// environment's).
+    pub healthcheck: Option<Healthcheck>,
+    /// Absolute container paths collected after this step's verification.
+    pub artifacts: Vec<String>,
+}
+
+/// A step's `min_reward` gate (Harbor): a missing reward counts as -inf.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MinReward {
+    /// A number: gates on the `reward` key.
+    Reward(f64),
+    /// A table: every key must be present and at least its threshold.
+    PerKey(BTreeMap<String, f64>),
+}
+
+/// `multi_step_reward_strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MultiStepReward {
+    /// Per-key mean over the steps that have a verifier result (a key missing
+    /// from a step counts as 0). Harbor's default.
+    #[default]
+    Mean,
+    /// The last step's verifier result as is.
+    Final,
+}
+
+impl MultiStepReward {
+    pub const ALL: [MultiStepReward; 2] = [Self::Mean, Self::Final];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mean => "mean",
+            Self::Final => "final",
+        }
     }
 }
 

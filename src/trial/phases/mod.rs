@@ -94,6 +94,8 @@ pub(crate) fn sandbox_network(mode: NetworkMode) -> Network {
         NetworkMode::NoNetwork => Network::None,
         NetworkMode::Host => Network::Host,
         NetworkMode::Bridge => Network::Bridge,
+        // No egress proxy yet (the loader warns): never more network than the task asked for.
+        NetworkMode::Allowlist => Network::None,
     }
 }
 
