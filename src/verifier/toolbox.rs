@@ -23,7 +23,10 @@ pub const TOOLBOX_ENV: &str = "ARBITER_TOOLBOX";
 const HINT: &str = "run scripts/bootstrap (or docker/toolbox/build.sh) to build it";
 
 /// `argv` for a harness command: `/.arbiter/toolbox/busybox <applet> <args…>`.
-#[allow(dead_code, reason = "called by trial/ and sandbox/ once they run harness commands")]
+#[allow(
+    dead_code,
+    reason = "called by trial/ and sandbox/ once they run harness commands"
+)]
 pub(crate) fn toolbox_argv(applet: &str, args: &[&str]) -> Vec<String> {
     let mut argv = Vec::with_capacity(args.len() + 2);
     argv.push(format!("{TOOLBOX_MOUNT}/busybox"));
@@ -35,9 +38,13 @@ pub(crate) fn toolbox_argv(applet: &str, args: &[&str]) -> Vec<String> {
 /// The container's keep-alive entrypoint, from the toolbox: ignores TERM/INT/HUP, sleeps.
 /// Every command inside the script is an absolute toolbox path (busybox's shell prefers its
 /// own applets anyway, but nothing here relies on that).
-#[allow(dead_code, reason = "called by sandbox/ once containers use the toolbox")]
+#[allow(
+    dead_code,
+    reason = "called by sandbox/ once containers use the toolbox"
+)]
 pub(crate) fn keepalive_argv() -> Vec<String> {
-    let script = format!("trap '' TERM INT HUP; while :; do {TOOLBOX_MOUNT}/busybox sleep 3600; done");
+    let script =
+        format!("trap '' TERM INT HUP; while :; do {TOOLBOX_MOUNT}/busybox sleep 3600; done");
     toolbox_argv("sh", &["-c", &script])
 }
 
@@ -69,11 +76,15 @@ pub enum ToolboxError {
     },
     #[error("harness toolbox: {path}: {message}; {HINT}")]
     Manifest { path: PathBuf, message: String },
-    #[error("harness toolbox at {dir} is version {found}, this arbiter needs {TOOLBOX_VERSION}; {HINT}")]
+    #[error(
+        "harness toolbox at {dir} is version {found}, this arbiter needs {TOOLBOX_VERSION}; {HINT}"
+    )]
     Version { dir: PathBuf, found: String },
     #[error("harness toolbox: {path} does not match its manifest ({problem}); {HINT}")]
     Mismatch { path: PathBuf, problem: String },
-    #[error("harness toolbox: {path} is dynamically linked (it must run in an image without a libc); {HINT}")]
+    #[error(
+        "harness toolbox: {path} is dynamically linked (it must run in an image without a libc); {HINT}"
+    )]
     NotStatic { path: PathBuf },
     #[error("harness toolbox: {path} is not in its manifest; {HINT}")]
     Unlisted { path: PathBuf },
@@ -377,7 +388,11 @@ mod tests {
     fn every_broken_toolbox_is_refused_with_the_fix() {
         type Breaker = fn(&Path);
         let cases: &[(&str, Breaker, &str)] = &[
-            ("missing dir", |d| std::fs::remove_dir_all(d).unwrap(), "not found"),
+            (
+                "missing dir",
+                |d| std::fs::remove_dir_all(d).unwrap(),
+                "not found",
+            ),
             (
                 "no manifest",
                 |d| std::fs::remove_file(d.join("manifest.json")).unwrap(),

@@ -412,7 +412,8 @@ impl<'a> Cx<'a> {
             if is_at_or_under(&e.path, vp) {
                 return Some((class, format!("{} at the verifier's {vp}", kind_word(e))));
             }
-            if is_under(vp, &e.path) && (e.kind == ChangeKind::Deleted || e.file_type != FileType::Dir)
+            if is_under(vp, &e.path)
+                && (e.kind == ChangeKind::Deleted || e.file_type != FileType::Dir)
             {
                 return Some((
                     class,
@@ -425,12 +426,13 @@ impl<'a> Cx<'a> {
                 changes: &self.changes,
                 orig: self.orig(),
             };
-            let target = resolve(&agent, &e.path, true).map(|(r, _)| r);
-            let target = match target {
-                None => return None,
-                Some(t) => t,
-            };
-            if let Some(vp) = self.verifier_paths.iter().find(|vp| is_at_or_under(&target, vp)) {
+            // A loop resolves to nothing: it cannot lead the verifier anywhere.
+            let (target, _) = resolve(&agent, &e.path, true)?;
+            if let Some(vp) = self
+                .verifier_paths
+                .iter()
+                .find(|vp| is_at_or_under(&target, vp))
+            {
                 return Some((
                     class,
                     format!(
@@ -453,7 +455,8 @@ impl<'a> Cx<'a> {
                     format!("{} at a protected path ({p})", kind_word(e)),
                 ));
             }
-            if is_under(p, &e.path) && (e.kind == ChangeKind::Deleted || e.file_type != FileType::Dir)
+            if is_under(p, &e.path)
+                && (e.kind == ChangeKind::Deleted || e.file_type != FileType::Dir)
             {
                 return Some((
                     FindingClass::Protected,
@@ -632,7 +635,10 @@ impl<'a> Cx<'a> {
                 continue;
             };
             // Earlier dirs of the image already provide it: the new one does not win.
-            if order[..pos].iter().any(|d| self.orig_module(d, module).is_some()) {
+            if order[..pos]
+                .iter()
+                .any(|d| self.orig_module(d, module).is_some())
+            {
                 continue;
             }
             if let Some(found) = order[pos + 1..]
@@ -646,17 +652,14 @@ impl<'a> Cx<'a> {
     }
 
     fn orig_module(&self, dir: &str, module: &str) -> Option<String> {
-        for candidate in [
+        [
             join(dir, &format!("{module}.py")),
             join(dir, &format!("{module}/__init__.py")),
             join(dir, &format!("{module}.pyc")),
             join(dir, module),
-        ] {
-            if self.orig_exists(&candidate) {
-                return Some(candidate);
-            }
-        }
-        None
+        ]
+        .into_iter()
+        .find(|candidate| self.orig_exists(candidate))
     }
 
     // ---- startup_hook ------------------------------------------------------------------
@@ -676,7 +679,10 @@ impl<'a> Cx<'a> {
             ));
         }
         if name == "sitecustomize.pl" {
-            return Some((class, "Perl's sitecustomize.pl runs at every start-up".into()));
+            return Some((
+                class,
+                "Perl's sitecustomize.pl runs at every start-up".into(),
+            ));
         }
         if p.ends_with("/rubygems/defaults/operating_system.rb") {
             return Some((class, "RubyGems loads it at every Ruby start-up".into()));
@@ -689,19 +695,25 @@ impl<'a> Cx<'a> {
         {
             return Some((class, "a Python start-up file (PYTHONSTARTUP)".into()));
         }
-        if matches!(
-            p,
-            "/etc/npmrc" | "/usr/etc/npmrc" | "/usr/local/etc/npmrc"
-        ) || home_dotfile(p) == Some(".npmrc")
+        if matches!(p, "/etc/npmrc" | "/usr/etc/npmrc" | "/usr/local/etc/npmrc")
+            || home_dotfile(p) == Some(".npmrc")
         {
             let risky = self.ctx.fs.agent_text(p).is_none_or(|t| {
                 let t = t.to_ascii_lowercase();
-                ["node-options", "script-shell", "onload-script", "node_options"]
-                    .iter()
-                    .any(|k| t.contains(k))
+                [
+                    "node-options",
+                    "script-shell",
+                    "onload-script",
+                    "node_options",
+                ]
+                .iter()
+                .any(|k| t.contains(k))
             });
             if risky {
-                return Some((class, "npm configuration that can run code or set node options".into()));
+                return Some((
+                    class,
+                    "npm configuration that can run code or set node options".into(),
+                ));
             }
         }
         if let Some((_, rest)) = site_dir_of(p)
@@ -936,7 +948,10 @@ impl<'a> Cx<'a> {
             return Some((class, format!("pre-existing executable {}", modify_word(e))));
         }
         if is_shared_lib_name(name) {
-            return Some((class, format!("pre-existing shared library {}", modify_word(e))));
+            return Some((
+                class,
+                format!("pre-existing shared library {}", modify_word(e)),
+            ));
         }
         if in_interpreter_tree(p) && !(name.ends_with(".pyc") && e.kind == ChangeKind::Deleted) {
             return Some((
@@ -969,9 +984,14 @@ fn modify_word(e: &ChangeEntry) -> String {
     }
 }
 
-/// `libfoo.so`, `libfoo.so.6`, `ld-linux-x86-64.so.2`.
+/// `libfoo.so`, `libfoo.so.6`, `ld-linux-x86-64.so.2` (not `ld.so.cache`).
 fn is_shared_lib_name(name: &str) -> bool {
-    name.ends_with(".so") || name.contains(".so.")
+    name.ends_with(".so")
+        || name.match_indices(".so.").any(|(i, _)| {
+            name[i + 4..]
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '.')
+        })
 }
 
 const LOADER_BASES: &[&str] = &["/lib", "/usr/lib", "/usr/local/lib"];
@@ -986,7 +1006,8 @@ const TRIPLETS: &[&str] = &[
 fn is_loader_dir(dir: &str) -> bool {
     LOADER_BASES.contains(&dir)
         || LOADER_FLAT.contains(&dir)
-        || parent(dir).is_some_and(|p| LOADER_BASES.contains(&p) && file_name(dir).contains("-linux-"))
+        || parent(dir)
+            .is_some_and(|p| LOADER_BASES.contains(&p) && file_name(dir).contains("-linux-"))
 }
 
 /// Every loader dir a library could be found in (with `dir`'s own triplet, if any).
@@ -1066,17 +1087,24 @@ fn in_interpreter_tree(path: &str) -> bool {
     let python = comps.windows(2).any(|w| {
         w[0] == "lib"
             && (w[1] == "python3"
-                || w[1]
-                    .strip_prefix("python")
-                    .is_some_and(|v| v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.')))
+                || w[1].strip_prefix("python").is_some_and(|v| {
+                    v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.')
+                }))
     });
     python
         || site_dir_of(path).is_some()
         || comps.contains(&"node_modules")
-        || ["/usr/share/perl", "/usr/share/perl5", "/usr/local/share/perl", "/usr/lib/ruby",
-            "/usr/local/lib/ruby", "/var/lib/gems", "/usr/lib/jvm"]
-            .iter()
-            .any(|base| is_at_or_under(path, base))
+        || [
+            "/usr/share/perl",
+            "/usr/share/perl5",
+            "/usr/local/share/perl",
+            "/usr/lib/ruby",
+            "/usr/local/lib/ruby",
+            "/var/lib/gems",
+            "/usr/lib/jvm",
+        ]
+        .iter()
+        .any(|base| is_at_or_under(path, base))
         || (comps.len() > 4
             && comps[1] == "usr"
             && comps[2] == "lib"
@@ -1106,7 +1134,9 @@ fn is_known_installer_line(line: &str) -> bool {
     {
         return module.starts_with("__editable___")
             && module.ends_with("_finder")
-            && module.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && module
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
             && call.starts_with(module)
             && call[module.len()..].starts_with(".install(")
             && call.ends_with(')');

@@ -27,8 +27,8 @@ pub use changes::{
     HashCaps, HashReport, HashSkip, collapse, plan_hashes, record_hash, summarize,
 };
 pub use classify::{
-    DEFAULT_PATH, Filesystems, Finding, FindingClass, IntegrityContext, OriginalFile,
-    PythonLayout, VERIFIER_PATHS, classify, content_wanted, guess_pythons, path_dirs_from_env,
+    DEFAULT_PATH, Filesystems, Finding, FindingClass, IntegrityContext, OriginalFile, PythonLayout,
+    VERIFIER_PATHS, classify, content_wanted, guess_pythons, path_dirs_from_env,
 };
 
 use serde::{Deserialize, Serialize};
