@@ -354,7 +354,7 @@ mod tests {
         assert!(!is_static_elf(&elf64(3)));
         assert!(!is_static_elf(b"#!/bin/sh\necho hi\n"));
         let mut truncated = elf64(1);
-        truncated.truncate(0x50);
+        truncated.truncate(0x42);
         assert!(!is_static_elf(&truncated));
     }
 
