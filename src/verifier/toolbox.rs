@@ -312,6 +312,13 @@ mod tests {
     }
 
     #[test]
+    fn build_script_builds_the_version_this_code_expects() {
+        let script = include_str!("../../docker/toolbox/build.sh");
+        assert!(script.contains(&format!("\ntoolbox_version={TOOLBOX_VERSION}\n")));
+        assert!(script.contains(&format!("\ntoolbox_schema={TOOLBOX_SCHEMA}\n")));
+    }
+
+    #[test]
     fn default_dir_prefers_the_override_then_xdg_then_home() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| {
