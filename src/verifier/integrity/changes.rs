@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::paths::{component_order, is_at_or_under, is_under, normalize};
+use super::paths::{is_at_or_under, is_under, normalize, order_key};
 
 /// Schema tag of `agent/changes.json`.
 pub const CHANGES_SCHEMA: &str = "arbiter.changes.v1";
@@ -130,16 +130,22 @@ pub struct ChangeSummary {
 /// modified directories that are listed only because something beneath them changed
 /// (`implied`). Paths are normalised.
 pub fn collapse(entries: Vec<ChangeEntry>) -> Vec<ChangeEntry> {
-    let mut by_path: BTreeMap<String, ChangeEntry> = BTreeMap::new();
-    for mut entry in entries {
-        entry.path = normalize(&entry.path);
-        if entry.path == "/" || is_mount_point(&entry) {
-            continue;
+    let mut keyed: Vec<(Vec<u8>, ChangeEntry)> = entries
+        .into_iter()
+        .filter_map(|mut entry| {
+            entry.path = normalize(&entry.path);
+            (entry.path != "/" && !is_mount_point(&entry)).then(|| (order_key(&entry.path), entry))
+        })
+        .collect();
+    // Stable: of two reports of one path, the later stays later and wins below.
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Vec<ChangeEntry> = Vec::with_capacity(keyed.len());
+    for (_, entry) in keyed {
+        match out.last_mut() {
+            Some(last) if last.path == entry.path => *last = entry,
+            _ => out.push(entry),
         }
-        by_path.insert(entry.path.clone(), entry);
     }
-    let mut out: Vec<ChangeEntry> = by_path.into_values().collect();
-    out.sort_by(|a, b| component_order(&a.path, &b.path));
     for i in 0..out.len() {
         let has_child = out
             .get(i + 1)

@@ -99,7 +99,8 @@ pub struct IntegrityContext<'a> {
     pub workdir: String,
     /// The image's `PATH` dirs in order (absolute ones only).
     pub path_dirs: Vec<String>,
-    /// `[verifier] protect`.
+    /// `[verifier] protect`: absolute paths ([`IntegrityContext::new`] takes relative ones as
+    /// relative to the working dir).
     pub protect: Vec<String>,
     /// The verifier's own paths (`/tests`, `/logs/verifier`).
     pub verifier_paths: Vec<String>,
@@ -129,7 +130,16 @@ impl<'a> IntegrityContext<'a> {
         IntegrityContext {
             workdir: normalize(workdir),
             path_dirs: path_dirs_from_env(image_env),
-            protect: protect.iter().map(|p| normalize(p)).collect(),
+            protect: protect
+                .iter()
+                .map(|p| {
+                    if p.starts_with('/') {
+                        normalize(p)
+                    } else {
+                        normalize(&format!("{workdir}/{p}"))
+                    }
+                })
+                .collect(),
             verifier_paths: VERIFIER_PATHS.iter().map(|p| p.to_string()).collect(),
             deliverables: Vec::new(),
             pythons: guess_pythons(fs),
@@ -318,6 +328,8 @@ struct Cx<'a> {
     protect: Vec<String>,
     /// Each `PATH` dir as given and resolved in the image.
     path_dirs: Vec<(String, String)>,
+    /// Every module dir of every Python layout, resolved in the image.
+    python_dirs: BTreeSet<String>,
 }
 
 const TEST_RUNNER_COMMANDS: &[&str] = &["pytest", "py.test", "pytest-3"];
@@ -344,6 +356,12 @@ impl<'a> Cx<'a> {
                 .path_dirs
                 .iter()
                 .map(|d| (normalize(d), real(d)))
+                .collect(),
+            python_dirs: ctx
+                .pythons
+                .iter()
+                .flat_map(|l| l.stdlib.iter().chain(l.site.iter()))
+                .map(|d| real(d))
                 .collect(),
         }
     }
@@ -853,13 +871,8 @@ impl<'a> Cx<'a> {
         if self.in_workdir(&e.path) {
             return None;
         }
-        let in_python_dir = self.ctx.pythons.iter().any(|l| {
-            l.stdlib
-                .iter()
-                .chain(l.site.iter())
-                .any(|d| self.real_dir(d) == self.real_dir(dir))
-        });
-        if !in_python_dir || TEST_RUNNER_MODULES.contains(&module) {
+        if !self.python_dirs.contains(&self.real_dir(dir)) || TEST_RUNNER_MODULES.contains(&module)
+        {
             return None;
         }
         self.python_shadowed(dir, module).map(|found| {

@@ -69,10 +69,12 @@ pub(crate) fn join(dir: &str, name: &str) -> String {
     }
 }
 
-/// Order for change lists: component by component, so a directory comes right before
-/// everything beneath it.
-pub(crate) fn component_order(a: &str, b: &str) -> std::cmp::Ordering {
-    a.split('/').cmp(b.split('/'))
+/// Sort key for change lists, ordering paths component by component (`/` sorts below every
+/// other byte; paths hold no NUL), so a directory comes right before everything beneath it.
+pub(crate) fn order_key(path: &str) -> Vec<u8> {
+    path.bytes()
+        .map(|b| if b == b'/' { 0 } else { b })
+        .collect()
 }
 
 /// What one path is, without following it.
@@ -391,10 +393,13 @@ mod tests {
     }
 
     #[test]
-    fn component_order_puts_parents_before_children() {
+    fn order_key_puts_parents_before_children() {
         let mut v = vec!["/usr/bin/x", "/usr-local", "/usr", "/usr/bin"];
-        v.sort_by(|a, b| component_order(a, b));
+        v.sort_by_key(|p| order_key(p));
         assert_eq!(v, ["/usr", "/usr/bin", "/usr/bin/x", "/usr-local"]);
+        let mut w = v.clone();
+        w.sort_by(|a, b| a.split('/').cmp(b.split('/')));
+        assert_eq!(v, w, "same as comparing component lists");
     }
 
     struct Map(BTreeMap<&'static str, Node>);

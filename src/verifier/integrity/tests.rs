@@ -1512,18 +1512,38 @@ fn context_reads_path_and_pythons_from_the_image() {
     );
 }
 
+/// Not quadratic: 200k changes (a debug build on a shared 2-core machine takes a few
+/// seconds; anything quadratic would take hours).
 #[test]
 fn classify_is_fast_on_200k_files() {
     let im = Image::debian();
-    let changes: Vec<ChangeEntry> = (0..200_000)
-        .map(|i| add(&format!("/app/many/d{}/f{i}", i % 100)))
-        .collect();
-    let t0 = std::time::Instant::now();
-    let changes = collapse(with_parents(&im, changes));
-    let findings = classify(&changes, &ctx(&im, &[]));
-    let elapsed = t0.elapsed();
-    assert!(findings.is_empty());
-    assert!(is_under("/app/many/d1/f1", "/app"));
-    // Generous bound for a debug build on a shared 2-core machine.
-    assert!(elapsed.as_secs() < 20, "took {elapsed:?}");
+    for (name, make) in [
+        (
+            "in the working dir",
+            (|i| format!("/app/many/d{}/f{i}", i % 100)) as fn(usize) -> String,
+        ),
+        // Outside the working dir every rule has to look (a big npm install).
+        ("outside it", |i| {
+            format!("/usr/local/lib/node_modules/p{}/m{i}.js", i % 500)
+        }),
+    ] {
+        let raw = with_parents(&im, (0..200_000).map(|i| add(&make(i))).collect());
+        let t0 = std::time::Instant::now();
+        let changes = collapse(raw);
+        let findings = classify(&changes, &ctx(&im, &[]));
+        let elapsed = t0.elapsed();
+        assert!(findings.is_empty(), "{name}");
+        assert_eq!(
+            summarize(&changes, "/app").added,
+            200_000 + if name == "outside it" { 501 } else { 101 }
+        );
+        assert!(elapsed.as_secs() < 30, "{name}: took {elapsed:?}");
+    }
+}
+
+#[test]
+fn relative_protect_paths_are_taken_from_the_workdir() {
+    let im = Image::debian();
+    let cx = ctx(&im, &["tests/data.json", "/etc/hosts"]);
+    assert_eq!(cx.protect, ["/app/tests/data.json", "/etc/hosts"]);
 }
