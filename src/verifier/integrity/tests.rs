@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::paths::{is_under, parent};
+use super::paths::parent;
 use super::*;
 
 // ------------------------------------------------------------------ fixture ---
