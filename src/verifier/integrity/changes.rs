@@ -25,6 +25,19 @@ pub enum ChangeKind {
     Deleted,
 }
 
+impl ChangeKind {
+    /// From the engine's `Kind` in `GET /containers/{id}/changes` (0 modified, 1 added,
+    /// 2 deleted); `None` for anything else.
+    pub fn from_docker(kind: i64) -> Option<Self> {
+        match kind {
+            0 => Some(ChangeKind::Modified),
+            1 => Some(ChangeKind::Added),
+            2 => Some(ChangeKind::Deleted),
+            _ => None,
+        }
+    }
+}
+
 /// What is at a changed path after the agent phase. For a deleted path: what was there in
 /// the environment image when the builder knew it, else `other`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

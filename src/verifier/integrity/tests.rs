@@ -1547,3 +1547,11 @@ fn relative_protect_paths_are_taken_from_the_workdir() {
     let cx = ctx(&im, &["tests/data.json", "/etc/hosts"]);
     assert_eq!(cx.protect, ["/app/tests/data.json", "/etc/hosts"]);
 }
+
+#[test]
+fn docker_change_kinds() {
+    assert_eq!(ChangeKind::from_docker(0), Some(ChangeKind::Modified));
+    assert_eq!(ChangeKind::from_docker(1), Some(ChangeKind::Added));
+    assert_eq!(ChangeKind::from_docker(2), Some(ChangeKind::Deleted));
+    assert_eq!(ChangeKind::from_docker(3), None);
+}
