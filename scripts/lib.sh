@@ -156,3 +156,12 @@ arbiter_bootstrap() {
       ;;
   esac
 }
+
+# arbiter_ensure_toolbox — build the harness toolbox (a static busybox and its
+# manifest, mounted read-only at /.arbiter/toolbox in every container) with
+# docker/toolbox/build.sh. Idempotent: a toolbox that is up to date is left
+# alone. ARBITER_TOOLBOX chooses the directory (default
+# ${XDG_CACHE_HOME:-$HOME/.cache}/arbiter/toolbox/<version>).
+arbiter_ensure_toolbox() {
+  bash "$ARBITER_ROOT/docker/toolbox/build.sh" >/dev/null 3>&-
+}

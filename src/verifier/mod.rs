@@ -7,10 +7,15 @@
 //!   agent wrote is read as a reward;
 //! - a verifier that crashes, times out or writes no reward gives `error` with no reward,
 //!   never a zero.
+//!
+//! Also here: the change set and the integrity classifier over it (`integrity`), and the
+//! harness toolbox that arbiter's own commands run from (`toolbox`).
 
+pub mod integrity;
 mod outcome;
 mod phase;
 mod reward;
+pub mod toolbox;
 mod validation;
 
 pub use outcome::{VerifierOutcome, VerifierStatus, judge};
