@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::load::ArmKey;
 use super::model::{Cell, Report};
+pub use super::model::{ComparisonSet, PairComparison, Unpaired};
 use super::stats;
 
 pub const DEFAULT_RESAMPLES: usize = 10_000;
@@ -68,62 +69,6 @@ impl Default for CompareOptions {
             resamples: DEFAULT_RESAMPLES,
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ComparisonSet {
-    /// `variant`, `agent`, or `jobs` (two job directories).
-    pub by: String,
-    pub seed: u64,
-    pub resamples: usize,
-    pub alpha: f64,
-    pub results: Vec<PairComparison>,
-    /// What could not be compared, in words (arms without a counterpart, groups of one).
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PairComparison {
-    /// What the two arms share (e.g. `agent oracle`), empty for two jobs.
-    pub group: String,
-    /// The control.
-    pub a: String,
-    /// The arm compared with it.
-    pub b: String,
-    /// Tasks scored in both arms.
-    pub tasks_paired: usize,
-    /// Mean per-task pass fraction over the paired tasks.
-    pub a_rate: Option<f64>,
-    pub b_rate: Option<f64>,
-    /// (b − a) in percentage points.
-    pub diff_pts: Option<f64>,
-    pub ci_pts: Option<[f64; 2]>,
-    pub both_pass: usize,
-    pub both_fail: usize,
-    /// Discordant: A passed, B failed.
-    pub a_only: usize,
-    /// Discordant: B passed, A failed.
-    pub b_only: usize,
-    pub p: f64,
-    /// Holm-adjusted over all comparisons of the set (equal to `p` for a single one).
-    pub p_adjusted: f64,
-    pub significant: bool,
-    pub verdict: String,
-    /// Tasks that passed in A and fail in B.
-    pub flipped_to_fail: Vec<String>,
-    /// Tasks that failed in A and pass in B.
-    pub flipped_to_pass: Vec<String>,
-    /// Tasks left out of the pairing, with why.
-    pub unpaired: Vec<Unpaired>,
-    /// Paired tasks whose scored attempt counts differ between the arms.
-    pub unequal_attempts: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Unpaired {
-    pub task: String,
-    pub reason: String,
 }
 
 /// One side of a comparison: an arm's label and its cells by task name (sorted).

@@ -3,7 +3,8 @@
 //!
 //! Owns: reading `trials.jsonl` into compact per-trial facts ([`load`]), the statistics
 //! ([`stats`]), the report model that `report.json` holds and baselines are read from
-//! ([`model`]), comparisons ([`compare`]) and gates ([`gate`]).
+//! ([`model`], types only), computing it (`build`), comparisons ([`compare`]) and gates
+//! ([`gate`]). Dependencies run one way: `build → compare → model`.
 //!
 //! Invariants:
 //! - infra errors are never scored: excluded from every rate and counted apart;
@@ -11,6 +12,7 @@
 //! - nothing here runs a container or prints: the CLI prints, this module returns values and
 //!   writes report files.
 
+mod build;
 pub mod compare;
 mod error;
 pub mod gate;
@@ -23,11 +25,12 @@ pub mod text;
 
 use std::path::Path;
 
+pub use build::{build, task_cells};
 pub use compare::{CompareOptions, ComparisonSet, Grouping, PairComparison};
 pub use error::ReportError;
 pub use gate::{CheckOutcome, check};
 pub use load::{JobData, Outcome, load_job};
-pub use model::{REPORT_SCHEMA, Report, build};
+pub use model::{REPORT_SCHEMA, Report};
 
 pub const FILES: [&str; 4] = ["report.md", "report.json", "report.html", "junit.xml"];
 
