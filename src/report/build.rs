@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::outcome::Verdict;
 
 use super::compare::{CompareOptions, Grouping, compare_within};
-use super::load::{JobData, Outcome};
+use super::load::{JobData, Outcome, TAMPERED};
 use super::model::*;
 use super::stats;
 
@@ -83,6 +83,30 @@ pub fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
             p90: q(0.9),
             max: q(1.0),
         });
+        let usage = job.has_usage.then(|| {
+            let mut u = UsageStats::default();
+            for t in trials.iter().filter(|t| t.outcome.scored()) {
+                let Some(x) = &t.usage else { continue };
+                u.trials += 1;
+                u.requests += x.requests;
+                u.input_tokens += x.input_tokens;
+                u.output_tokens += x.output_tokens;
+                u.cache_read_tokens += x.cache_read_tokens;
+                u.cost_usd += x.cost_usd;
+                u.upstream_errors += x.upstream_errors;
+                u.budget_exhausted += usize::from(x.budget_exhausted);
+            }
+            u.solved_tasks = cells.iter().filter(|row| row[a].task_passes()).count();
+            u.cost_per_solved_task_usd =
+                (u.solved_tasks > 0).then(|| u.cost_usd / u.solved_tasks as f64);
+            u
+        });
+        let tampered = job
+            .has_integrity
+            .then(|| trials.iter().filter(|t| t.tampered).count());
+        if job.has_integrity {
+            verdicts.insert(TAMPERED.to_string(), tampered.unwrap_or(0));
+        }
         let keys = &job.reward_keys[a];
         let reward_keys = if keys.len() > 1 || keys.keys().any(|k| k != "reward") {
             keys.iter()
@@ -141,16 +165,28 @@ pub fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
             false_completion_rate: (claimed > 0).then(|| false_completion as f64 / claimed as f64),
             false_completion_ci: stats::wilson(false_completion, claimed).map(|(l, h)| [l, h]),
             agent_seconds,
+            usage,
+            tampered,
         });
     }
 
     let mut warnings = job.warnings.clone();
     let n_tasks = job.tasks.len();
-    for arm in &arms {
+    for (a, arm) in arms.iter().enumerate() {
         if arm.tasks < n_tasks {
             warnings.push(format!(
                 "{} has trials for {} of the job's {} tasks (rates cover different task sets)",
                 arm.arm, arm.tasks, n_tasks
+            ));
+        }
+        let scored_tasks = cells.iter().filter(|row| row[a].scored > 0).count();
+        if scored_tasks < arm.tasks {
+            warnings.push(format!(
+                "{} scored {} of the {} tasks it ran: {} had only infra errors (rates cover different task sets)",
+                arm.arm,
+                scored_tasks,
+                arm.tasks,
+                arm.tasks - scored_tasks
             ));
         }
     }
@@ -175,7 +211,13 @@ pub fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
         arbiter_version: env!("CARGO_PKG_VERSION").to_string(),
         attempts: job.attempts,
         pass_threshold: job.pass_threshold,
-        conventions: CONVENTIONS.iter().map(|s| s.to_string()).collect(),
+        conventions: CONVENTIONS
+            .iter()
+            .copied()
+            .chain(job.has_usage.then_some(USAGE_CONVENTION))
+            .chain(job.has_integrity.then_some(TAMPERED_CONVENTION))
+            .map(str::to_string)
+            .collect(),
         warnings,
         totals,
         arms,

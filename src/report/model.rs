@@ -12,6 +12,12 @@ use super::load::Outcome;
 pub const REPORT_SCHEMA: &str = "arbiter.report.v1";
 
 /// The conventions every rendering states, so a reader knows what the numbers mean.
+/// Stated when the job has usage records.
+pub const USAGE_CONVENTION: &str = "Usage is what the model gateway counted for scored trials (never what an agent reports); cost per solved task = the arm's cost ÷ the tasks it solved (at least half the scored attempts passed).";
+
+/// Stated when the job has integrity records.
+pub const TAMPERED_CONVENTION: &str = "A tampered trial (integrity suspect: the agent changed what the verifier runs) never counts as passed, whatever the verifier said.";
+
 pub const CONVENTIONS: &[&str] = &[
     "Infra errors (harness or engine failures) are not scored: they are excluded from every rate and counted apart.",
     "A scored trial passes only when the verifier passed; a verifier error or a skipped verifier counts as not passed (an agent can break its verifier).",
@@ -81,6 +87,34 @@ pub struct ArmStats {
     pub false_completion_rate: Option<f64>,
     pub false_completion_ci: Option<[f64; 2]>,
     pub agent_seconds: Option<TimeStats>,
+    /// What the arm spent through the model gateway; absent when no trial of the job has a
+    /// usage record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageStats>,
+    /// Scored trials the audit called `tampered` (integrity `suspect`); absent when no trial of
+    /// the job has an integrity record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tampered: Option<usize>,
+}
+
+/// Usage summed over an arm's scored trials (SPEC §8).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageStats {
+    /// Scored trials with a usage record.
+    pub trials: usize,
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cost_usd: f64,
+    /// `cost_usd` ÷ tasks solved (a task is solved when at least half its scored attempts
+    /// passed, as in comparisons); `None` when no task was solved.
+    pub cost_per_solved_task_usd: Option<f64>,
+    pub solved_tasks: usize,
+    /// Upstream errors (429, 5xx, …) the gateway saw, all status codes summed.
+    pub upstream_errors: u64,
+    /// Trials whose budget ran out.
+    pub budget_exhausted: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,6 +169,12 @@ impl Cell {
         self.outcomes.iter().all(Option::is_none)
     }
 
+    /// The task counts as passed for this arm (comparisons, heat-map colours, cost per solved
+    /// task): at least half its scored attempts passed, and something was scored.
+    pub fn task_passes(&self) -> bool {
+        self.scored > 0 && 2 * self.passed >= self.scored
+    }
+
     /// Mean pass fraction over scored attempts; `None` when nothing was scored.
     pub fn fraction(&self) -> Option<f64> {
         (self.scored > 0).then(|| self.passed as f64 / self.scored as f64)
@@ -151,6 +191,39 @@ const ALL_VERDICTS: [Verdict; 5] = [
 
 pub fn verdict_names() -> impl Iterator<Item = &'static str> {
     ALL_VERDICTS.iter().map(|v| v.as_str())
+}
+
+impl Report {
+    /// The verdicts a rendering lists: every one, plus `tampered` when the job has integrity
+    /// records.
+    pub fn verdict_columns(&self) -> Vec<&'static str> {
+        let tampered = self.arms.iter().any(|a| a.tampered.is_some());
+        verdict_names()
+            .chain(tampered.then_some(super::load::TAMPERED))
+            .collect()
+    }
+
+    pub fn has_usage(&self) -> bool {
+        self.arms.iter().any(|a| a.usage.is_some())
+    }
+}
+
+/// Whole dollars with two decimals, fractions of a cent with four: `$12.30`, `$0.0042`.
+pub fn usd(x: f64) -> String {
+    if x.abs() >= 1.0 || x == 0.0 {
+        format!("${x:.2}")
+    } else {
+        format!("${x:.4}")
+    }
+}
+
+/// Token counts the way people read them: `812`, `51.2k`, `3.40M`.
+pub fn tokens(n: u64) -> String {
+    match n {
+        0..=9_999 => n.to_string(),
+        10_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.2}M", n as f64 / 1e6),
+    }
 }
 
 // What `compare` computes; kept here so the report model depends on nothing that computes.
