@@ -975,3 +975,168 @@ fn render(r: &Report, links: Option<&TrialIndex<'_>>) -> String {
     out.push_str("</ul></details></section></main></body></html>\n");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::{TimeStats, Totals};
+
+    fn cell(scored: usize, passed: usize) -> Cell {
+        Cell {
+            outcomes: vec![Some("pass".into()); scored],
+            scored,
+            passed,
+        }
+    }
+
+    #[test]
+    fn heat_colours_change_hue_exactly_at_the_pairing_threshold() {
+        let pass_side = ["hp0", "hp1", "hp2"];
+        let fail_side = ["hf0", "hf1", "hf2"];
+        // 2/4 counts as a pass in comparisons, 2/5 does not
+        assert!(cell(4, 2).task_passes() && pass_side.contains(&heat_class(&cell(4, 2))));
+        assert!(!cell(5, 2).task_passes() && fail_side.contains(&heat_class(&cell(5, 2))));
+        for scored in 1..=7 {
+            for passed in 0..=scored {
+                let c = cell(scored, passed);
+                let side = if c.task_passes() {
+                    &pass_side
+                } else {
+                    &fail_side
+                };
+                assert!(side.contains(&heat_class(&c)), "{passed}/{scored}");
+            }
+        }
+        assert_eq!(heat_class(&cell(3, 0)), "hf0");
+        assert_eq!(heat_class(&cell(3, 3)), "hp2");
+        // the two sides are different hues in the stylesheet: reds vs greens
+        for (class, hue) in [("hf0", "#c43c3c"), ("hf2", "#f2b1a3"), ("hp0", "#bfe5c9")] {
+            assert!(
+                CSS.contains(&format!(".{class}{{background:{hue}")),
+                "{class}"
+            );
+        }
+    }
+
+    fn arm(name: &str, scored: usize, p90: f64) -> ArmStats {
+        ArmStats {
+            arm: name.into(),
+            agent: name.into(),
+            variant: "default".into(),
+            tasks: 1,
+            trials: scored,
+            scored,
+            infra: 0,
+            passed: scored / 2,
+            failed: scored - scored / 2,
+            unverified: 0,
+            pass_rate: Some(0.5),
+            pass_rate_ci: Some([0.4, 0.6]),
+            mean_reward: Some(0.5),
+            rewarded: scored,
+            reward_keys: Default::default(),
+            pass_at_k: Vec::new(),
+            pass_hat_k: Vec::new(),
+            verdicts: Default::default(),
+            claimed_success: 0,
+            false_completion: 0,
+            false_completion_rate: None,
+            false_completion_ci: None,
+            agent_seconds: Some(TimeStats {
+                n: scored,
+                min: 1.0,
+                p25: 20.0,
+                median: 60.0,
+                p75: 90.0,
+                p90,
+                max: p90 * 1.5,
+            }),
+            usage: None,
+            tampered: None,
+        }
+    }
+
+    fn report(arms: Vec<ArmStats>) -> Report {
+        Report {
+            schema: "arbiter.report.v1".into(),
+            job: "j".into(),
+            arbiter_version: "0".into(),
+            attempts: 1,
+            pass_threshold: None,
+            conventions: Vec::new(),
+            warnings: Vec::new(),
+            totals: Totals {
+                trials: 0,
+                scored: 0,
+                infra: 0,
+                passed: 0,
+            },
+            arms,
+            tasks: Vec::new(),
+            comparisons: None,
+        }
+    }
+
+    /// The `(name)="…"` attribute values of `tag` elements, in order.
+    fn attrs(svg: &str, tag: &str, name: &str) -> Vec<f64> {
+        svg.split(&format!("<{tag} "))
+            .skip(1)
+            .filter_map(|s| {
+                let s = &s[..s.find('>')?];
+                let i = s
+                    .find(&format!(" {name}=\""))
+                    .map(|i| i + 1)
+                    .or_else(|| s.starts_with(&format!("{name}=\"")).then_some(0))?;
+                let v = &s[i + name.len() + 2..];
+                v[..v.find('"')?].parse().ok()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn box_plot_value_labels_fit_inside_the_chart_with_long_times_and_big_n() {
+        let r = report(vec![arm("slow", 566, 153.4), arm("fast", 12, 3.0)]);
+        let svg = time_chart(&r);
+        let width = attrs(&svg, "svg", "width")[0];
+        let label = "med 60.0s · p90 153.4s n=566";
+        assert!(svg.contains("med 60.0s · p90 153.4s <tspan class=\"muted\">n=566</tspan>"));
+        let x = LABEL_W + PLOT_W + 10.0;
+        assert!(
+            x + label.chars().count() as f64 * CHAR_W <= width,
+            "label needs {} px from {x}, the chart is {width} wide",
+            label.chars().count() as f64 * CHAR_W
+        );
+    }
+
+    #[test]
+    fn forest_header_ticks_stand_over_the_plots_zero_line_and_are_labelled() {
+        let scale = 30.0;
+        let header = forest_axis(scale);
+        let plot = forest(12.0, 2.0, 22.0, scale, true);
+        // same width, same zero
+        assert_eq!(attrs(&header, "svg", "width"), attrs(&plot, "svg", "width"));
+        let zero_plot: Vec<f64> = plot
+            .split("<line data-zero=\"1\" ")
+            .nth(1)
+            .map(|s| attrs(&format!("<line {s}"), "line", "x1"))
+            .unwrap_or_default();
+        let zero_head: Vec<f64> = header
+            .split("<line data-zero=\"1\" ")
+            .nth(1)
+            .map(|s| attrs(&format!("<line {s}"), "line", "x1"))
+            .unwrap_or_default();
+        assert_eq!(zero_plot.first(), zero_head.first());
+        assert_eq!(zero_head.first(), Some(&(FOREST_W / 2.0)));
+        for label in [">−30<", ">−15<", ">0<", ">+15<", ">+30<"] {
+            assert!(header.contains(label), "tick label {label} in {header}");
+        }
+        // the outer labels are inside the header: the ±scale ticks leave room for their text
+        let xs = attrs(&header, "text", "x");
+        assert!(
+            xs[0] - 1.5 * CHAR_W >= 0.0 && xs[4] + 1.5 * CHAR_W <= FOREST_W,
+            "{xs:?}"
+        );
+        // the plotted interval uses the same mapping
+        assert_eq!(attrs(&plot, "circle", "cx"), vec![forest_x(12.0, scale)]);
+    }
+}

@@ -444,9 +444,20 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
     if c.rows.is_empty()
         && let Some(t) = trial
     {
-        c.text("kind", format!("{:?}", t.termination).to_lowercase());
+        // no readable result.json: what trials.jsonl said
+        c.text(
+            "kind",
+            serde_json::to_value(t.termination)
+                .ok()
+                .as_ref()
+                .map(scalar)
+                .unwrap_or_default(),
+        );
         if let Some(code) = t.exit_code {
             c.text("exit code", code.to_string());
+        }
+        if let Some(d) = &t.detail {
+            c.text("detail", d);
         }
     }
     c.render(out);
