@@ -662,7 +662,7 @@ fn heat_map(r: &Report, links: Option<&TrialIndex<'_>>) -> String {
     let _ = write!(
         out,
         "<div class=\"scroll tall\"><table class=\"heat\" style=\"width:min(100%, {}px)\"><thead><tr><th class=\"corner l\">task</th>",
-        320 + 110 * r.arms.len()
+        320 + 180 * r.arms.len()
     );
     for a in &r.arms {
         let _ = write!(

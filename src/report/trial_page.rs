@@ -32,9 +32,9 @@ const LOG_TAIL_BYTES: u64 = 64 << 10;
 const FOLD_CHARS: usize = 1200;
 const FOLD_LINES: usize = 16;
 /// No single piece of text shows more than this (characters); the file has the rest.
-const TEXT_CAP: usize = 32 << 10;
+const TEXT_CAP: usize = 16 << 10;
 /// At most this much trajectory HTML per page; the steps after it are counted, not shown.
-const TRAJECTORY_HTML_CAP: usize = 3 << 20;
+const TRAJECTORY_HTML_CAP: usize = 512 << 10;
 const MAX_STEPS: usize = 2000;
 const MAX_MODEL_CALLS: usize = 2000;
 const MAX_CHANGES: usize = 5000;
@@ -255,6 +255,15 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     get(v, path).and_then(Value::as_str)
 }
 
+/// `"<label>: <text>"` of an object's two fields (`"<label>"` alone without the text).
+fn labelled(v: &Value, label: &str, text: &str) -> String {
+    let l = str_at(v, &[label]).unwrap_or("?");
+    match str_at(v, &[text]) {
+        Some(t) => format!("{l}: {t}"),
+        None => l.to_string(),
+    }
+}
+
 /// A fact card: a title and rows of (key, escaped-or-raw value).
 struct Card {
     title: &'static str,
@@ -333,7 +342,7 @@ pre{margin:4px 0;padding:8px 10px;background:#f6f8fa;border-radius:5px;white-spa
 pre.log{background:#0f1720;color:#d8dee9}
 details.fold summary{cursor:pointer}
 details.fold summary code{font-size:12px}
-.step{border-left:3px solid #c9d3e0;padding:4px 0 4px 12px;margin:0 0 12px}
+.step{border-left:3px solid #c9d3e0;padding:4px 0 4px 12px;margin:0 0 12px;content-visibility:auto;contain-intrinsic-size:auto 90px}
 .step.agent{border-color:#3a6fd8}.step.user{border-color:#2e9e5b}.step.system{border-color:#9aa3ad}
 .step h4{margin:0 0 4px;font-size:12.5px;font-weight:600}
 .tool{margin:4px 0 4px 8px}
@@ -432,14 +441,7 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
     c.field("detail", rec, &["termination", "detail"]);
     if let Some(e) = get(rec, &["infra_error"]) {
         c.class = "bad";
-        c.text(
-            "infra error",
-            format!(
-                "{}: {}",
-                str_at(e, &["phase"]).unwrap_or("?"),
-                str_at(e, &["message"]).unwrap_or("")
-            ),
-        );
+        c.text("infra error", labelled(e, "phase", "message"));
     }
     if c.rows.is_empty()
         && let Some(t) = trial
@@ -513,16 +515,7 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
             }
             if let Some(Value::Array(v)) = get(a, &["violations"]) {
                 for x in v {
-                    c.text(
-                        "violation",
-                        format!(
-                            "{}{}",
-                            str_at(x, &["kind"]).unwrap_or("?"),
-                            str_at(x, &["detail"])
-                                .map(|d| format!(": {d}"))
-                                .unwrap_or_default()
-                        ),
-                    );
+                    c.text("violation", labelled(x, "kind", "detail"));
                 }
             }
             if let Some(Value::Array(v)) = get(a, &["evidence"]) {
@@ -618,14 +611,7 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
     c.field("retries", rec, &["retries"]);
     if let Some(Value::Array(v)) = get(rec, &["previous_errors"]) {
         for e in v {
-            c.text(
-                "previous error",
-                format!(
-                    "{}: {}",
-                    str_at(e, &["phase"]).unwrap_or("?"),
-                    str_at(e, &["message"]).unwrap_or("")
-                ),
-            );
+            c.text("previous error", labelled(e, "phase", "message"));
         }
     }
     c.field("started", rec, &["started_at"]);
@@ -825,19 +811,32 @@ fn first_of<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a Value> {
     })
 }
 
+/// The file's content, or `None` after writing why there is none (`missing` when absent)
+/// and closing the section.
+fn present<T>(out: &mut String, r: Result<T, Unread>, name: &str, missing: &str) -> Option<T> {
+    match r {
+        Ok(x) => Some(x),
+        Err(Unread::Missing) => {
+            let _ = write!(out, "<p class=\"muted\">{}</p></section>", esc(missing));
+            None
+        }
+        Err(e) => {
+            let _ = write!(out, "<p>{}: {}</p></section>", esc(name), esc(&e.words()));
+            None
+        }
+    }
+}
+
 fn model_calls(out: &mut String, dir: &Path) {
     out.push_str("<section id=\"model-calls\"><h2>Model calls</h2>");
     let name = "agent/model-calls.jsonl";
-    let (f, len) = match open_regular(&dir.join(name)) {
-        Ok(x) => x,
-        Err(Unread::Missing) => {
-            out.push_str("<p class=\"muted\">No model-call ledger (agent/model-calls.jsonl): the agent made no call through the gateway.</p></section>");
-            return;
-        }
-        Err(e) => {
-            let _ = write!(out, "<p>{name}: {}</p></section>", esc(&e.words()));
-            return;
-        }
+    let Some((f, len)) = present(
+        out,
+        open_regular(&dir.join(name)),
+        name,
+        "No model-call ledger (agent/model-calls.jsonl): the agent made no call through the gateway.",
+    ) else {
+        return;
     };
     let _ = write!(
         out,
@@ -955,16 +954,13 @@ fn change_of(kind: &str, v: &Value) -> Change {
 fn changes(out: &mut String, dir: &Path, rec: &Value) {
     out.push_str("<section id=\"changes\"><h2>Change set</h2>");
     let name = "agent/changes.json";
-    let v = match read_json(&dir.join(name)) {
-        Ok(v) => v,
-        Err(Unread::Missing) => {
-            out.push_str("<p class=\"muted\">No change set in this trial (agent/changes.json).</p></section>");
-            return;
-        }
-        Err(e) => {
-            let _ = write!(out, "<p>{name}: {}</p></section>", esc(&e.words()));
-            return;
-        }
+    let Some(v) = present(
+        out,
+        read_json(&dir.join(name)),
+        name,
+        "No change set in this trial (agent/changes.json).",
+    ) else {
+        return;
     };
     let mut list: Vec<Change> = Vec::new();
     let entries = v
