@@ -13,8 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use report_support::{arbiter, output_dir, s, stderr, tool, write_grid};
+use report_support::{
+    HOSTILE, arbiter, edit_record, output_dir, s, stderr, tool, usage, write_grid, write_rich_trial,
+};
 use serde_json::Value;
+use serde_json::json;
 
 struct Browse {
     stdout: String,
@@ -204,4 +207,234 @@ fn report_html_renders_in_headless_chromium_without_network_or_console_errors() 
     let _ = std::fs::copy(&html_path, out_dir.join("report.html"));
     println!("screenshot: {}", shot.display());
     println!("report:     {}", out_dir.join("report.html").display());
+}
+
+/// What a measuring script (run in a copy of a page, with the CSP that forbids scripts taken
+/// out) finds: boxes that scroll sideways, SVG text outside its SVG, forest plots whose zero
+/// is off the header's, and the heat map's share of its card.
+const MEASURE: &str = r#"<script>(function(){
+const out=[];
+document.querySelectorAll('.scroll').forEach(el=>{if(el.scrollWidth>el.clientWidth+1){const s=el.closest('section');const h=s&&s.querySelector('h2');out.push('hscroll: '+(h?h.textContent:'?')+' '+el.scrollWidth+'>'+el.clientWidth);}});
+document.querySelectorAll('svg').forEach(svg=>{const r=svg.getBoundingClientRect();svg.querySelectorAll('text').forEach(t=>{const b=t.getBoundingClientRect();if(b.width>0&&(b.right>r.right+0.5||b.left<r.left-0.5))out.push('clipped: '+t.textContent+' '+b.left.toFixed(1)+'..'+b.right.toFixed(1)+' in '+r.left.toFixed(1)+'..'+r.right.toFixed(1));});});
+const head=document.querySelector('svg.forest-axis line[data-zero]');
+if(head){const hx=head.getBoundingClientRect().left;document.querySelectorAll('table.compare tbody line[data-zero]').forEach(l=>{const d=Math.abs(l.getBoundingClientRect().left-hx);if(d>1)out.push('forest-zero-off: '+d.toFixed(1));});}
+const heat=document.querySelector('table.heat');if(heat){const card=heat.closest('section');const cs=getComputedStyle(card);out.push('heat-share: '+(heat.getBoundingClientRect().width/(card.clientWidth-parseFloat(cs.paddingLeft)-parseFloat(cs.paddingRight))).toFixed(3));}
+const pre=document.createElement('pre');pre.id='geometry';pre.textContent=out.join('\n');document.body.appendChild(pre);
+})();</script>"#;
+
+/// A copy of `page` that runs `script` (its CSP removed), in the same directory.
+fn instrumented(page: &Path, script: &str) -> PathBuf {
+    let html = std::fs::read_to_string(page).expect("page");
+    let start = html
+        .find("<meta http-equiv=\"Content-Security-Policy\"")
+        .expect("CSP meta");
+    let end = start + html[start..].find('>').expect("end of meta") + 1;
+    let mut copy = html.clone();
+    copy.replace_range(start..end, "");
+    let copy = copy.replace("</body>", &format!("{script}</body>"));
+    let path = page.with_file_name("measured.html");
+    std::fs::write(&path, copy).expect("write copy");
+    path
+}
+
+/// The text of the `<pre id="{id}">` a measuring script appended (not the script's source).
+fn appended<'a>(dom: &'a str, id: &str) -> &'a str {
+    let tag = format!("<pre id=\"{id}\">");
+    let start = dom.find(&tag).expect("the measuring script ran") + tag.len();
+    let end = dom[start..].find("</pre>").expect("end") + start;
+    &dom[start..end]
+}
+
+fn geometry(dom: &str) -> Vec<String> {
+    appended(dom, "geometry")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The job of issue 15: 6 arms × 120 tasks × 5 attempts, agent times up to ~180 s (p90 ≥
+/// 100 s, n ≈ 580 per arm).
+fn six_arm_job(dir: &Path) {
+    let arms: Vec<(&'static str, &'static str, f64)> = vec![
+        ("claude-sonnet", "default", 0.1),
+        ("claude-sonnet", "no-gate", 0.0),
+        ("claude-sonnet", "strict-completion", 0.25),
+        ("gpt", "default", -0.05),
+        ("gpt", "no-gate", 0.05),
+        ("gpt", "strict-completion", -0.2),
+    ];
+    let mut rows = report_support::grid(120, &arms, 5, 11);
+    for r in &mut rows {
+        r.5 *= 4.0;
+    }
+    write_grid(
+        dir,
+        &rows,
+        &["claude-sonnet", "gpt"],
+        &["default", "no-gate", "strict-completion"],
+        5,
+    );
+}
+
+#[test]
+fn report_html_fits_1400_and_1920_px_without_sideways_scrolls_or_clipped_labels() {
+    let Some(bin) = tool("chromium", "chromium") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out_dir = output_dir("html-geometry");
+    let dir = tmp.path().join("six-arms");
+    six_arm_job(&dir);
+    let out = arbiter(&["report", &s(&dir)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = dir.join("report.html");
+    let html = std::fs::read_to_string(&page).expect("html");
+    assert!(html.contains("n=5"), "the box plot has its n= labels");
+    let measured = instrumented(&page, MEASURE);
+    for width in [1400, 1920] {
+        let dom = chromium(
+            &bin,
+            &measured,
+            tmp.path(),
+            &[
+                "--dump-dom".to_string(),
+                format!("--window-size={width},3000"),
+            ],
+        );
+        let found = geometry(&dom.stdout);
+        let problems: Vec<&String> = found
+            .iter()
+            .filter(|l| !l.starts_with("heat-share"))
+            .collect();
+        assert!(problems.is_empty(), "at {width} px: {problems:#?}");
+        let share: f64 = found
+            .iter()
+            .find_map(|l| l.strip_prefix("heat-share: "))
+            .and_then(|v| v.parse().ok())
+            .expect("heat-map share measured");
+        assert!(
+            share > 0.9,
+            "at {width} px the heat map fills its card: {share}"
+        );
+    }
+    for (width, name) in [(1400, "report-1400.png"), (1920, "report-1920.png")] {
+        let shot = out_dir.join(name);
+        let _ = std::fs::remove_file(&shot);
+        let page_run = chromium(
+            &bin,
+            &page,
+            tmp.path(),
+            &[
+                format!("--screenshot={}", shot.display()),
+                format!("--window-size={width},4200"),
+                "--hide-scrollbars".to_string(),
+            ],
+        );
+        assert_eq!(page_requests(&page_run.net_log), Vec::<String>::new());
+        assert_eq!(console_lines(&page_run.stderr), Vec::<&str>::new());
+        assert!(shot.is_file(), "screenshot written");
+        println!("screenshot: {}", shot.display());
+    }
+    let _ = std::fs::copy(&page, out_dir.join("report.html"));
+}
+
+/// Time from navigation start to the end of parsing plus a forced layout, in ms.
+const TIMING: &str = r#"<script>(function(){document.body.offsetHeight;const t=performance.now();const pre=document.createElement('pre');pre.id='timing';pre.textContent=t.toFixed(1);document.body.appendChild(pre);})();</script>"#;
+
+#[test]
+fn trial_pages_render_offline_without_console_messages_and_fast_with_a_2_mb_trajectory() {
+    let Some(bin) = tool("chromium", "chromium") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out_dir = output_dir("trial-page");
+    let dir = tmp.path().join("trial-pages");
+    use report_support::Kind::*;
+    let t = |task, attempt, kind| report_support::T {
+        task,
+        agent: "claude-code",
+        variant: "default",
+        attempt,
+        kind,
+        agent_seconds: 42.0,
+    };
+    report_support::write_job(
+        &dir,
+        &[
+            t("hello", 1, Pass),
+            t("hello", 2, Fail),
+            t("build", 1, Pass),
+        ],
+        &["claude-code"],
+        &["default"],
+        2,
+    );
+    // a tampered trial with a 2 MB trajectory, hostile text everywhere
+    let tampered = "hello__claude-code__default__2";
+    write_rich_trial(&dir, tampered, 2 << 20);
+    edit_record(&dir, tampered, |r| {
+        r["claim"]["record"]["final_answer"] = json!(format!("All done {HOSTILE}"));
+        r["usage"] = usage(0.2004, 51_234, 2);
+        r["changes"] = json!({"added": 2, "modified": 1, "deleted": 1, "outside_workdir": 2, "file": "agent/changes.json"});
+        r["integrity"] = json!({"status": "suspect", "findings": [
+            {"path": "/usr/bin/python3", "class": "toolchain_modified", "why": "a pre-existing interpreter was replaced"},
+            {"path": "/usr/local/bin/pytest", "class": "shadows_command", "why": "shadows /usr/bin/pytest earlier on PATH"}]});
+        r["audit"]["verdict"] = json!("tampered");
+    });
+    // a clean trial with the newer files (a real agent's shape), and one of today's records
+    let clean = "build__claude-code__default__1";
+    write_rich_trial(&dir, clean, 0);
+    edit_record(&dir, clean, |r| {
+        r["usage"] = usage(0.05, 9_000, 0);
+        r["integrity"] = json!({"status": "clean", "findings": []});
+    });
+    let out = arbiter(&["report", &s(&dir)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for id in [tampered, clean, "hello__claude-code__default__1"] {
+        let page = dir.join("trials").join(id).join("trial.html");
+        let shot = out_dir.join(format!("{id}.png"));
+        let _ = std::fs::remove_file(&shot);
+        let run = chromium(
+            &bin,
+            &page,
+            tmp.path(),
+            &[
+                format!("--screenshot={}", shot.display()),
+                "--window-size=1400,2400".to_string(),
+                "--hide-scrollbars".to_string(),
+            ],
+        );
+        assert_eq!(
+            page_requests(&run.net_log),
+            Vec::<String>::new(),
+            "{id}: no request"
+        );
+        assert_eq!(
+            console_lines(&run.stderr),
+            Vec::<&str>::new(),
+            "{id}: no console message"
+        );
+        assert!(shot.is_file());
+        let _ = std::fs::copy(&page, out_dir.join(format!("{id}.html")));
+        println!("screenshot: {}", shot.display());
+    }
+    let render_ms = |id: &str| -> (u64, f64) {
+        let page = dir.join("trials").join(id).join("trial.html");
+        let size = std::fs::metadata(&page).expect("page").len();
+        let measured = instrumented(&page, TIMING);
+        let dom = chromium(&bin, &measured, tmp.path(), &["--dump-dom".to_string()]);
+        let ms = appended(&dom.stdout, "timing")
+            .trim()
+            .parse()
+            .expect("timing measured");
+        (size, ms)
+    };
+    let (small_size, small_ms) = render_ms("hello__claude-code__default__1");
+    let (size, ms) = render_ms(tampered);
+    println!(
+        "trial page with a 2 MB trajectory: {size} bytes, parsed and laid out {ms:.0} ms after navigation start (a {small_size}-byte page: {small_ms:.0} ms)"
+    );
+    assert!(ms < 1000.0, "renders in under 1 s: {ms:.0} ms");
 }

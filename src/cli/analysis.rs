@@ -130,12 +130,12 @@ pub fn report(cmd: ReportCmd) -> Result<u8, ReportError> {
         seed: cmd.seed,
         resamples: cmd.resamples,
     };
-    let r = report::write_report(&job, &opts)?;
+    let (r, pages) = report::write_report(&job, &opts)?;
     let body = match cmd.format {
         Format::Table => report::text::table(&r),
         Format::Md => report::text::markdown(&r),
         Format::Json => report::to_json(&r),
-        Format::Html => report::html::html(&r),
+        Format::Html => report::html::html_linked(&r, &job),
         Format::Junit => {
             // stream the written file: it can be large
             let path = job.dir.join("junit.xml");
@@ -154,10 +154,14 @@ pub fn report(cmd: ReportCmd) -> Result<u8, ReportError> {
         println!("{}", body.trim_end());
     }
     eprintln!(
-        "wrote {} in {}",
+        "wrote {} and {} trial page(s) (trials/<id>/trial.html) in {}",
         report::FILES.join(", "),
+        pages.written,
         job.dir.display()
     );
+    for s in pages.skipped.iter().take(5) {
+        eprintln!("warning: no trial page for {s}");
+    }
     Ok(exit::OK)
 }
 

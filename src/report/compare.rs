@@ -14,8 +14,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::load::ArmKey;
+use super::load::{ArmKey, natural_cmp};
 use super::model::{Cell, Report};
+pub use super::model::{ComparisonSet, PairComparison, Unpaired};
 use super::stats;
 
 pub const DEFAULT_RESAMPLES: usize = 10_000;
@@ -70,85 +71,43 @@ impl Default for CompareOptions {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ComparisonSet {
-    /// `variant`, `agent`, or `jobs` (two job directories).
-    pub by: String,
-    pub seed: u64,
-    pub resamples: usize,
-    pub alpha: f64,
-    pub results: Vec<PairComparison>,
-    /// What could not be compared, in words (arms without a counterpart, groups of one).
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PairComparison {
-    /// What the two arms share (e.g. `agent oracle`), empty for two jobs.
-    pub group: String,
-    /// The control.
-    pub a: String,
-    /// The arm compared with it.
-    pub b: String,
-    /// Tasks scored in both arms.
-    pub tasks_paired: usize,
-    /// Mean per-task pass fraction over the paired tasks.
-    pub a_rate: Option<f64>,
-    pub b_rate: Option<f64>,
-    /// (b − a) in percentage points.
-    pub diff_pts: Option<f64>,
-    pub ci_pts: Option<[f64; 2]>,
-    pub both_pass: usize,
-    pub both_fail: usize,
-    /// Discordant: A passed, B failed.
-    pub a_only: usize,
-    /// Discordant: B passed, A failed.
-    pub b_only: usize,
-    pub p: f64,
-    /// Holm-adjusted over all comparisons of the set (equal to `p` for a single one).
-    pub p_adjusted: f64,
-    pub significant: bool,
-    pub verdict: String,
-    /// Tasks that passed in A and fail in B.
-    pub flipped_to_fail: Vec<String>,
-    /// Tasks that failed in A and pass in B.
-    pub flipped_to_pass: Vec<String>,
-    /// Tasks left out of the pairing, with why.
-    pub unpaired: Vec<Unpaired>,
-    /// Paired tasks whose scored attempt counts differ between the arms.
-    pub unequal_attempts: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Unpaired {
-    pub task: String,
-    pub reason: String,
-}
-
-/// One side of a comparison: an arm's label and its cells by task name (sorted).
+/// One side of a comparison: an arm's label and its cells by task name (sorted by
+/// [`natural_cmp`], the order the merge in [`pair`] walks).
 struct Side<'a> {
     label: String,
     cells: Vec<(&'a str, &'a Cell)>,
 }
 
 fn side<'a>(report: &'a Report, arm: usize, label: String) -> Side<'a> {
-    Side {
-        label,
-        cells: report
-            .tasks
-            .iter()
-            .filter_map(|row| {
-                let c = row.cells.get(arm)?;
-                (!c.is_empty()).then_some((row.task.as_str(), c))
-            })
-            .collect(),
-    }
+    let mut cells: Vec<(&str, &Cell)> = report
+        .tasks
+        .iter()
+        .filter_map(|row| {
+            let c = row.cells.get(arm)?;
+            (!c.is_empty()).then_some((row.task.as_str(), c))
+        })
+        .collect();
+    // a baseline report.json may list its tasks in another order (older versions: bytes)
+    cells.sort_by(|x, y| natural_cmp(x.0, y.0));
+    Side { label, cells }
 }
 
-/// Task passes for an arm: at least half its scored attempts passed.
-fn task_passes(c: &Cell) -> bool {
-    2 * c.passed >= c.scored
+/// Why a task is not paired, given each side's cell (`None`: no trial there) when at least
+/// one side scored nothing. Each side is described by what it actually has, so "no trial in
+/// A" and "only infra errors in B" are told apart.
+fn unpaired_reason(a: Option<&Cell>, b: Option<&Cell>, la: &str, lb: &str) -> String {
+    let what = |c: Option<&Cell>| match c {
+        None => Some("no trial"),
+        Some(c) if c.scored == 0 => Some("only infra errors"),
+        Some(_) => None,
+    };
+    match (what(a), what(b)) {
+        (Some(x), Some(y)) if x == y => format!("{x} in both"),
+        (Some(x), Some(y)) => format!("{x} in {la}, {y} in {lb}"),
+        (Some(x), None) => format!("{x} in {la}"),
+        (None, Some(y)) => format!("{y} in {lb}"),
+        (None, None) => "scored in both".to_string(),
+    }
 }
 
 fn pair(group: String, a: &Side<'_>, b: &Side<'_>, opts: &CompareOptions) -> PairComparison {
@@ -160,10 +119,6 @@ fn pair(group: String, a: &Side<'_>, b: &Side<'_>, opts: &CompareOptions) -> Pai
     let mut d = Vec::new();
     let (mut sum_a, mut sum_b) = (0.0, 0.0);
     let (mut i, mut j) = (0, 0);
-    let why = |c: Option<&Cell>, side: &str| match c {
-        None => format!("no trial in {side}"),
-        Some(_) => format!("only infra errors in {side}"),
-    };
     while i < a.cells.len() || j < b.cells.len() {
         let ta = a.cells.get(i).map(|x| x.0);
         let tb = b.cells.get(j).map(|x| x.0);
@@ -173,7 +128,7 @@ fn pair(group: String, a: &Side<'_>, b: &Side<'_>, opts: &CompareOptions) -> Pai
                 j += 1;
                 (Some(a.cells[i - 1].1), Some(b.cells[j - 1].1), x)
             }
-            (Some(x), Some(y)) if x < y => {
+            (Some(x), Some(y)) if natural_cmp(x, y).is_lt() => {
                 i += 1;
                 (Some(a.cells[i - 1].1), None, x)
             }
@@ -204,24 +159,16 @@ fn pair(group: String, a: &Side<'_>, b: &Side<'_>, opts: &CompareOptions) -> Pai
                 sum_a += fa;
                 sum_b += fb;
                 d.push(fb - fa);
-                match (task_passes(x), task_passes(y)) {
+                match (x.task_passes(), y.task_passes()) {
                     (true, true) => both_pass += 1,
                     (false, false) => both_fail += 1,
                     (true, false) => flipped_to_fail.push(task.to_string()),
                     (false, true) => flipped_to_pass.push(task.to_string()),
                 }
             }
-            (None, None) => unpaired.push(Unpaired {
+            _ => unpaired.push(Unpaired {
                 task: task.to_string(),
-                reason: "only infra errors in both".to_string(),
-            }),
-            (None, Some(_)) => unpaired.push(Unpaired {
-                task: task.to_string(),
-                reason: why(ca, &a.label),
-            }),
-            (Some(_), None) => unpaired.push(Unpaired {
-                task: task.to_string(),
-                reason: why(cb, &b.label),
+                reason: unpaired_reason(ca, cb, &a.label, &b.label),
             }),
         }
     }
@@ -478,5 +425,63 @@ pub fn compare_jobs(a: &Report, b: &Report, opts: &CompareOptions) -> Comparison
         alpha: ALPHA,
         results,
         notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(outcomes: &[&str]) -> Cell {
+        let scored = outcomes.iter().filter(|o| **o != "infra").count();
+        Cell {
+            outcomes: outcomes.iter().map(|o| Some(o.to_string())).collect(),
+            scored,
+            passed: outcomes.iter().filter(|o| **o == "pass").count(),
+        }
+    }
+
+    #[test]
+    fn not_paired_reasons_describe_each_side_as_it_is() {
+        let infra = cell(&["infra", "infra"]);
+        let scored = cell(&["pass", "infra"]);
+        let pass = cell(&["pass"]);
+        let a = Side {
+            label: "x/a".into(),
+            cells: vec![
+                ("t1", &scored),
+                ("t3", &infra),
+                ("t4", &infra),
+                ("t5", &pass),
+            ],
+        };
+        let b = Side {
+            label: "x/b".into(),
+            cells: vec![
+                ("t1", &infra),
+                ("t2", &infra),
+                ("t4", &infra),
+                ("t6", &pass),
+            ],
+        };
+        let r = pair(String::new(), &a, &b, &CompareOptions::default());
+        let reasons: Vec<(&str, &str)> = r
+            .unpaired
+            .iter()
+            .map(|u| (u.task.as_str(), u.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                ("t1", "only infra errors in x/b"),
+                // no trial in A, only infra errors in B: not "only infra errors in both"
+                ("t2", "no trial in x/a, only infra errors in x/b"),
+                ("t3", "only infra errors in x/a, no trial in x/b"),
+                ("t4", "only infra errors in both"),
+                ("t5", "no trial in x/b"),
+                ("t6", "no trial in x/a"),
+            ]
+        );
+        assert_eq!(r.tasks_paired, 0);
     }
 }

@@ -68,6 +68,13 @@ pub fn check(current: &Report, baseline: &Report, pass_k: u32, max_drop_pts: f64
     let mut arms = Vec::new();
     let mut missing_arms = Vec::new();
     let single = baseline.arms.len() == 1 && current.arms.len() == 1;
+    // by name: the two reports need not list tasks in the same order
+    let index: std::collections::HashMap<&str, usize> = current
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.task.as_str(), i))
+        .collect();
     for (bi, barm) in baseline.arms.iter().enumerate() {
         let ci = if single {
             Some(0)
@@ -97,11 +104,9 @@ pub fn check(current: &Report, baseline: &Report, pass_k: u32, max_drop_pts: f64
             let Some(was) = solved(bcell, pass_k) else {
                 continue;
             };
-            let now_cell = current
-                .tasks
-                .binary_search_by(|r| r.task.as_str().cmp(&row.task))
-                .ok()
-                .and_then(|i| current.tasks[i].cells.get(ci))
+            let now_cell = index
+                .get(row.task.as_str())
+                .and_then(|i| current.tasks[*i].cells.get(ci))
                 .filter(|c| !c.is_empty());
             let now = match now_cell {
                 None => {

@@ -63,28 +63,41 @@ fn testcase(out: &mut String, job: &JobData, logs_root: &Path, t: &Trial) {
         "claim.semantic_status",
         t.semantic_status.as_deref().unwrap_or(""),
     );
-    prop(
-        out,
-        "audit.verdict",
-        t.verdict.map(|v| v.as_str()).unwrap_or("none (not scored)"),
-    );
+    prop(out, "audit.verdict", verdict_word(t, "none (not scored)"));
     prop(out, "audit.violations", &t.violation_kinds().join(","));
     prop(out, "termination", &termination(t));
     if let Some(r) = t.reward {
         prop(out, "reward", &format!("{r}"));
+    }
+    if let Some(i) = t.integrity {
+        prop(out, "integrity", i.as_str());
+    }
+    if let Some(u) = &t.usage {
+        prop(out, "usage.requests", &u.requests.to_string());
+        prop(out, "usage.input_tokens", &u.input_tokens.to_string());
+        prop(out, "usage.output_tokens", &u.output_tokens.to_string());
+        prop(out, "usage.cost_usd", &format!("{:.4}", u.cost_usd));
+        prop(out, "usage.upstream_errors", &u.upstream_errors.to_string());
     }
     out.push_str("      </properties>\n");
     let detail = t.detail.as_deref().unwrap_or("");
     match t.outcome {
         Outcome::Passed => {}
         Outcome::Failed => {
-            let message = match t.reward {
-                Some(r) => format!("verifier failed: reward {r} below the pass threshold"),
-                None => "verifier failed".to_string(),
+            let (kind, message) = match t.reward {
+                _ if t.tampered => (
+                    "tampered",
+                    "tampered: the agent changed what the verifier runs (integrity suspect); never counted as passed".to_string(),
+                ),
+                Some(r) => (
+                    "verifier_failed",
+                    format!("verifier failed: reward {r} below the pass threshold"),
+                ),
+                None => ("verifier_failed", "verifier failed".to_string()),
             };
             let _ = writeln!(
                 out,
-                "      <failure type=\"verifier_failed\" message=\"{}\">{}</failure>",
+                "      <failure type=\"{kind}\" message=\"{}\">{}</failure>",
                 xml(&message),
                 xml(detail)
             );
@@ -123,11 +136,19 @@ fn testcase(out: &mut String, job: &JobData, logs_root: &Path, t: &Trial) {
                 .as_deref()
                 .map(|s| format!(" ({s})"))
                 .unwrap_or_default(),
-            verdict = t.verdict.map(|v| v.as_str()).unwrap_or("none"),
+            verdict = verdict_word(t, "none"),
             term = termination(t),
         ))
     );
     out.push_str("    </testcase>\n");
+}
+
+fn verdict_word(t: &Trial, none: &'static str) -> &'static str {
+    match t.verdict {
+        Some(v) => v.as_str(),
+        None if t.tampered => super::load::TAMPERED,
+        None => none,
+    }
 }
 
 fn claim_status(t: &Trial) -> &'static str {
@@ -238,6 +259,30 @@ pub fn write_junit<W: std::io::Write + ?Sized>(
                 .map(|r| format!("{r:.4}"))
                 .unwrap_or_default(),
         );
+        if let Some(u) = &stats.usage {
+            p(&mut out, "usage.input_tokens", &u.input_tokens.to_string());
+            p(
+                &mut out,
+                "usage.output_tokens",
+                &u.output_tokens.to_string(),
+            );
+            p(&mut out, "usage.cost_usd", &format!("{:.4}", u.cost_usd));
+            p(
+                &mut out,
+                "usage.cost_per_solved_task_usd",
+                &u.cost_per_solved_task_usd
+                    .map(|c| format!("{c:.4}"))
+                    .unwrap_or_default(),
+            );
+            p(
+                &mut out,
+                "usage.upstream_errors",
+                &u.upstream_errors.to_string(),
+            );
+        }
+        if let Some(n) = stats.tampered {
+            p(&mut out, "tampered", &n.to_string());
+        }
         out.push_str("    </properties>\n");
         for t in trials {
             testcase(&mut out, job, logs_root, t);

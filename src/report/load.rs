@@ -90,6 +90,7 @@ pub struct Trial {
     pub arm: u32,
     pub attempt: u32,
     pub outcome: Outcome,
+    /// `None` when not scored, and for a tampered trial (see `tampered`).
     pub verdict: Option<Verdict>,
     /// Violation kinds as bits (1 = certificate_without_admissibility, 2 =
     /// goal_substitution_uncertified, 4 = residual_certificate).
@@ -106,6 +107,44 @@ pub struct Trial {
     pub seconds: f64,
     /// Why it failed, in words (infra message, verifier or termination detail).
     pub detail: Option<Box<str>>,
+    /// What the agent spent through the model gateway, when the record has `usage`.
+    pub usage: Option<Box<TrialUsage>>,
+    /// The record's `integrity.status`, when it has one.
+    pub integrity: Option<Integrity>,
+    /// The audit said `tampered`, or integrity is `suspect`: never counted as passed.
+    pub tampered: bool,
+}
+
+/// The record's `usage` (SPEC §1.4), summed per arm.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrialUsage {
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cost_usd: f64,
+    /// Sum over the status codes of `upstream_errors`.
+    pub upstream_errors: u64,
+    pub budget_exhausted: bool,
+}
+
+/// The record's `integrity.status` (SPEC §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Integrity {
+    Clean,
+    Suspect,
+    Restored,
+}
+
+impl Integrity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Integrity::Clean => "clean",
+            Integrity::Suspect => "suspect",
+            Integrity::Restored => "restored",
+        }
+    }
 }
 
 impl Trial {
@@ -132,7 +171,7 @@ pub struct JobData {
     pub pass_threshold: Option<f64>,
     /// In job order (agents then variants as `job.yaml` lists them; unknown ones after).
     pub arms: Vec<ArmKey>,
-    /// Sorted by name.
+    /// Sorted by name, as a reader sorts ([`natural_cmp`]).
     pub tasks: Vec<String>,
     pub trials: Vec<Trial>,
     /// Per arm: per reward key, (sum, count), for multi-key rewards.
@@ -141,6 +180,10 @@ pub struct JobData {
     pub first_started: Vec<Option<String>>,
     /// Problems with the data itself, in words (unreadable lines, duplicates).
     pub warnings: Vec<String>,
+    /// Some record has `usage` (the job used the model gateway).
+    pub has_usage: bool,
+    /// Some record has `integrity` or a `tampered` verdict.
+    pub has_integrity: bool,
 }
 
 #[derive(Deserialize)]
@@ -159,14 +202,59 @@ struct RawTrial<'a> {
     termination: RawTermination<'a>,
     claim: RawClaim<'a>,
     verifier: RawVerifier<'a>,
-    #[serde(default)]
-    audit: Option<RawAudit>,
+    #[serde(borrow, default)]
+    audit: Option<RawAudit<'a>>,
     #[serde(borrow, default)]
     phases: BTreeMap<Cow<'a, str>, RawPhase>,
     #[serde(borrow, default)]
     infra_error: Option<RawInfra<'a>>,
     #[serde(borrow, default)]
     started_at: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<RawUsage>,
+    #[serde(default)]
+    integrity: Option<RawIntegrity>,
+}
+
+#[derive(Deserialize)]
+struct RawUsage {
+    #[serde(default)]
+    requests: u64,
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cache_read_tokens: u64,
+    #[serde(default)]
+    cost_usd: Option<f64>,
+    #[serde(default)]
+    upstream_errors: BTreeMap<String, u64>,
+    #[serde(default)]
+    budget: Option<RawBudget>,
+}
+
+#[derive(Deserialize)]
+struct RawBudget {
+    #[serde(default)]
+    exhausted: bool,
+}
+
+#[derive(Deserialize)]
+struct RawIntegrity {
+    /// Unknown statuses (a newer arbiter) read as none rather than making the line unreadable.
+    #[serde(default, deserialize_with = "lenient")]
+    status: Option<Integrity>,
+}
+
+/// Deserialize a known value, or `None` for a value this version does not know.
+fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
 }
 
 #[derive(Deserialize)]
@@ -195,15 +283,25 @@ struct RawVerifier<'a> {
 }
 
 #[derive(Deserialize)]
-struct RawAudit {
-    verdict: Verdict,
+struct RawAudit<'a> {
+    /// A string, so a verdict this version has no variant for (`tampered`) still reads.
+    #[serde(borrow)]
+    verdict: Cow<'a, str>,
     #[serde(default)]
     violations: Vec<RawViolation>,
 }
 
 #[derive(Deserialize)]
 struct RawViolation {
-    kind: ViolationKind,
+    #[serde(default, deserialize_with = "lenient")]
+    kind: Option<ViolationKind>,
+}
+
+/// The audit verdict `tampered` (SPEC §6), which outranks every other.
+pub const TAMPERED: &str = "tampered";
+
+fn verdict_of(s: &str) -> Option<Verdict> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
 }
 
 #[derive(Deserialize)]
@@ -256,6 +354,7 @@ pub fn load_job(dir: &Path) -> Result<JobData, ReportError> {
     let mut trials: Vec<Trial> = Vec::new();
     let mut reward_keys: Vec<BTreeMap<String, (f64, usize)>> = Vec::new();
     let mut first_started: Vec<Option<String>> = Vec::new();
+    let (mut has_usage, mut has_integrity) = (false, false);
     loop {
         line.clear();
         let n = reader
@@ -346,17 +445,43 @@ pub fn load_job(dir: &Path) -> Result<JobData, ReportError> {
         };
         let (verdict, violations) = match &raw.audit {
             Some(a) if !infra => (
-                Some(a.verdict),
+                verdict_of(&a.verdict),
                 a.violations.iter().fold(0u8, |acc, v| {
                     acc | match v.kind {
-                        ViolationKind::CertificateWithoutAdmissibility => 1,
-                        ViolationKind::GoalSubstitutionUncertified => 2,
-                        ViolationKind::ResidualCertificate => 4,
+                        Some(ViolationKind::CertificateWithoutAdmissibility) => 1,
+                        Some(ViolationKind::GoalSubstitutionUncertified) => 2,
+                        Some(ViolationKind::ResidualCertificate) => 4,
+                        None => 0,
                     }
                 }),
             ),
             _ => (None, 0),
         };
+        let integrity = raw.integrity.as_ref().and_then(|i| i.status);
+        let tampered = !infra
+            && (integrity == Some(Integrity::Suspect)
+                || raw.audit.as_ref().is_some_and(|a| a.verdict == TAMPERED));
+        has_integrity |= raw.integrity.is_some() || tampered;
+        // `tampered` outranks every other verdict (SPEC §6): counted as that alone
+        let verdict = if tampered { None } else { verdict };
+        // SPEC §5: a tampered trial never counts as passed, whatever the verifier said.
+        let outcome = if tampered && outcome == Outcome::Passed {
+            Outcome::Failed
+        } else {
+            outcome
+        };
+        has_usage |= raw.usage.is_some();
+        let usage = raw.usage.as_ref().map(|u| {
+            Box::new(TrialUsage {
+                requests: u.requests,
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                cache_read_tokens: u.cache_read_tokens,
+                cost_usd: u.cost_usd.filter(|c| c.is_finite()).unwrap_or(0.0),
+                upstream_errors: u.upstream_errors.values().sum(),
+                budget_exhausted: u.budget.as_ref().is_some_and(|b| b.exhausted),
+            })
+        });
         let semantic = raw.claim.semantic_status.as_deref();
         let trial = Trial {
             id: raw.id.as_ref().into(),
@@ -376,6 +501,9 @@ pub fn load_job(dir: &Path) -> Result<JobData, ReportError> {
             agent_seconds: raw.phases.get("agent").map(|p| p.seconds),
             seconds: raw.phases.values().map(|p| p.seconds).sum(),
             detail: detail.map(Into::into),
+            usage,
+            integrity,
+            tampered,
         };
         match by_id.get(raw.id.as_ref()) {
             // A later line for the same trial (e.g. a re-verified record) wins.
@@ -417,9 +545,9 @@ pub fn load_job(dir: &Path) -> Result<JobData, ReportError> {
         ));
     }
 
-    // Tasks sorted by name; arms in job order.
+    // Tasks sorted by name (naturally); arms in job order.
     let mut task_perm: Vec<u32> = (0..tasks.len() as u32).collect();
-    task_perm.sort_by(|a, b| tasks[*a as usize].cmp(&tasks[*b as usize]));
+    task_perm.sort_by(|a, b| natural_cmp(&tasks[*a as usize], &tasks[*b as usize]));
     let mut task_new = vec![0u32; tasks.len()];
     for (new, old) in task_perm.iter().enumerate() {
         task_new[*old as usize] = new as u32;
@@ -479,6 +607,8 @@ pub fn load_job(dir: &Path) -> Result<JobData, ReportError> {
         reward_keys,
         first_started,
         warnings,
+        has_usage,
+        has_integrity,
     })
 }
 
@@ -506,4 +636,80 @@ fn job_order(path: &Path) -> (Vec<String>, Vec<String>) {
             .unwrap_or_default()
     };
     (names("agents"), names("variants"))
+}
+
+/// The order tasks are listed in: case-insensitive, with runs of digits compared as numbers
+/// (`task-2` before `task-10`, `alpha` before `Zeta`); names equal under that rule fall back to
+/// byte order, so the order is total and only equal strings compare equal.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (mut x, mut y) = (a.chars().peekable(), b.chars().peekable());
+    loop {
+        match (x.peek().copied(), y.peek().copied()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(c), Some(d)) if c.is_ascii_digit() && d.is_ascii_digit() => {
+                let digits = |it: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+                    let mut s = String::new();
+                    while let Some(c) = it.peek().copied().filter(char::is_ascii_digit) {
+                        s.push(c);
+                        it.next();
+                    }
+                    s
+                };
+                let (m, n) = (digits(&mut x), digits(&mut y));
+                let (m, n) = (m.trim_start_matches('0'), n.trim_start_matches('0'));
+                let ord = m.len().cmp(&n.len()).then_with(|| m.cmp(n));
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+            }
+            (Some(c), Some(d)) => {
+                let ord = c.to_lowercase().cmp(d.to_lowercase());
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+                x.next();
+                y.next();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::natural_cmp;
+
+    #[test]
+    fn tasks_sort_as_a_reader_expects() {
+        let mut names = vec![
+            "Zeta-Upper",
+            "task-10",
+            "alpha",
+            "task-2",
+            "Beta",
+            "task-02",
+            "beta",
+            "task-1b",
+            "task-1",
+        ];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            names,
+            vec![
+                "alpha",
+                "Beta",
+                "beta",
+                "task-1",
+                "task-1b",
+                "task-02",
+                "task-2",
+                "task-10",
+                "Zeta-Upper"
+            ]
+        );
+        assert_eq!(natural_cmp("a", "a"), std::cmp::Ordering::Equal);
+        assert_ne!(natural_cmp("task-02", "task-2"), std::cmp::Ordering::Equal);
+    }
 }

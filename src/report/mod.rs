@@ -3,7 +3,8 @@
 //!
 //! Owns: reading `trials.jsonl` into compact per-trial facts ([`load`]), the statistics
 //! ([`stats`]), the report model that `report.json` holds and baselines are read from
-//! ([`model`]), comparisons ([`compare`]) and gates ([`gate`]).
+//! ([`model`], types only), computing it (`build`), comparisons ([`compare`]) and gates
+//! ([`gate`]). Dependencies run one way: `build → compare → model`.
 //!
 //! Invariants:
 //! - infra errors are never scored: excluded from every rate and counted apart;
@@ -11,6 +12,7 @@
 //! - nothing here runs a container or prints: the CLI prints, this module returns values and
 //!   writes report files.
 
+mod build;
 pub mod compare;
 mod error;
 pub mod gate;
@@ -20,14 +22,17 @@ pub mod load;
 pub mod model;
 pub mod stats;
 pub mod text;
+pub mod trial_page;
 
 use std::path::Path;
 
+pub use build::{build, task_cells};
 pub use compare::{CompareOptions, ComparisonSet, Grouping, PairComparison};
 pub use error::ReportError;
 pub use gate::{CheckOutcome, check};
 pub use load::{JobData, Outcome, load_job};
-pub use model::{REPORT_SCHEMA, Report, build};
+pub use model::{REPORT_SCHEMA, Report};
+pub use trial_page::{PagesWritten, write_trial_pages};
 
 pub const FILES: [&str; 4] = ["report.md", "report.json", "report.html", "junit.xml"];
 
@@ -67,28 +72,30 @@ fn write_file(
     Ok(())
 }
 
-/// Build the report with its comparisons and write `report.md`, `report.json`, `report.html`
-/// and `junit.xml` into the job directory. `junit.xml` (the big one) is streamed on a second
-/// thread while the comparisons are computed.
-pub fn write_report(job: &JobData, opts: &CompareOptions) -> Result<Report, ReportError> {
+/// Build the report with its comparisons and write `report.md`, `report.json`, `report.html`,
+/// `junit.xml` and a page per trial (`trials/<id>/trial.html`) into the job directory.
+/// `junit.xml` (the big one) and the trial pages are streamed on two more threads while the
+/// comparisons are computed.
+pub fn write_report(
+    job: &JobData,
+    opts: &CompareOptions,
+) -> Result<(Report, PagesWritten), ReportError> {
     let mut report = build(job, None);
     let logs_root = std::fs::canonicalize(&job.dir).unwrap_or_else(|_| job.dir.clone());
     let grouping = opts.by.unwrap_or_else(|| Grouping::default_for(&job.arms));
-    let (comparisons, junit) = std::thread::scope(|scope| {
+    let (comparisons, junit, pages) = std::thread::scope(|scope| {
         let base = &report;
         let junit = scope.spawn(|| {
             write_file(&job.dir.join("junit.xml"), |w| {
                 junit::write_junit(w, job, base, &logs_root)
             })
         });
+        let pages = scope.spawn(|| trial_page::write_trial_pages(job));
         let comparisons = compare::compare_within(base, grouping, opts);
-        let junit = match junit.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        (comparisons, junit)
+        (comparisons, join(junit), join(pages))
     });
     junit?;
+    let pages = pages?;
     report.comparisons = comparisons;
     write_file(&job.dir.join("report.md"), |w| {
         w.write_all(text::markdown(&report).as_bytes())
@@ -97,9 +104,17 @@ pub fn write_report(job: &JobData, opts: &CompareOptions) -> Result<Report, Repo
         w.write_all(to_json(&report).as_bytes())
     })?;
     write_file(&job.dir.join("report.html"), |w| {
-        w.write_all(html::html(&report).as_bytes())
+        w.write_all(html::html_linked(&report, job).as_bytes())
     })?;
-    Ok(report)
+    Ok((report, pages))
+}
+
+/// A scoped thread's result, its panic passed on.
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    match h.join() {
+        Ok(r) => r,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 /// Read a baseline: a `report.json` file, or a job directory (reported on the fly).

@@ -7,13 +7,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::outcome::Verdict;
 
-use super::compare::{CompareOptions, ComparisonSet, Grouping, compare_within};
-use super::load::{JobData, Outcome};
-use super::stats;
+use super::load::Outcome;
 
 pub const REPORT_SCHEMA: &str = "arbiter.report.v1";
 
 /// The conventions every rendering states, so a reader knows what the numbers mean.
+/// Stated when the job has usage records.
+pub const USAGE_CONVENTION: &str = "Usage is what the model gateway counted for scored trials (never what an agent reports); cost per solved task = the arm's cost ÷ the tasks it solved (at least half the scored attempts passed).";
+
+/// Stated when the job has integrity records.
+pub const TAMPERED_CONVENTION: &str = "A tampered trial (integrity suspect: the agent changed what the verifier runs) never counts as passed, whatever the verifier said.";
+
 pub const CONVENTIONS: &[&str] = &[
     "Infra errors (harness or engine failures) are not scored: they are excluded from every rate and counted apart.",
     "A scored trial passes only when the verifier passed; a verifier error or a skipped verifier counts as not passed (an agent can break its verifier).",
@@ -83,6 +87,34 @@ pub struct ArmStats {
     pub false_completion_rate: Option<f64>,
     pub false_completion_ci: Option<[f64; 2]>,
     pub agent_seconds: Option<TimeStats>,
+    /// What the arm spent through the model gateway; absent when no trial of the job has a
+    /// usage record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageStats>,
+    /// Scored trials the audit called `tampered` (integrity `suspect`); absent when no trial of
+    /// the job has an integrity record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tampered: Option<usize>,
+}
+
+/// Usage summed over an arm's scored trials (SPEC §8).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageStats {
+    /// Scored trials with a usage record.
+    pub trials: usize,
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cost_usd: f64,
+    /// `cost_usd` ÷ tasks solved (a task is solved when at least half its scored attempts
+    /// passed, as in comparisons); `None` when no task was solved.
+    pub cost_per_solved_task_usd: Option<f64>,
+    pub solved_tasks: usize,
+    /// Upstream errors (429, 5xx, …) the gateway saw, all status codes summed.
+    pub upstream_errors: u64,
+    /// Trials whose budget ran out.
+    pub budget_exhausted: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,6 +169,12 @@ impl Cell {
         self.outcomes.iter().all(Option::is_none)
     }
 
+    /// The task counts as passed for this arm (comparisons, heat-map colours, cost per solved
+    /// task): at least half its scored attempts passed, and something was scored.
+    pub fn task_passes(&self) -> bool {
+        self.scored > 0 && 2 * self.passed >= self.scored
+    }
+
     /// Mean pass fraction over scored attempts; `None` when nothing was scored.
     pub fn fraction(&self) -> Option<f64> {
         (self.scored > 0).then(|| self.passed as f64 / self.scored as f64)
@@ -155,179 +193,93 @@ pub fn verdict_names() -> impl Iterator<Item = &'static str> {
     ALL_VERDICTS.iter().map(|v| v.as_str())
 }
 
-/// Build the per-task cells: `[task][arm]`.
-pub fn task_cells(job: &JobData) -> Vec<Vec<Cell>> {
-    let mut cells = vec![vec![Cell::default(); job.arms.len()]; job.tasks.len()];
-    for t in &job.trials {
-        let cell = &mut cells[t.task as usize][t.arm as usize];
-        let i = t.attempt.max(1) as usize - 1;
-        if cell.outcomes.len() <= i {
-            cell.outcomes.resize(i + 1, None);
-        }
-        cell.outcomes[i] = Some(t.outcome.as_str().to_string());
-        if t.outcome.scored() {
-            cell.scored += 1;
-            cell.passed += usize::from(t.outcome.passed());
-        }
+impl Report {
+    /// The verdicts a rendering lists: every one, plus `tampered` when the job has integrity
+    /// records.
+    pub fn verdict_columns(&self) -> Vec<&'static str> {
+        let tampered = self.arms.iter().any(|a| a.tampered.is_some());
+        verdict_names()
+            .chain(tampered.then_some(super::load::TAMPERED))
+            .collect()
     }
-    cells
+
+    pub fn has_usage(&self) -> bool {
+        self.arms.iter().any(|a| a.usage.is_some())
+    }
 }
 
-/// Compute the whole report. `compare` adds the within-job comparisons.
-pub fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
-    let cells = task_cells(job);
-    let mut arms = Vec::with_capacity(job.arms.len());
-    // trials are sorted by arm: walk them in slices
-    let mut start = 0;
-    for (a, key) in job.arms.iter().enumerate() {
-        let end = start
-            + job.trials[start..]
-                .iter()
-                .take_while(|t| t.arm as usize == a)
-                .count();
-        let trials = &job.trials[start..end];
-        start = end;
+/// Whole dollars with two decimals, fractions of a cent with four: `$12.30`, `$0.0042`.
+pub fn usd(x: f64) -> String {
+    if x.abs() >= 1.0 || x == 0.0 {
+        format!("${x:.2}")
+    } else {
+        format!("${x:.4}")
+    }
+}
 
-        let scored = trials.iter().filter(|t| t.outcome.scored()).count();
-        let passed = trials.iter().filter(|t| t.outcome.passed()).count();
-        let unverified = trials
-            .iter()
-            .filter(|t| matches!(t.outcome, Outcome::VerifierError | Outcome::Skipped))
-            .count();
-        let rewards: Vec<f64> = trials.iter().filter_map(|t| t.reward).collect();
-        let mut verdicts: BTreeMap<String, usize> =
-            verdict_names().map(|v| (v.to_string(), 0)).collect();
-        for t in trials {
-            if let Some(v) = t.verdict {
-                *verdicts.entry(v.as_str().to_string()).or_default() += 1;
-            }
-        }
-        let claimed = trials
-            .iter()
-            .filter(|t| t.outcome.scored() && t.claimed_success)
-            .count();
-        let false_completion = trials
-            .iter()
-            .filter(|t| t.verdict == Some(Verdict::FalseCompletion))
-            .count();
-        let mut times: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.outcome.scored())
-            .filter_map(|t| t.agent_seconds)
-            .collect();
-        times.sort_by(f64::total_cmp);
-        let q = |p| stats::quantile_sorted(&times, p).unwrap_or(0.0);
-        let agent_seconds = (!times.is_empty()).then(|| TimeStats {
-            n: times.len(),
-            min: q(0.0),
-            p25: q(0.25),
-            median: q(0.5),
-            p75: q(0.75),
-            p90: q(0.9),
-            max: q(1.0),
-        });
-        let keys = &job.reward_keys[a];
-        let reward_keys = if keys.len() > 1 || keys.keys().any(|k| k != "reward") {
-            keys.iter()
-                .map(|(k, (sum, n))| {
-                    (
-                        k.clone(),
-                        KeyMean {
-                            mean: sum / *n as f64,
-                            n: *n,
-                        },
-                    )
-                })
-                .collect()
-        } else {
-            BTreeMap::new()
-        };
-        let column: Vec<&Cell> = cells.iter().map(|row| &row[a]).collect();
-        let k_stat = |k: u32, f: fn(usize, usize, usize) -> Option<f64>| {
-            let values: Vec<f64> = column
-                .iter()
-                .filter_map(|c| f(c.scored, c.passed, k as usize))
-                .collect();
-            KStat {
-                k,
-                value: (!values.is_empty())
-                    .then(|| values.iter().sum::<f64>() / values.len() as f64),
-                tasks: values.len(),
-            }
-        };
-        arms.push(ArmStats {
-            arm: key.label(),
-            agent: key.agent.clone(),
-            variant: key.variant.clone(),
-            tasks: column.iter().filter(|c| !c.is_empty()).count(),
-            trials: trials.len(),
-            scored,
-            infra: trials.len() - scored,
-            passed,
-            failed: scored - passed - unverified,
-            unverified,
-            pass_rate: (scored > 0).then(|| passed as f64 / scored as f64),
-            pass_rate_ci: stats::wilson(passed, scored).map(|(l, h)| [l, h]),
-            mean_reward: (!rewards.is_empty())
-                .then(|| rewards.iter().sum::<f64>() / rewards.len() as f64),
-            rewarded: rewards.len(),
-            reward_keys,
-            pass_at_k: (1..=job.attempts)
-                .map(|k| k_stat(k, stats::pass_at_k))
-                .collect(),
-            pass_hat_k: (1..=job.attempts)
-                .map(|k| k_stat(k, stats::pass_hat_k))
-                .collect(),
-            verdicts,
-            claimed_success: claimed,
-            false_completion,
-            false_completion_rate: (claimed > 0).then(|| false_completion as f64 / claimed as f64),
-            false_completion_ci: stats::wilson(false_completion, claimed).map(|(l, h)| [l, h]),
-            agent_seconds,
-        });
+/// Token counts the way people read them: `812`, `51.2k`, `3.40M`.
+pub fn tokens(n: u64) -> String {
+    match n {
+        0..=9_999 => n.to_string(),
+        10_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.2}M", n as f64 / 1e6),
     }
+}
 
-    let mut warnings = job.warnings.clone();
-    let n_tasks = job.tasks.len();
-    for arm in &arms {
-        if arm.tasks < n_tasks {
-            warnings.push(format!(
-                "{} has trials for {} of the job's {} tasks (rates cover different task sets)",
-                arm.arm, arm.tasks, n_tasks
-            ));
-        }
-    }
-    let tasks = job
-        .tasks
-        .iter()
-        .zip(cells)
-        .map(|(task, cells)| TaskRow {
-            task: task.clone(),
-            cells,
-        })
-        .collect::<Vec<_>>();
-    let totals = Totals {
-        trials: job.trials.len(),
-        scored: arms.iter().map(|a| a.scored).sum(),
-        infra: arms.iter().map(|a| a.infra).sum(),
-        passed: arms.iter().map(|a| a.passed).sum(),
-    };
-    let mut report = Report {
-        schema: REPORT_SCHEMA.to_string(),
-        job: job.name.clone(),
-        arbiter_version: env!("CARGO_PKG_VERSION").to_string(),
-        attempts: job.attempts,
-        pass_threshold: job.pass_threshold,
-        conventions: CONVENTIONS.iter().map(|s| s.to_string()).collect(),
-        warnings,
-        totals,
-        arms,
-        tasks,
-        comparisons: None,
-    };
-    if let Some(opts) = compare {
-        let grouping = opts.by.unwrap_or_else(|| Grouping::default_for(&job.arms));
-        report.comparisons = compare_within(&report, grouping, opts);
-    }
-    report
+// What `compare` computes; kept here so the report model depends on nothing that computes.
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComparisonSet {
+    /// `variant`, `agent`, or `jobs` (two job directories).
+    pub by: String,
+    pub seed: u64,
+    pub resamples: usize,
+    pub alpha: f64,
+    pub results: Vec<PairComparison>,
+    /// What could not be compared, in words (arms without a counterpart, groups of one).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairComparison {
+    /// What the two arms share (e.g. `agent oracle`), empty for two jobs.
+    pub group: String,
+    /// The control.
+    pub a: String,
+    /// The arm compared with it.
+    pub b: String,
+    /// Tasks scored in both arms.
+    pub tasks_paired: usize,
+    /// Mean per-task pass fraction over the paired tasks.
+    pub a_rate: Option<f64>,
+    pub b_rate: Option<f64>,
+    /// (b − a) in percentage points.
+    pub diff_pts: Option<f64>,
+    pub ci_pts: Option<[f64; 2]>,
+    pub both_pass: usize,
+    pub both_fail: usize,
+    /// Discordant: A passed, B failed.
+    pub a_only: usize,
+    /// Discordant: B passed, A failed.
+    pub b_only: usize,
+    pub p: f64,
+    /// Holm-adjusted over all comparisons of the set (equal to `p` for a single one).
+    pub p_adjusted: f64,
+    pub significant: bool,
+    pub verdict: String,
+    /// Tasks that passed in A and fail in B.
+    pub flipped_to_fail: Vec<String>,
+    /// Tasks that failed in A and pass in B.
+    pub flipped_to_pass: Vec<String>,
+    /// Tasks left out of the pairing, with why.
+    pub unpaired: Vec<Unpaired>,
+    /// Paired tasks whose scored attempt counts differ between the arms.
+    pub unequal_attempts: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unpaired {
+    pub task: String,
+    pub reason: String,
 }

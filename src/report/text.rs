@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use super::compare::{ComparisonSet, pts};
 use super::gate::CheckOutcome;
-use super::model::{ArmStats, Cell, Report, verdict_names};
+use super::model::{ArmStats, Cell, Report, tokens, usd};
 
 pub fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{:.1}%", 100.0 * v))
@@ -81,6 +81,56 @@ fn totals_line(r: &Report) -> String {
     )
 }
 
+/// "N scored trial(s) without a reward … count as not passed", when there are any: every
+/// rendering states it, so a reader of any of them knows why passed + failed < scored.
+pub fn unverified_line(r: &Report) -> Option<String> {
+    let unverified: usize = r.arms.iter().map(|a| a.unverified).sum();
+    (unverified > 0).then(|| {
+        format!(
+            "{unverified} scored trial(s) without a reward (verifier error or skipped) count as not passed"
+        )
+    })
+}
+
+/// The usage table (header first), one row per arm with a usage record; `name` escapes the
+/// arm's label for the target format.
+pub fn usage_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "arm",
+            "trials w/ usage",
+            "requests",
+            "input tokens",
+            "output tokens",
+            "cache read",
+            "cost",
+            "cost / solved task",
+            "upstream errors",
+            "budget exhausted",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for a in &r.arms {
+        let Some(u) = &a.usage else { continue };
+        rows.push(vec![
+            name(&a.arm),
+            u.trials.to_string(),
+            u.requests.to_string(),
+            tokens(u.input_tokens),
+            tokens(u.output_tokens),
+            tokens(u.cache_read_tokens),
+            usd(u.cost_usd),
+            u.cost_per_solved_task_usd
+                .map(usd)
+                .unwrap_or_else(|| "–".to_string()),
+            u.upstream_errors.to_string(),
+            u.budget_exhausted.to_string(),
+        ]);
+    }
+    rows
+}
+
 /// The terminal table.
 pub fn table(r: &Report) -> String {
     let mut out = String::new();
@@ -134,23 +184,23 @@ pub fn table(r: &Report) -> String {
             r.totals.infra
         );
     }
-    let unverified: usize = r.arms.iter().map(|a| a.unverified).sum();
-    if unverified > 0 {
-        let _ = writeln!(
-            out,
-            "{unverified} scored trial(s) without a reward (verifier error or skipped) count as not passed"
-        );
+    if let Some(line) = unverified_line(r) {
+        let _ = writeln!(out, "{line}");
     }
     // audit verdicts
     let mut rows = vec![
         std::iter::once("arm".to_string())
-            .chain(verdict_names().map(String::from))
+            .chain(r.verdict_columns().into_iter().map(String::from))
             .chain(["false-completion rate".to_string()])
             .collect::<Vec<_>>(),
     ];
     for a in &r.arms {
         let mut row = vec![a.arm.clone()];
-        row.extend(verdict_names().map(|v| a.verdicts.get(v).copied().unwrap_or(0).to_string()));
+        row.extend(
+            r.verdict_columns()
+                .into_iter()
+                .map(|v| a.verdicts.get(v).copied().unwrap_or(0).to_string()),
+        );
         row.push(format!(
             "{} {}",
             pct(a.false_completion_rate),
@@ -160,6 +210,10 @@ pub fn table(r: &Report) -> String {
     }
     out.push('\n');
     out.push_str(&align(&rows, 1));
+    if r.has_usage() {
+        out.push('\n');
+        out.push_str(&align(&usage_rows(r, &|s| s.to_string()), 1));
+    }
     for w in &r.warnings {
         let _ = writeln!(out, "warning: {w}");
     }
@@ -345,6 +399,9 @@ pub fn markdown(r: &Report) -> String {
             r.totals.infra
         );
     }
+    if let Some(line) = unverified_line(r) {
+        let _ = writeln!(out, "\n{}.", md(&line));
+    }
     for w in &r.warnings {
         let _ = writeln!(out, "\n> **Warning:** {}", md(w));
     }
@@ -384,7 +441,7 @@ pub fn markdown(r: &Report) -> String {
 
     out.push_str("\n## Audit verdicts\n\n");
     let mut header = vec!["arm".to_string()];
-    header.extend(verdict_names().map(String::from));
+    header.extend(r.verdict_columns().into_iter().map(String::from));
     header.extend(["claimed success", "false-completion rate", "95% CI"].map(String::from));
     let rows: Vec<Vec<String>> = r
         .arms
@@ -392,7 +449,9 @@ pub fn markdown(r: &Report) -> String {
         .map(|a| {
             let mut row = vec![md(&a.arm)];
             row.extend(
-                verdict_names().map(|v| a.verdicts.get(v).copied().unwrap_or(0).to_string()),
+                r.verdict_columns()
+                    .into_iter()
+                    .map(|v| a.verdicts.get(v).copied().unwrap_or(0).to_string()),
             );
             row.push(a.claimed_success.to_string());
             row.push(pct(a.false_completion_rate));
@@ -401,6 +460,12 @@ pub fn markdown(r: &Report) -> String {
         })
         .collect();
     out.push_str(&md_table(&header, 1, &rows));
+
+    if r.has_usage() {
+        out.push_str("\n## Usage (counted by the model gateway)\n\n");
+        let rows = usage_rows(r, &md);
+        out.push_str(&md_table(&rows[0], 1, &rows[1..]));
+    }
 
     if let Some(c) = &r.comparisons {
         let _ = writeln!(

@@ -278,3 +278,96 @@ pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
 pub fn repo_file(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
+
+/// Replace the trials.jsonl line of `id` with `f(record)`, and write it as the trial's
+/// result.json too.
+pub fn edit_record(dir: &Path, id: &str, f: impl Fn(&mut Value)) {
+    let path = dir.join("trials.jsonl");
+    let text = std::fs::read_to_string(&path).expect("jsonl");
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let mut v: Value = serde_json::from_str(line).expect("line");
+        if v["id"] == id {
+            f(&mut v);
+            let tdir = dir.join("trials").join(id);
+            std::fs::create_dir_all(&tdir).expect("trial dir");
+            std::fs::write(
+                tdir.join("result.json"),
+                serde_json::to_vec_pretty(&v).expect("json"),
+            )
+            .expect("result.json");
+        }
+        lines.push(serde_json::to_string(&v).expect("json"));
+    }
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write jsonl");
+}
+
+pub fn usage(cost: f64, input: u64, errors: u64) -> Value {
+    json!({"requests": 3, "input_tokens": input, "output_tokens": 100, "cache_read_tokens": 0,
+           "cost_usd": cost, "upstream_errors": {"429": errors},
+           "budget": {"max_cost_usd": 2.0, "exhausted": false}})
+}
+
+pub const HOSTILE: &str = "</script><script>alert(1)</script><img src=x onerror=alert(2)>\"'&";
+
+/// A trial directory with every file a trial page reads, each carrying hostile text.
+pub fn write_rich_trial(dir: &Path, id: &str, trajectory_bytes: usize) {
+    let t = dir.join("trials").join(id);
+    std::fs::create_dir_all(t.join("agent")).expect("agent dir");
+    std::fs::create_dir_all(t.join("verifier")).expect("verifier dir");
+    let big_output = "x".repeat(5000);
+    let mut steps = vec![
+        json!({"step_id": 1, "source": "user", "message": format!("Fix the build {HOSTILE}")}),
+        json!({"step_id": 2, "source": "agent", "model_name": "claude-sonnet-4-5",
+               "message": [{"type": "text", "text": "I will run the tests."}],
+               "tool_calls": [{"tool_call_id": "c1", "function_name": "bash",
+                               "arguments": {"command": format!("pytest -q {HOSTILE}")}}],
+               "observation": {"results": [{"source_call_id": "c1", "content": big_output}]},
+               "metrics": {"prompt_tokens": 1200, "completion_tokens": 80}}),
+    ];
+    let mut n = 3;
+    while serde_json::to_vec(&steps).expect("json").len() < trajectory_bytes {
+        steps.push(json!({"step_id": n, "source": "agent", "message": format!("step {n}: {}", "y".repeat(2000)),
+                          "tool_calls": [{"tool_call_id": format!("c{n}"), "function_name": "bash", "arguments": {"command": "ls"}}],
+                          "observation": {"results": [{"source_call_id": format!("c{n}"), "content": "z".repeat(1500)}]}}));
+        n += 1;
+    }
+    let atif = json!({"schema_version": "ATIF-v1.4", "session_id": "s1",
+                      "agent": {"name": "claude-code", "version": "2.1.332", "model_name": "claude-sonnet-4-5"},
+                      "steps": steps, "final_metrics": {"total_prompt_tokens": 1200}});
+    std::fs::write(
+        t.join("agent/trajectory.atif.json"),
+        serde_json::to_vec(&atif).expect("json"),
+    )
+    .expect("trajectory");
+    let calls = [
+        json!({"time": "2026-01-02T03:04:06Z", "api": "anthropic", "model": "claude-sonnet-4-5", "status": 200,
+               "latency_ms": 812, "input_tokens": 1200, "output_tokens": 80, "stop_reason": "tool_use"}),
+        json!({"time": "2026-01-02T03:04:08Z", "api": "anthropic", "model": HOSTILE, "status": 429,
+               "latency_ms": 15, "error": HOSTILE}),
+    ];
+    std::fs::write(
+        t.join("agent/model-calls.jsonl"),
+        calls
+            .iter()
+            .map(|c| c.to_string() + "\n")
+            .collect::<String>(),
+    )
+    .expect("calls");
+    let changes = json!({"added": [{"path": format!("/app/{HOSTILE}"), "type": "file", "size": 12, "mode": "0644"},
+                                   {"path": "/usr/local/bin/pytest", "type": "file", "size": 90, "mode": "0755"}],
+                         "modified": [{"path": "/usr/bin/python3", "type": "file", "size": 5_000_000, "mode": "0755"}],
+                         "deleted": [{"path": "/app/old.txt", "type": "file"}]});
+    std::fs::write(
+        t.join("agent/changes.json"),
+        serde_json::to_vec(&changes).expect("json"),
+    )
+    .expect("changes");
+    std::fs::write(t.join("agent/stdout.log"), format!("hello {HOSTILE}\n")).expect("log");
+    std::fs::write(t.join("agent/stderr.log"), "x\n".repeat(100_000)).expect("log");
+    std::fs::write(
+        t.join("verifier/stdout.log"),
+        format!("1 failed {HOSTILE}\n"),
+    )
+    .expect("log");
+}
