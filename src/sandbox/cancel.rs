@@ -127,4 +127,8 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
     async fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {
         self.inner.list(selector).await
     }
+
+    fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
+        self.inner.harness_argv(applet, args)
+    }
 }
