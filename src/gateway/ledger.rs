@@ -391,7 +391,7 @@ mod tests {
         let path = dir.path().join("agent/model-calls.jsonl");
         let ledger = Ledger::open(&path, vec!["sk-secret-123".into()]).unwrap();
         let mut rec = call(CallOutcome::Ok, None, &[]);
-        rec.request = BodyRecord::of(format!("{{\"k\":\"sk-secret-123\"}}").as_bytes());
+        rec.request = BodyRecord::of(br#"{"k":"sk-secret-123"}"#);
         let big = vec![b'x'; BODY_CAP + 10];
         rec.response = BodyRecord::of(&big);
         ledger.append(&rec).unwrap();

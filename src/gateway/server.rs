@@ -300,7 +300,10 @@ impl Gateway {
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, router)
                 .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
+                    // A dropped handle is not a stop signal: only an explicit one is.
+                    if stopped.await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
                 })
                 .await;
             if let Err(e) = served {
@@ -728,18 +731,19 @@ async fn proxy(
 
     // What goes upstream: the agent's body, except that a streaming chat call always asks for
     // the final usage chunk (otherwise nothing could be metered).
-    let upstream_body = if protocol == Protocol::ChatCompletions
+    let (upstream_json, upstream_body) = if protocol == Protocol::ChatCompletions
         && stream
         && request_json
             .pointer("/stream_options/include_usage")
             .and_then(Value::as_bool)
             != Some(true)
     {
-        let mut v = request_json.clone();
+        let mut v = request_json;
         v["stream_options"]["include_usage"] = json!(true);
-        Bytes::from(v.to_string())
+        let bytes = Bytes::from(v.to_string());
+        (v, bytes)
     } else {
-        body.clone()
+        (request_json, body.clone())
     };
 
     let permit = match trial.provider.permits.clone().acquire_owned().await {
@@ -772,7 +776,7 @@ async fn proxy(
             &uri,
             &headers,
             &upstream_body,
-            &request_json,
+            &upstream_json,
         )
         .await
         {
