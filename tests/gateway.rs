@@ -1274,3 +1274,45 @@ fn which(name: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     })
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_hangs_up_still_gets_its_ledger_line() {
+    let (url, _fake) = fake_upstream(|_, _| {
+        let mut r = reply(200, "application/json", anthropic_body(1, 1, 0, 0));
+        r.delay = Duration::from_secs(5);
+        r
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(
+        &format!("{{name: a, api: anthropic, base_url: '{url}'}}"),
+        dir.path(),
+    );
+    let rig = Rig::new(vec![m], dir).await;
+    let t = rig.trial("t", "a", Budget::default());
+    let r = rig
+        .client
+        .post(format!("{}/v1/messages", rig.base))
+        .header("x-api-key", t.as_str())
+        .json(&json!({"messages": []}))
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await;
+    assert!(r.is_err());
+    // The gateway notices the hang-up when the connection closes.
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(rig.ledger_path("t")).unwrap_or_default();
+        if !text.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let u = rig.gateway.finish_trial(&t).await.unwrap();
+    assert_eq!(u.requests, 1);
+    let calls = rig.ledger("t");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        (calls[0].status, calls[0].outcome),
+        (499, CallOutcome::ClientClosed)
+    );
+}

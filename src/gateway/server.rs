@@ -538,6 +538,8 @@ struct CallStart {
     model: Option<String>,
     stream: bool,
     request: BodyRecord,
+    /// The ledger line is written; set by [`CallStart::finish`].
+    done: bool,
 }
 
 /// How a call ended.
@@ -551,8 +553,31 @@ struct CallEnd {
     response: BodyRecord,
 }
 
+impl Drop for CallStart {
+    /// The agent hung up before the call ended (the handler future was dropped): the call
+    /// still gets its ledger line, so none is lost.
+    fn drop(&mut self) {
+        if !self.done {
+            self.write(CallEnd {
+                status: 499,
+                outcome: CallOutcome::ClientClosed,
+                attempts: 0,
+                metered: Metered::default(),
+                upstream_errors: Vec::new(),
+                detail: Some("the agent closed the connection before the response".into()),
+                response: BodyRecord::default(),
+            });
+        }
+    }
+}
+
 impl CallStart {
-    fn finish(self, end: CallEnd) {
+    fn finish(mut self, end: CallEnd) {
+        self.write(end);
+    }
+
+    fn write(&mut self, end: CallEnd) {
+        self.done = true;
         let price = self.trial.provider.model.price;
         let cost = match (&end.metered.tokens, &price) {
             (Some(t), Some(p)) => Some(t.cost(p)),
@@ -561,10 +586,10 @@ impl CallStart {
         let record = CallRecord {
             schema: LEDGER_SCHEMA.to_string(),
             seq: self.seq,
-            time: self.time,
+            time: std::mem::take(&mut self.time),
             api: self.protocol,
             provider: self.trial.grant.provider.clone(),
-            model: self.model,
+            model: self.model.take(),
             stream: self.stream,
             status: end.status,
             outcome: end.outcome,
@@ -575,7 +600,7 @@ impl CallStart {
             stop_reason: end.metered.stop_reason,
             upstream_errors: end.upstream_errors,
             detail: end.detail.map(|d| scrub(&d, &self.trial.secrets)),
-            request: self.request,
+            request: std::mem::take(&mut self.request),
             response: end.response,
         };
         // Ledger line and usage under one lock, so they never disagree.
@@ -692,6 +717,7 @@ async fn proxy(
         model,
         stream,
         request: BodyRecord::of(&body),
+        done: false,
     };
     if let Some(limit) = refusal {
         let message = format!(
