@@ -1316,3 +1316,108 @@ async fn an_agent_that_hangs_up_still_gets_its_ledger_line() {
         (499, CallOutcome::ClientClosed)
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Egress allowlist proxy
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allowlist_proxy_admits_listed_hosts_only_and_never_connects_elsewhere() {
+    use arbiter::gateway::{Allowlist, serve_allowlist};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (allowed_url, allowed) =
+        fake_upstream(|_, _| reply(200, "text/plain", "hello from the allowed host")).await;
+    let allowed_port: u16 = allowed_url.rsplit(':').next().unwrap().parse().unwrap();
+    // A host that is not listed: a bare listener that counts connections.
+    let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let other_hits = Arc::new(AtomicUsize::new(0));
+    let hits = other_hits.clone();
+    tokio::spawn(async move {
+        while other.accept().await.is_ok() {
+            hits.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+
+    let list = Allowlist::parse(&[format!("127.0.0.1:{allowed_port}")]).unwrap();
+    let proxy = serve_allowlist(TcpListener::bind("127.0.0.1:0").unwrap(), list).unwrap();
+    let proxy_url = format!("http://{}", proxy.addr);
+
+    // Plain HTTP through the proxy (absolute-form), as HTTP_PROXY clients do.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(&proxy_url).unwrap())
+        .build()
+        .unwrap();
+    let r = client.get(format!("{allowed_url}/x")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "hello from the allowed host");
+    let r = client
+        .get(format!("http://127.0.0.1:{other_port}/x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("not in allowed_hosts"));
+
+    // A CONNECT tunnel (what HTTPS clients use), then HTTP inside it.
+    let connect = |port: u16| {
+        let addr = proxy.addr;
+        async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(
+                format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut head = vec![0u8; 39];
+            s.read_exact(&mut head).await.unwrap();
+            (s, String::from_utf8_lossy(&head).into_owned())
+        }
+    };
+    let (mut tunnel, head) = connect(allowed_port).await;
+    assert_eq!(head, "HTTP/1.1 200 Connection Established\r\n\r\n");
+    tunnel
+        .write_all(b"GET /t HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tunnel.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("hello from the allowed host"), "{answer}");
+
+    let (mut refused, head) = connect(other_port).await;
+    assert!(head.starts_with("HTTP/1.1 403 Forbidden"), "{head}");
+    let mut rest = String::new();
+    refused.read_to_string(&mut rest).await.unwrap();
+
+    // Listed host 80/443 only; a name that is not listed is refused before any lookup.
+    let r = client
+        .get("http://not-listed.invalid/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
+    let events = proxy.shutdown().await;
+    assert_eq!(
+        other_hits.load(Ordering::SeqCst),
+        0,
+        "no connection to a refused host"
+    );
+    assert_eq!(allowed.calls.load(Ordering::SeqCst), 2);
+    let summary: Vec<(String, u16, bool)> = events
+        .iter()
+        .map(|e| (e.host.clone(), e.port, e.allowed))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("127.0.0.1".to_string(), allowed_port, true),
+            ("127.0.0.1".to_string(), other_port, false),
+            ("127.0.0.1".to_string(), allowed_port, true),
+            ("127.0.0.1".to_string(), other_port, false),
+            ("not-listed.invalid".to_string(), 80, false),
+        ]
+    );
+}

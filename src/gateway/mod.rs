@@ -12,8 +12,12 @@
 //! The `scripted` provider ([`scripted`]) answers deterministically from a script, so real
 //! agent CLIs can be run in tests with no paid model and no network. See docs/gateway.md.
 //!
+//! [`allowlist`] is the egress proxy for `network_mode = "allowlist"`: on the same loopback,
+//! it admits only `allowed_hosts`.
+//!
 //! This module knows nothing about tasks, trials' phases or verifiers.
 
+pub mod allowlist;
 pub mod config;
 pub mod ledger;
 pub mod netns;
@@ -21,6 +25,7 @@ pub mod scripted;
 pub mod server;
 pub mod usage;
 
+pub use allowlist::{Allowlist, AllowlistError, EgressEvent, ProxyHandle, serve_allowlist};
 pub use config::{
     AgentModel, Budget, ConfigError, ModelConfig, Price, ProviderApi, ResolvedModel, RetryConfig,
     validate_agent_model, validate_models,
