@@ -1421,3 +1421,45 @@ async fn the_allowlist_proxy_admits_listed_hosts_only_and_never_connects_elsewhe
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_cannot_overshoot_max_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    write_script(
+        dir.path(),
+        &json!({"turns": [{"say": "slow", "fault": {"delay_ms": 100, "times": 1000}}]}),
+    );
+    let m = model(
+        "{name: fake, api: scripted, script: script.json}",
+        dir.path(),
+    );
+    let rig = Arc::new(Rig::new(vec![m], dir).await);
+    let t = rig.trial(
+        "t",
+        "fake",
+        Budget {
+            max_requests: Some(3),
+            ..Budget::default()
+        },
+    );
+    let mut calls = Vec::new();
+    for _ in 0..10 {
+        let rig = rig.clone();
+        let tok = t.as_str().to_string();
+        calls.push(tokio::spawn(async move {
+            rig.post(&tok, "/v1/messages", &json!({"messages": []}))
+                .await
+                .status()
+                .as_u16()
+        }));
+    }
+    let mut statuses = Vec::new();
+    for c in calls {
+        statuses.push(c.await.unwrap());
+    }
+    statuses.sort();
+    assert_eq!(statuses, [200, 200, 200, 400, 400, 400, 400, 400, 400, 400]);
+    let u = rig.gateway.finish_trial(&t).await.unwrap();
+    assert_eq!((u.requests, u.refused), (3, 7));
+    assert_eq!(rig.ledger("t").len(), 10);
+}
