@@ -1463,3 +1463,178 @@ async fn concurrent_calls_cannot_overshoot_max_requests() {
     assert_eq!((u.requests, u.refused), (3, 7));
     assert_eq!(rig.ledger("t").len(), 10);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A real container with network `none` (root and a Docker engine; skipped otherwise)
+
+/// Removes the container on every path.
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
+}
+
+fn docker(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI")
+}
+
+/// A small agent in a network-`none` container calls every protocol (streaming and not)
+/// through the gateway on its own loopback; the usage equals what the script served. The
+/// container has only `lo`, reaches nothing on the host's 127.0.0.1, and never sees the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_container_reaches_the_gateway_and_nothing_else() {
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (listener in the container's network namespace)");
+        return;
+    }
+    let image = "arbiter/debian:bookworm";
+    if which("docker").is_none() || !docker(&["image", "inspect", image]).status.success() {
+        eprintln!("skipped: no Docker engine with {image}");
+        return;
+    }
+    let name = format!("arbiter-gateway-test-{}", std::process::id());
+    let out = docker(&[
+        "run",
+        "-d",
+        "--rm",
+        "--init",
+        "--network",
+        "none",
+        "--label",
+        "arbiter.managed=true",
+        "--name",
+        &name,
+        image,
+        "sleep",
+        "120",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let _container = Container(name.clone());
+    let out = docker(&["inspect", "-f", "{{.State.Pid}}", &name]);
+    let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+
+    // A server on the host's loopback that the container must not reach.
+    let host_only = TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_port = host_only.local_addr().unwrap().port();
+
+    let dir = tempfile::tempdir().unwrap();
+    write_script(
+        dir.path(),
+        &json!({"turns": [
+            {"run": "ls", "usage": {"input_tokens": 11, "output_tokens": 1, "cache_read_tokens": 100}},
+            {"run": "ls", "usage": {"input_tokens": 22, "output_tokens": 2, "cache_read_tokens": 200}},
+            {"say": "done", "usage": {"input_tokens": 33, "output_tokens": 3, "cache_read_tokens": 300}}
+        ]}),
+    );
+    let scripted = model(
+        "{name: fake, api: scripted, script: script.json}",
+        dir.path(),
+    );
+    // A second provider with a real-looking key, so there is a key that must not leak.
+    let keyed = model(
+        "{name: keyed, api: openai, base_url: 'http://127.0.0.1:9/v1', api_key: '${TEST_KEY}'}",
+        dir.path(),
+    );
+    let gateway = Gateway::start(vec![scripted, keyed]).unwrap();
+    let ledger_path = dir.path().join("trial/agent/model-calls.jsonl");
+    let token = gateway
+        .register_trial(TrialGrant {
+            trial_id: "offline".into(),
+            provider: "fake".into(),
+            model: "scripted-model".into(),
+            budget: Budget::default(),
+            ledger_path: ledger_path.clone(),
+        })
+        .unwrap();
+    let listener = arbiter::gateway::listen_in_netns(pid, 4141).unwrap();
+    let _server = gateway.serve_trial(listener, &token).unwrap();
+
+    // The "agent": Python's urllib, one call per protocol and mode, turns 0..2 each time.
+    let agent = format!(
+        r#"
+import json, os, socket, urllib.request
+base = "http://127.0.0.1:4141"
+tok = os.environ["ANTHROPIC_API_KEY"]
+def post(path, body, headers):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status, r.read().decode()
+def conv(n):
+    m = [{{"role": "user", "content": "go"}}]
+    for i in range(n):
+        m += [{{"role": "assistant", "content": "x"}}, {{"role": "user", "content": "ok"}}]
+    return m
+out = {{"calls": []}}
+for stream in (False, True):
+    a = {{"x-api-key": tok, "anthropic-version": "2023-06-01", "content-type": "application/json"}}
+    o = {{"authorization": "Bearer " + tok, "content-type": "application/json"}}
+    out["calls"].append(post("/v1/messages", {{"model": "m", "stream": stream, "messages": conv(0)}}, a))
+    out["calls"].append(post("/v1/chat/completions", {{"model": "m", "stream": stream, "messages": conv(1)}}, o))
+    out["calls"].append(post("/v1/responses", {{"model": "m", "stream": stream, "input": [
+        {{"type": "function_call", "call_id": "a", "name": "shell", "arguments": "{{}}"}},
+        {{"type": "function_call_output", "call_id": "a", "output": ""}},
+        {{"type": "message", "role": "assistant", "content": []}},
+        {{"role": "user", "content": "ok"}}]}}, o))
+out["interfaces"] = sorted(os.listdir("/sys/class/net"))
+try:
+    socket.create_connection(("127.0.0.1", {host_port}), timeout=2)
+    out["host_loopback"] = "reached"
+except OSError as e:
+    out["host_loopback"] = "refused"
+try:
+    socket.getaddrinfo("example.com", 443)
+    out["dns"] = "resolved"
+except OSError:
+    out["dns"] = "failed"
+print(json.dumps(out))
+"#
+    );
+    let env_tok = format!("ANTHROPIC_API_KEY={}", token.as_str());
+    let name2 = name.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        docker(&["exec", "-e", &env_tok, &name2, "python3", "-c", &agent])
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for call in result["calls"].as_array().unwrap() {
+        assert_eq!(call[0], 200, "{call}");
+    }
+    assert!(
+        result["calls"][3][1]
+            .as_str()
+            .unwrap()
+            .contains("message_stop")
+    );
+    assert!(
+        result["calls"][5][1]
+            .as_str()
+            .unwrap()
+            .contains("response.completed")
+    );
+    assert_eq!(result["interfaces"], json!(["lo"]));
+    assert_eq!(result["host_loopback"], "refused");
+    assert_eq!(result["dns"], "failed");
+
+    let usage = gateway.finish_trial(&token).await.unwrap();
+    assert_eq!(usage.requests, 6);
+    assert_eq!(tokens(&usage), (2 * 66, 2 * 6, 2 * 600, 0));
+
+    // The key is in no container env and no file arbiter wrote.
+    let env = docker(&["exec", &name, "cat", "/proc/1/environ"]);
+    assert!(!String::from_utf8_lossy(&env.stdout).contains(REAL_KEY));
+    let inspect = docker(&["inspect", &name]);
+    assert!(!String::from_utf8_lossy(&inspect.stdout).contains(REAL_KEY));
+    let ledger = std::fs::read_to_string(&ledger_path).unwrap();
+    assert_eq!(ledger.lines().count(), 6);
+    assert!(!ledger.contains(REAL_KEY));
+}
