@@ -165,7 +165,8 @@ impl Ledger {
 /// The record's `usage` (SPEC §7): what the agent spent, as counted by the gateway.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Usage {
-    /// Calls sent upstream (whatever their answer). Calls refused by the budget are `refused`.
+    /// Calls admitted past the budget check (sent upstream whatever the answer, or failed
+    /// trying). Calls refused by the budget are `refused`.
     pub requests: u64,
     /// Prompt tokens not served from a cache.
     pub input_tokens: u64,

@@ -182,8 +182,6 @@ pub struct ScriptedResponse {
     pub delay: Duration,
     /// Serve this many chunks, then break the connection.
     pub cut_after: Option<usize>,
-    /// The usage the reply reports (for tests; the gateway meters the body itself).
-    pub usage: Option<Tokens>,
 }
 
 /// Count assistant turns already in the conversation of `request`.
@@ -736,7 +734,6 @@ pub fn respond(
             chunks: vec![error_body(protocol, status)],
             delay,
             cut_after: None,
-            usage: None,
         };
     }
     if fault.malformed {
@@ -750,7 +747,6 @@ pub fn respond(
             chunks: vec![b"{\"this is not\": json".to_vec()],
             delay,
             cut_after: None,
-            usage: None,
         };
     }
     let model = request
@@ -793,7 +789,6 @@ pub fn respond(
         chunks,
         delay,
         cut_after,
-        usage: Some(tokens),
     }
 }
 
