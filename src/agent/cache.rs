@@ -35,9 +35,7 @@ pub fn mount_point(name: &str) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error(
-        "cannot locate the agent cache: set {CACHE_ENV}, XDG_CACHE_HOME or HOME (none is set)"
-    )]
+    #[error("cannot locate the agent cache: set {CACHE_ENV}, XDG_CACHE_HOME or HOME (none is set)")]
     NoRoot,
     #[error(
         "{name} {version} is not installed in the agent cache ({dir}); run: arbiter agents install {name}@{version}"
@@ -291,11 +289,8 @@ impl AgentCache {
         fs::write(&manifest_path, json).map_err(io_err("writing", &manifest_path))?;
         let dest = self.entry_dir(&staging.name, &staging.version);
         let aside = if dest.exists() {
-            let aside = staged.with_file_name(format!(
-                ".old-{}-{}",
-                staging.version,
-                std::process::id()
-            ));
+            let aside =
+                staged.with_file_name(format!(".old-{}-{}", staging.version, std::process::id()));
             fs::rename(&dest, &aside).map_err(io_err("moving aside", &dest))?;
             Some(aside)
         } else {
@@ -309,7 +304,10 @@ impl AgentCache {
         if let Some(aside) = aside
             && let Err(e) = fs::remove_dir_all(&aside)
         {
-            tracing::warn!("could not remove the replaced entry {}: {e}", aside.display());
+            tracing::warn!(
+                "could not remove the replaced entry {}: {e}",
+                aside.display()
+            );
         }
         Ok(CacheEntry {
             dir: dest,
@@ -409,11 +407,8 @@ mod tests {
                     .map(|(_, v)| OsString::from(v))
             }
         };
-        static ALL: [(&str, &str); 3] = [
-            (CACHE_ENV, "/c"),
-            ("XDG_CACHE_HOME", "/x"),
-            ("HOME", "/h"),
-        ];
+        static ALL: [(&str, &str); 3] =
+            [(CACHE_ENV, "/c"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")];
         let all: &'static [(&str, &str)] = &ALL;
         assert_eq!(
             AgentCache::from_vars(vars(all)).expect("root").root(),
@@ -448,10 +443,9 @@ mod tests {
         assert_eq!(listed, ["1.0"], "no staging or aside dirs remain");
         let found = cache.verify("codex", "1.0").expect("verifies");
         assert_eq!(found.manifest, entry.manifest);
-        let on_disk: Manifest = serde_json::from_slice(
-            &fs::read(entry.dir.join(MANIFEST_FILE)).expect("manifest"),
-        )
-        .expect("parses");
+        let on_disk: Manifest =
+            serde_json::from_slice(&fs::read(entry.dir.join(MANIFEST_FILE)).expect("manifest"))
+                .expect("parses");
         assert_eq!(on_disk.schema, MANIFEST_SCHEMA);
         assert_eq!(on_disk.source.package, "@scope/pkg");
     }
@@ -491,16 +485,25 @@ mod tests {
         let entry = install(&cache, "mini-swe-agent", "2.4.6", b"python");
         // A truncated file passes the cheap lookup but not the listing check.
         fs::write(entry.dir.join("bin/tool"), b"py").expect("truncate");
-        cache.lookup("mini-swe-agent", "2.4.6").expect("cheap check");
-        let err = cache.verify("mini-swe-agent", "2.4.6").expect_err("damaged");
+        cache
+            .lookup("mini-swe-agent", "2.4.6")
+            .expect("cheap check");
+        let err = cache
+            .verify("mini-swe-agent", "2.4.6")
+            .expect_err("damaged");
         assert!(
             err.to_string().contains("is damaged (its files differ"),
             "{err}"
         );
-        assert!(err.to_string().contains("arbiter agents install --force mini-swe-agent@2.4.6"));
+        assert!(
+            err.to_string()
+                .contains("arbiter agents install --force mini-swe-agent@2.4.6")
+        );
         // A missing entry point fails the cheap check.
         fs::remove_file(entry.dir.join("bin/tool")).expect("rm");
-        let err = cache.lookup("mini-swe-agent", "2.4.6").expect_err("damaged");
+        let err = cache
+            .lookup("mini-swe-agent", "2.4.6")
+            .expect_err("damaged");
         assert!(err.to_string().contains("(bin/tool is missing)"), "{err}");
         // A manifest for something else.
         fs::write(entry.dir.join(MANIFEST_FILE), b"{not json").expect("write");
@@ -535,7 +538,10 @@ mod tests {
         let err = cache
             .commit(staging, source(), "bin/codex", None)
             .expect_err("no entry point");
-        assert!(err.to_string().contains("the fetched files have no bin/codex"));
+        assert!(
+            err.to_string()
+                .contains("the fetched files have no bin/codex")
+        );
         assert!(!tmp.path().join("codex/1.0").exists());
     }
 

@@ -252,7 +252,9 @@ pub(crate) fn parse_npm_pack(stdout: &[u8]) -> Result<(String, Option<String>), 
         .ok_or_else(|| InstallError::NpmOutput("no filename".to_string()))?;
     // Scoped packages are packed as `scope-name-version.tgz`, never with a path.
     if filename.contains('/') || filename.contains("..") {
-        return Err(InstallError::NpmOutput(format!("odd filename {filename:?}")));
+        return Err(InstallError::NpmOutput(format!(
+            "odd filename {filename:?}"
+        )));
     }
     Ok((
         filename.to_string(),
@@ -508,9 +510,7 @@ async fn install_pypi<S: Sandbox>(
             .unwrap_or_default()
             .trim()
             .to_string();
-        let minor: Option<u32> = found
-            .strip_prefix("3.")
-            .and_then(|m| m.parse().ok());
+        let minor: Option<u32> = found.strip_prefix("3.").and_then(|m| m.parse().ok());
         if minor.is_none_or(|m| m < 10) {
             return Err(InstallError::PythonTooOld {
                 image: image.to_string(),

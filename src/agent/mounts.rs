@@ -84,13 +84,12 @@ mod tests {
         );
         resolve_mounts(&mut a, tmp.path()).expect("resolves");
         let expected = std::fs::canonicalize(tmp.path().join("adapters")).expect("canon");
-        assert_eq!(hosts(&a), [expected.clone()]);
+        assert_eq!(hosts(&a), std::slice::from_ref(&expected));
         assert!(hosts(&a)[0].is_absolute());
         // Bare names are paths too, never engine volume names.
         std::fs::create_dir(tmp.path().join("dist")).expect("mkdir");
-        let mut a = agent(
-            "name: aw\nkind: aworld\nmounts:\n  - {host: dist, container: /opt/aworld}\n",
-        );
+        let mut a =
+            agent("name: aw\nkind: aworld\nmounts:\n  - {host: dist, container: /opt/aworld}\n");
         resolve_mounts(&mut a, tmp.path()).expect("resolves");
         assert_eq!(
             hosts(&a),

@@ -131,8 +131,7 @@ fn model_errors(text: &str) -> Vec<(usize, String)> {
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect();
-        if rest[name.len()..].starts_with(':') && (name.ends_with("Error") || name == "Timeout")
-        {
+        if rest[name.len()..].starts_with(':') && (name.ends_with("Error") || name == "Timeout") {
             out.push((offset, name));
         }
     }
@@ -243,10 +242,7 @@ mod tests {
         ] {
             let claim = claim_of(file, Some(0));
             assert_eq!(semantic(&claim), "infrastructure_failed", "{file}");
-            assert_eq!(
-                claim.record.expect("record")["failure"]["error_type"],
-                name
-            );
+            assert_eq!(claim.record.expect("record")["failure"]["error_type"], name);
         }
     }
 

@@ -42,10 +42,7 @@ pub(crate) fn positional(instruction: &str) -> String {
 }
 
 pub(crate) fn plan(input: &PresetInput<'_>) -> PresetPlan {
-    let bin = format!(
-        "{}/{ENTRY_POINT}",
-        PresetKind::ClaudeCode.mount_point()
-    );
+    let bin = format!("{}/{ENTRY_POINT}", PresetKind::ClaudeCode.mount_point());
     let mut argv = vec![
         bin,
         "-p".to_string(),
@@ -64,7 +61,10 @@ pub(crate) fn plan(input: &PresetInput<'_>) -> PresetPlan {
     let model = &input.model.model;
     let env = BTreeMap::from(
         [
-            ("ANTHROPIC_BASE_URL", input.model.anthropic_base_url.as_str()),
+            (
+                "ANTHROPIC_BASE_URL",
+                input.model.anthropic_base_url.as_str(),
+            ),
             ("ANTHROPIC_API_KEY", input.model.token.as_str()),
             // Side calls (titles, summaries) go to the same model, through the same gateway.
             ("ANTHROPIC_SMALL_FAST_MODEL", model),

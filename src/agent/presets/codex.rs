@@ -135,10 +135,7 @@ fn endpoint_failure(message: &str) -> Option<Option<u16>> {
         "exceeded retry limit",
         "service unavailable",
     ];
-    transport
-        .iter()
-        .any(|t| lower.contains(t))
-        .then_some(None)
+    transport.iter().any(|t| lower.contains(t)).then_some(None)
 }
 
 pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, String> {

@@ -127,7 +127,10 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
     let Some(status) = info["exit_status"].as_str() else {
         return Err(format!("{TRAJECTORY_PATH} has no info.exit_status"));
     };
-    let messages = traj["messages"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let messages = traj["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     let tool_calls = messages
         .iter()
         .filter(|m| m["role"] == "assistant")
@@ -153,7 +156,10 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
             Semantic::TaskFailed,
             failure("agent", "limits_exceeded", None),
         ),
-        "TimeExceeded" => (Semantic::TaskFailed, failure("agent", "time_exceeded", None)),
+        "TimeExceeded" => (
+            Semantic::TaskFailed,
+            failure("agent", "time_exceeded", None),
+        ),
         "RepeatedFormatError" | "FormatError" => {
             (Semantic::TaskFailed, failure("agent", "format_error", None))
         }
@@ -162,7 +168,10 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
             Semantic::InfrastructureFailed,
             failure("model", "model_api_error", Some(name)),
         ),
-        name => (Semantic::TaskFailed, failure("agent", "exception", Some(name))),
+        name => (
+            Semantic::TaskFailed,
+            failure("agent", "exception", Some(name)),
+        ),
     };
     let submission = info["submission"].as_str().filter(|s| !s.trim().is_empty());
     let final_answer = submission.map(str::to_string).or_else(|| {

@@ -100,11 +100,9 @@ impl PresetKind {
     /// Where `arbiter agents install` fetches `version` from.
     pub fn source(self, version: &str) -> PackageSource {
         let (registry, package, version) = match self {
-            PresetKind::ClaudeCode => (
-                Registry::Npm,
-                claude_code::NPM_PACKAGE,
-                version.to_string(),
-            ),
+            PresetKind::ClaudeCode => {
+                (Registry::Npm, claude_code::NPM_PACKAGE, version.to_string())
+            }
             PresetKind::Codex => (
                 Registry::Npm,
                 codex::NPM_PACKAGE,
@@ -617,10 +615,7 @@ mod tests {
         let cc = PresetKind::ClaudeCode.source("2.1.332");
         assert_eq!(cc.package, "@anthropic-ai/claude-code-linux-x64");
         assert_eq!(cc.version, "2.1.332");
-        assert_eq!(
-            PresetKind::Aider.source("0.86.2").package,
-            "aider-chat"
-        );
+        assert_eq!(PresetKind::Aider.source("0.86.2").package, "aider-chat");
         assert_eq!(
             PresetKind::MiniSweAgent.source("2.4.6").registry,
             Registry::Pypi
@@ -656,14 +651,234 @@ mod tests {
         assert_eq!(claim.semantic_status.as_deref(), Some("task_failed"));
         let record = claim.record.expect("record");
         // The record parses as an outcome.v1 record through the ordinary path too.
-        let reparsed = crate::outcome::collect_claim(
-            Some(record.to_string().as_bytes()),
-            b"",
-        );
+        let reparsed = crate::outcome::collect_claim(Some(record.to_string().as_bytes()), b"");
         assert_eq!(reparsed.status, ClaimStatus::Present);
         assert_eq!(record["failure"]["error_code"], "max_turns");
         assert_eq!(record["final_answer"], "gave up");
         assert_eq!(record["process_exit_code"], 1);
         assert_eq!(record["adapter"]["agent"], "claude-code");
+    }
+}
+
+#[cfg(test)]
+mod agent_tests {
+    use super::test_support::wiring;
+    use super::*;
+    use crate::agent::{Agent, AgentKind};
+
+    fn agent(yaml: &str) -> Agent {
+        serde_yaml::from_str(yaml).expect("parses")
+    }
+
+    fn task() -> Task {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tasks/quick");
+        crate::task::load(&dir).expect("task loads")
+    }
+
+    /// A cache with a fake (but complete) entry for `kind` at its pinned version.
+    fn cache_with(kind: PresetKind) -> (tempfile::TempDir, AgentCache) {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let cache = AgentCache::at(tmp.path());
+        let version = kind.pinned_version();
+        let staging = cache.staging(kind.name(), version).expect("staging");
+        let entry = staging.path().join(kind.entry_point());
+        std::fs::create_dir_all(entry.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&entry, b"\x7fELF").expect("write");
+        let source = crate::agent::cache::Source {
+            registry: "test".into(),
+            package: kind.name().into(),
+            version: version.into(),
+            integrity: None,
+        };
+        cache
+            .commit(staging, source, kind.entry_point(), None)
+            .expect("commit");
+        (tmp, cache)
+    }
+
+    #[test]
+    fn kinds_parse_kebab_case_with_their_fields() {
+        let a = agent(
+            "name: cc\nkind: claude-code\nversion: 2.1.300\nmax_turns: 40\nflags: [--x]\nenv: {A: b}\n",
+        );
+        let AgentKind::ClaudeCode(p) = &a.kind else {
+            panic!("{a:?}")
+        };
+        assert_eq!(p.version.as_deref(), Some("2.1.300"));
+        assert_eq!(p.max_turns, Some(40));
+        for (kind, name) in [
+            ("codex", PresetKind::Codex),
+            ("mini-swe-agent", PresetKind::MiniSweAgent),
+            ("aider", PresetKind::Aider),
+        ] {
+            let a = agent(&format!("name: n\nkind: {kind}\n"));
+            assert_eq!(a.kind.preset().map(|(k, _)| k), Some(name));
+            assert_eq!(
+                a.kind
+                    .preset()
+                    .map(|(k, c)| c.version_or_pinned(k).to_string()),
+                Some(name.pinned_version().to_string())
+            );
+        }
+        let err =
+            serde_yaml::from_str::<Agent>("name: n\nkind: codex\nmax_turn: 3\n").expect_err("typo");
+        assert!(err.to_string().contains("max_turn"), "{err}");
+        assert!(serde_yaml::from_str::<Agent>("name: n\nkind: claude_code\n").is_err());
+    }
+
+    #[test]
+    fn validation_errors_name_the_field() {
+        let cases = [
+            (
+                "kind: codex\nmax_turns: 5\n",
+                "max_turns: codex has no turn limit of its own; bound it with the task's agent timeout",
+            ),
+            (
+                "kind: aider\nmax_turns: 5\n",
+                "max_turns: aider has no turn limit of its own; bound it with the task's agent timeout",
+            ),
+            (
+                "kind: claude-code\nmax_turns: 0\n",
+                "max_turns: must be at least 1",
+            ),
+            (
+                "kind: mini-swe-agent\nversion: ../x\n",
+                "version: \"../x\" is not a version (letters, digits, `.`, `-`, `_`, `+`)",
+            ),
+            (
+                "kind: claude-code\nenv: {ANTHROPIC_API_KEY: '${REAL_KEY}'}\n",
+                "env.ANTHROPIC_API_KEY: set by arbiter for claude-code: the model is reached through arbiter's gateway with a per-trial token",
+            ),
+            (
+                "kind: aider\nenv: {X: '${ARBITER_TEST_SURELY_UNSET_VAR}'}\n",
+                "env.X: ${ARBITER_TEST_SURELY_UNSET_VAR} is not set in arbiter's environment",
+            ),
+        ];
+        for (yaml, expected) in cases {
+            let a = agent(&format!("name: n\n{yaml}"));
+            let err = a.validate().expect_err(yaml);
+            assert_eq!(err.to_string(), expected, "{yaml}");
+        }
+        agent("name: n\nkind: claude-code\nmax_turns: 3\nversion: 2.1.332\n")
+            .validate()
+            .expect("valid");
+    }
+
+    #[test]
+    fn a_missing_cache_entry_is_a_one_line_config_error() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let cache = AgentCache::at(tmp.path());
+        let err = agent("name: cc\nkind: claude-code\n")
+            .check_installed(&cache)
+            .expect_err("not installed");
+        assert_eq!(err.field, "version");
+        assert_eq!(
+            err.message,
+            format!(
+                "claude-code 2.1.332 is not installed in the agent cache ({}/claude-code/2.1.332); run: arbiter agents install claude-code@2.1.332",
+                tmp.path().display()
+            )
+        );
+        assert!(!err.to_string().contains('\n'));
+        Agent::builtin("nop")
+            .expect("nop")
+            .check_installed(&cache)
+            .expect("nothing to install");
+        let (_tmp, cache) = cache_with(PresetKind::ClaudeCode);
+        agent("name: cc\nkind: claude-code\n")
+            .check_installed(&cache)
+            .expect("installed");
+    }
+
+    #[test]
+    fn plans_mount_the_cache_read_only_and_keep_the_token_out_of_argv() {
+        let task = task();
+        let overrides = BTreeMap::from([("VARIANT_FLAG".to_string(), "on".to_string())]);
+        for kind in PresetKind::ALL {
+            let (_tmp, cache) = cache_with(kind);
+            let a = agent(&format!(
+                "name: a\nkind: {}\nenv: {{EXTRA: x, DISABLE_TELEMETRY: '0'}}\n",
+                kind.name()
+            ));
+            let ctx = PlanContext {
+                model: Some(wiring()),
+                cache: Some(cache.clone()),
+                now_unix: Some(1_800_000_000),
+            };
+            let plan = a.plan_in(&task, &overrides, &ctx).expect("plans");
+            let run = plan.run.as_ref().expect("run step");
+            let token = &wiring().token;
+            assert!(
+                run.argv.iter().all(|arg| !arg.contains(token.as_str())),
+                "{kind:?}: token in argv"
+            );
+            assert!(plan.secrets.contains(token), "{kind:?}: token scrubbed");
+            assert!(run.argv[0].starts_with(&kind.mount_point()));
+            assert_eq!(
+                plan.ro_mounts,
+                [(
+                    cache.entry_dir(kind.name(), kind.pinned_version()),
+                    kind.mount_point()
+                )]
+            );
+            assert_eq!(plan.adapter, Some(kind.adapter()));
+            let env: BTreeMap<_, _> = plan.env.iter().cloned().collect();
+            assert_eq!(env["EXTRA"], "x");
+            assert_eq!(env["VARIANT_FLAG"], "on");
+            assert_eq!(
+                env["DISABLE_TELEMETRY"], "0",
+                "config env wins over switches"
+            );
+            assert!(
+                env.values().any(|v| v == token),
+                "{kind:?}: the token reaches the agent through the env"
+            );
+            assert!(plan.install.is_none(), "nothing installed into the task");
+            let upload_text: String = plan
+                .uploads
+                .iter()
+                .map(|u| String::from_utf8_lossy(&u.tar).into_owned())
+                .collect();
+            assert!(
+                !upload_text.contains(token.as_str()),
+                "{kind:?}: token in an upload"
+            );
+        }
+    }
+
+    #[test]
+    fn a_preset_without_model_or_cache_entry_fails_to_plan() {
+        let task = task();
+        let a = agent("name: cc\nkind: claude-code\n");
+        let err = a.plan(&task, &BTreeMap::new()).expect_err("no model");
+        assert_eq!(
+            err.to_string(),
+            "agent cc (kind claude-code) needs a model: presets reach their model through arbiter's gateway, and none was wired in for this trial"
+        );
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ctx = PlanContext {
+            model: Some(wiring()),
+            cache: Some(AgentCache::at(tmp.path())),
+            now_unix: None,
+        };
+        let err = a
+            .plan_in(&task, &BTreeMap::new(), &ctx)
+            .expect_err("no entry");
+        assert!(
+            err.to_string()
+                .contains("run: arbiter agents install claude-code@2.1.332")
+        );
+    }
+
+    #[test]
+    fn redaction_covers_preset_env() {
+        let a = agent("name: a\nkind: codex\nenv: {MY_TOKEN: literal-secret, MODE: fast}\n");
+        let r = a.redacted();
+        let AgentKind::Codex(p) = &r.kind else {
+            panic!("{r:?}")
+        };
+        assert_eq!(p.env["MY_TOKEN"], "***");
+        assert_eq!(p.env["MODE"], "fast");
     }
 }
