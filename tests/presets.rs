@@ -350,6 +350,19 @@ async fn solves_scripted_task(kind: PresetKind) {
         "{}: the token is in the agent's collected logs",
         kind.name()
     );
+    // No phone-home: with network `host` a lookup would succeed or fail loudly; neither may
+    // be attempted (price maps, update checks, telemetry).
+    for sign in [
+        "raw.githubusercontent.com",
+        "Temporary failure in name resolution",
+        "Name or service not known",
+    ] {
+        assert!(
+            !haystack.contains(sign),
+            "{}: {sign:?} in its output",
+            kind.name()
+        );
+    }
 }
 
 #[tokio::test]

@@ -560,9 +560,7 @@ async fn install_pypi<S: Sandbox>(
             return Err(e);
         }
     };
-    let interpreter = std::fs::read_link(staging.path().join("bin/python"))
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "python3".to_string());
+    let interpreter = venv_interpreter(&staging.path().join("bin"));
     let integrity = wheel_digest(&wheels)?;
     let entry = cache.commit(
         staging,
@@ -579,6 +577,20 @@ async fn install_pypi<S: Sandbox>(
         }),
     )?;
     Ok(entry)
+}
+
+/// The interpreter a venv's `bin/python` ends at (following links inside `bin/`, which the
+/// host cannot resolve past: the target is a path in the build image).
+fn venv_interpreter(bin: &Path) -> String {
+    let mut name = PathBuf::from("python");
+    for _ in 0..8 {
+        match std::fs::read_link(bin.join(&name)) {
+            Ok(target) if target.is_absolute() => return target.to_string_lossy().into_owned(),
+            Ok(target) => name = target,
+            Err(_) => break,
+        }
+    }
+    name.to_string_lossy().into_owned()
 }
 
 /// `sha256:` over the sorted `name sha256` lines of the fetched wheels.
@@ -696,6 +708,14 @@ mod tests {
             .expect_err("damaged")
             .expect("reason");
         assert!(why.contains("damaged"), "{why}");
+    }
+
+    #[test]
+    fn venv_interpreter_follows_links_inside_bin() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        std::os::unix::fs::symlink("/usr/bin/python3", tmp.path().join("python3")).expect("ln");
+        std::os::unix::fs::symlink("python3", tmp.path().join("python")).expect("ln");
+        assert_eq!(venv_interpreter(tmp.path()), "/usr/bin/python3");
     }
 
     #[test]
