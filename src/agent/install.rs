@@ -64,6 +64,10 @@ pub enum InstallError {
         message: String,
         log: PathBuf,
     },
+    #[error(
+        "{agent}: only linux x86_64 builds are wired (this host is {platform}); task containers run them under the same architecture"
+    )]
+    Platform { agent: String, platform: String },
     #[error("{agent} is a Python venv built inside a container: it needs a container engine")]
     NoEngine { agent: String },
     #[error("the container engine: {0}")]
@@ -167,6 +171,12 @@ pub async fn install<S: Sandbox>(
     options: &InstallOptions,
     sandbox: Option<&S>,
 ) -> Result<Installed, InstallError> {
+    if std::env::consts::ARCH != "x86_64" || std::env::consts::OS != "linux" {
+        return Err(InstallError::Platform {
+            agent: kind.name().to_string(),
+            platform: format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
+        });
+    }
     let replaced = match existing(cache, kind, version, options.force) {
         Ok(entry) => return Ok(Installed::Present(entry)),
         Err(why) => why,
