@@ -316,7 +316,7 @@ fn bad_agent_definition_names_its_problem() {
         root,
         &["-c", &c],
         &format!(
-            "error: {c}:agents: unknown variant `comand`, expected one of `oracle`, `nop`, `command`, `aworld` at line 3 column 3"
+            "error: {c}:agents: unknown variant `comand`, expected one of `oracle`, `nop`, `command`, `aworld`, `claude-code`, `codex`, `mini-swe-agent`, `aider` at line 3 column 3"
         ),
     );
 }

@@ -2,7 +2,11 @@
 //! step, the run step, its environment, and where its outcome record appears. No Docker here.
 
 mod aworld;
+pub mod cache;
 mod env;
+pub mod install;
+mod mounts;
+pub mod presets;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,6 +22,8 @@ pub use aworld::{
     HarnessOverride, ModelConfig, REQUIRED_FLAG,
 };
 pub use env::{EnvError, is_secret_key, redact_env, resolve_env};
+pub use mounts::{MountError, resolve_mounts};
+pub use presets::{Adapter, AdapterReads, AgentEnd, ModelWiring, PresetAgent, PresetKind};
 
 /// Container path of the instruction file every agent gets.
 pub const INSTRUCTION_PATH: &str = "/arbiter/instruction.md";
@@ -43,6 +49,33 @@ pub enum AgentKind {
     Command(CommandAgent),
     /// `aworld-cli` run headless (a `command` preset, SPEC §4).
     Aworld(Box<AworldAgent>),
+    /// Claude Code (SPEC §12).
+    #[serde(rename = "claude-code")]
+    ClaudeCode(PresetAgent),
+    /// OpenAI Codex CLI.
+    #[serde(rename = "codex")]
+    Codex(PresetAgent),
+    /// mini-swe-agent.
+    #[serde(rename = "mini-swe-agent")]
+    MiniSweAgent(PresetAgent),
+    /// aider.
+    #[serde(rename = "aider")]
+    Aider(PresetAgent),
+}
+
+impl AgentKind {
+    /// The preset kind and its config, for the agent-CLI presets.
+    pub fn preset(&self) -> Option<(PresetKind, &PresetAgent)> {
+        match self {
+            AgentKind::ClaudeCode(p) => Some((PresetKind::ClaudeCode, p)),
+            AgentKind::Codex(p) => Some((PresetKind::Codex, p)),
+            AgentKind::MiniSweAgent(p) => Some((PresetKind::MiniSweAgent, p)),
+            AgentKind::Aider(p) => Some((PresetKind::Aider, p)),
+            AgentKind::Oracle | AgentKind::Nop | AgentKind::Command(_) | AgentKind::Aworld(_) => {
+                None
+            }
+        }
+    }
 }
 
 /// The `command` kind (SPEC §3).
@@ -127,6 +160,21 @@ pub struct AgentPlan {
     /// Resolved secret values (secret-named keys, `${NAME}`-derived values): scrubbed from
     /// everything arbiter writes.
     pub secrets: Vec<String>,
+    /// For the agent-CLI presets: how the claim is read from the agent's native end state
+    /// when it writes no outcome record (`claim.source = "adapter"`). The collect phase should
+    /// call `adapter.claim(&AgentEnd { exit_code, stdout, stdout_truncated, stderr, file })`,
+    /// with `file` the bytes at `adapter.reads()`'s path when that is `AdapterReads::File`.
+    pub adapter: Option<Adapter>,
+}
+
+/// What the harness supplies to plan an agent beyond the task: the model wiring (from the
+/// gateway) and the host agent cache. Both are only needed by the agent-CLI presets.
+#[derive(Debug, Clone, Default)]
+pub struct PlanContext {
+    pub model: Option<ModelWiring>,
+    pub cache: Option<cache::AgentCache>,
+    /// Unix seconds used to stamp uploaded cache files (aider); `None`: now.
+    pub now_unix: Option<u64>,
 }
 
 /// A per-trial control root.
@@ -197,6 +245,12 @@ pub enum AgentError {
     Env(#[from] EnvError),
     #[error("encoding the completion contract: {0}")]
     Encode(String),
+    #[error(
+        "agent {agent} (kind {kind}) needs a model: presets reach their model through arbiter's gateway, and none was wired in for this trial"
+    )]
+    NoModel { agent: String, kind: &'static str },
+    #[error(transparent)]
+    Cache(#[from] cache::CacheError),
 }
 
 /// Run a script with bash when the image has it, else with sh.
@@ -235,10 +289,21 @@ impl Agent {
     }
 
     /// What the agent needs in `task`'s container. `overrides` are variant env overrides.
+    /// The agent-CLI presets need [`Agent::plan_in`] with a model and a cache.
     pub fn plan(
         &self,
         task: &Task,
         overrides: &BTreeMap<String, String>,
+    ) -> Result<AgentPlan, AgentError> {
+        self.plan_in(task, overrides, &PlanContext::default())
+    }
+
+    /// [`Agent::plan`] with the model wiring and agent cache the presets need.
+    pub fn plan_in(
+        &self,
+        task: &Task,
+        overrides: &BTreeMap<String, String>,
+        ctx: &PlanContext,
     ) -> Result<AgentPlan, AgentError> {
         let timeout = Duration::from_secs_f64(task.agent.timeout_sec);
         let mut plan = AgentPlan {
@@ -255,6 +320,7 @@ impl Agent {
             trajectory_path: None,
             harness_overrides: Vec::new(),
             secrets: Vec::new(),
+            adapter: None,
         };
         match &self.kind {
             AgentKind::Nop => {}
@@ -368,8 +434,29 @@ impl Agent {
                 plan.record_required = Some(aworld::missing_record_message());
                 plan.harness_overrides = aw.harness_overrides(overrides);
             }
+            AgentKind::ClaudeCode(config)
+            | AgentKind::Codex(config)
+            | AgentKind::MiniSweAgent(config)
+            | AgentKind::Aider(config) => {
+                let Some((kind, _)) = self.kind.preset() else {
+                    unreachable!("preset kinds have a preset")
+                };
+                presets::fill_plan(
+                    &mut plan,
+                    presets::FillInput {
+                        agent: &self.name,
+                        kind,
+                        config,
+                        task,
+                        overrides,
+                        ctx,
+                        timeout,
+                    },
+                )?;
+            }
         }
-        if !matches!(self.kind, AgentKind::Command(_) | AgentKind::Aworld(_))
+        if self.kind.preset().is_none()
+            && !matches!(self.kind, AgentKind::Command(_) | AgentKind::Aworld(_))
             && !overrides.is_empty()
         {
             plan.env = resolve_env(overrides)?;
@@ -381,6 +468,9 @@ impl Agent {
     /// Check a definition before any trial starts (paths exist, `${NAME}` references resolve).
     /// Fields are relative to the agent entry (`model.api_key`, `mounts[0].host`, …).
     pub fn validate(&self) -> Result<(), AgentConfigError> {
+        if let Some((kind, config)) = self.kind.preset() {
+            return presets::validate(kind, config);
+        }
         let AgentKind::Aworld(aw) = &self.kind else {
             return Ok(());
         };
@@ -426,9 +516,30 @@ impl Agent {
         match &mut agent.kind {
             AgentKind::Command(cmd) => cmd.env = redact_env(&cmd.env),
             AgentKind::Aworld(aw) => **aw = aw.redacted(),
+            AgentKind::ClaudeCode(p)
+            | AgentKind::Codex(p)
+            | AgentKind::MiniSweAgent(p)
+            | AgentKind::Aider(p) => p.env = redact_env(&p.env),
             AgentKind::Oracle | AgentKind::Nop => {}
         }
         agent
+    }
+
+    /// For a preset: check that its version is in the host cache, before any trial starts.
+    /// The error is one line naming the `arbiter agents install` command to run; the caller
+    /// reports it as a configuration error (exit 2) on the agent's `version` field. Other
+    /// kinds always pass.
+    pub fn check_installed(&self, cache: &cache::AgentCache) -> Result<(), AgentConfigError> {
+        let Some((kind, config)) = self.kind.preset() else {
+            return Ok(());
+        };
+        cache
+            .lookup(kind.name(), config.version_or_pinned(kind))
+            .map(|_| ())
+            .map_err(|e| AgentConfigError {
+                field: "version".to_string(),
+                message: e.to_string(),
+            })
     }
 }
 

@@ -1,6 +1,7 @@
 //! Command-line interface: clap definitions, turning flags into a job, printing, exit codes.
 //! The only place that writes to stdout/stderr for the user.
 
+mod agents;
 mod analysis;
 mod gc;
 mod report;
@@ -65,6 +66,11 @@ enum Command {
         after_help = "Examples:\n  arbiter check jobs/pr-123 --baseline baseline.json\n  arbiter check jobs/pr-123 --baseline jobs/main --max-drop 5 --pass-k 3"
     )]
     Check(analysis::CheckCmd),
+    /// Fetch agent CLIs into the host cache; list it.
+    #[command(
+        after_help = "Examples:\n  arbiter agents install claude-code codex\n  arbiter agents install mini-swe-agent@2.4.6\n  arbiter agents list"
+    )]
+    Agents(agents::AgentsCmd),
 }
 
 #[derive(Debug, Args)]
@@ -210,6 +216,7 @@ pub fn main() -> ExitCode {
             Command::Report(cmd) => Ok(analysis::report(cmd)?),
             Command::Compare(cmd) => Ok(analysis::compare(cmd)?),
             Command::Check(cmd) => Ok(analysis::check(cmd)?),
+            Command::Agents(cmd) => Ok(agents::main(cmd).await),
         }
     });
     // Trials still cleaning up after a second interrupt are abandoned here on purpose.

@@ -20,6 +20,8 @@ pub enum ClaimStatus {
 pub enum ClaimSource {
     File,
     Stderr,
+    /// Read by the agent's preset from its native end state (SPEC §12).
+    Adapter,
 }
 
 /// The agent's own account of its run: recorded as found, never guessed.
