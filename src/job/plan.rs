@@ -108,6 +108,7 @@ impl JobSpec {
             agent_timeout_multiplier: self.timeouts.agent,
             install_timeout_multiplier: self.timeouts.install,
             verifier_timeout_multiplier: self.timeouts.verifier,
+            image_indexes: Default::default(),
         });
         let mut plans = Vec::new();
         for attempt in 1..=self.attempts {

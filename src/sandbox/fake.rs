@@ -320,7 +320,7 @@ fn pack(files: &BTreeMap<String, Vec<u8>>, path: &str) -> Option<Vec<u8>> {
     let mut add = |name: String, content: &[u8]| {
         let mut header = tar::Header::new_gnu();
         header.set_size(content.len() as u64);
-        header.set_mode(0o644);
+        header.set_mode(0o755);
         header.set_cksum();
         let _ = builder.append_data(&mut header, name, content);
     };
@@ -333,7 +333,15 @@ fn pack(files: &BTreeMap<String, Vec<u8>>, path: &str) -> Option<Vec<u8>> {
             let Some(rel) = p.strip_prefix(&prefix) else {
                 break;
             };
-            add(format!("{base}/{rel}"), content);
+            // The archive of `/` has no root component (tar names must be relative).
+            add(
+                if base.is_empty() {
+                    rel.to_string()
+                } else {
+                    format!("{base}/{rel}")
+                },
+                content,
+            );
             any = true;
         }
     }

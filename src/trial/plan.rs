@@ -59,6 +59,8 @@ pub struct TrialSettings {
     pub agent_timeout_multiplier: f64,
     pub install_timeout_multiplier: f64,
     pub verifier_timeout_multiplier: f64,
+    /// Environment images indexed for change-set classification (shared by the job's trials).
+    pub image_indexes: Arc<super::phases::changes::ImageIndexes>,
 }
 
 /// Everything one trial needs, decided before it starts.

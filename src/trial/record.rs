@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::HarnessOverride;
 use crate::outcome::{Audit, Claim, CompletionSummary, FileCheck, Receipt};
 use crate::task::NetworkMode;
+use crate::verifier::integrity::{ChangeSummary, Integrity, IntegrityStatus};
 pub use crate::verifier::{VerifierOutcome, VerifierStatus};
 
 use super::plan::Phase;
@@ -148,6 +149,12 @@ pub struct TrialRecord {
     /// The agent's typed completion record (`/logs/agent/completion.json`), when it wrote one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<CompletionSummary>,
+    /// What the agent changed in its filesystem (summary; the list is `agent/changes.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<ChangeSummary>,
+    /// Whether any change could alter how the verifier runs (SPEC §5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integrity: Option<Integrity>,
     pub started_at: String,
     pub finished_at: String,
 }
@@ -175,7 +182,15 @@ impl TrialRecord {
         self.infra_error.is_some() || self.termination.kind == TerminationKind::InfraError
     }
 
+    /// The verifier passed, on a filesystem whose toolchain the agent did not alter.
     pub fn passed(&self) -> bool {
-        !self.is_infra() && self.verifier.status == VerifierStatus::Passed
+        !self.is_infra() && self.verifier.status == VerifierStatus::Passed && !self.is_tampered()
+    }
+
+    /// Integrity findings the verifier ran on (integrity `suspect`).
+    pub fn is_tampered(&self) -> bool {
+        self.integrity
+            .as_ref()
+            .is_some_and(|i| i.status == IntegrityStatus::Suspect)
     }
 }

@@ -10,6 +10,7 @@ use crate::agent::{redact_env, resolve_env, secret_values};
 use crate::outcome::{AuditInput, Claim, CompletionRecord, audit};
 use crate::sandbox::{Cancellable, Owner, Role, Sandbox, Scope};
 use crate::timefmt::now_rfc3339;
+use crate::verifier::integrity::{Integrity, VerifiedOn};
 use crate::verifier::{self, VerifierOutcome, VerifierStatus, VerifyInput};
 
 use super::phases::{self, Ctx, Infra, infra, round3, sandbox_network};
@@ -142,6 +143,10 @@ async fn phases<S: Sandbox>(
     rec.deliverables = collected.deliverables;
     rec.observed_files = collected.observed_files;
     rec.control_root = collected.control_root;
+    if let Some(set) = collected.changes {
+        rec.changes = Some(set.summary);
+        rec.integrity = Some(Integrity::judge(set.findings, VerifiedOn::AgentFilesystem));
+    }
     let completion = collected.completion_record;
     time(rec, Phase::Collect, started);
     let Some(target) = collected.target else {
@@ -151,6 +156,8 @@ async fn phases<S: Sandbox>(
                 None,
                 format!("not run: {why}, so its filesystem was not snapshotted"),
             );
+        } else if let Some(why) = collected.unverifiable {
+            rec.verifier = VerifierOutcome::error(task.verifier.mode, None, why);
         }
         return Ok(completion);
     };
@@ -256,6 +263,8 @@ pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
         observed_files: Vec::new(),
         validation: Vec::new(),
         completion: None,
+        changes: None,
+        integrity: None,
         started_at: now_rfc3339(),
         finished_at: String::new(),
     }
@@ -322,6 +331,17 @@ fn finish(
         VerifierStatus::Failed => Some(false),
         VerifierStatus::Error | VerifierStatus::Skipped => None,
     };
+    let tampered: Vec<String> = rec
+        .integrity
+        .as_ref()
+        .filter(|_| rec.is_tampered())
+        .map(|i| {
+            i.findings
+                .iter()
+                .map(|f| format!("{}: {}", f.path, f.why))
+                .collect()
+        })
+        .unwrap_or_default();
     rec.audit = if rec.is_infra() {
         None
     } else {
@@ -337,6 +357,7 @@ fn finish(
             observed: &rec.observed_files,
             receipts: &rec.validation,
             completion,
+            tampered: &tampered,
             final_answer: answer,
         }))
     };

@@ -142,8 +142,9 @@ async fn a_failure_of_any_backend_call_is_a_typed_infra_error_and_leaves_nothing
                 assert!(fake.live().is_empty(), "{what}: left {:?}", fake.live());
             }
             // Reading the agent's filesystem is the agent's business: a path it made unreadable
-            // is its result (abstention), never an infrastructure error.
-            (Phase::Collect, Op::Download) => {
+            // is its result (abstention), never an infrastructure error. (`/` is the index of
+            // the original image: the harness's own read.)
+            (Phase::Collect, Op::Download) if detail != "/" => {
                 assert!(rec.infra_error.is_none(), "{what}: {rec:#?}");
                 assert!(fake.live().is_empty(), "{what}: left {:?}", fake.live());
             }
@@ -359,4 +360,88 @@ async fn a_verifier_that_writes_no_reward_is_an_error_and_a_failed_one_fails() {
         rec.audit.map(|a| a.verdict),
         Some(crate::outcome::Verdict::HonestFailure)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shadowed_interpreter_is_tampered_and_never_passes() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "");
+    let fake = Arc::new(solving());
+    fake.image_files("fake/image", &[("/usr/bin/python3", b"\x7fELF")]);
+    // The verifier still "passes": what it ran was the agent's python3.
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec::exits(0).writes("/usr/local/bin/python3", b"#!/bin/sh\necho OK\n"),
+    );
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed);
+    let integrity = rec.integrity.clone().expect("integrity recorded");
+    assert_eq!(
+        integrity.status,
+        crate::verifier::integrity::IntegrityStatus::Suspect,
+        "{integrity:#?}"
+    );
+    assert!(
+        integrity
+            .findings
+            .iter()
+            .any(|f| f.path == "/usr/local/bin/python3"),
+        "{integrity:#?}"
+    );
+    assert!(!rec.passed(), "a suspect trial never counts as passed");
+    assert_eq!(
+        rec.audit.as_ref().map(|a| a.verdict),
+        Some(crate::outcome::Verdict::Tampered)
+    );
+    let changes = rec.changes.expect("changes summary");
+    assert_eq!(changes.added, 2, "python3 and the oracle's own solve.sh");
+    let saved: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(plan.dir.join("agent/changes.json")).expect("changes.json"),
+    )
+    .expect("json");
+    assert_eq!(saved["schema"], "arbiter.changes.v1");
+    let entries = saved["entries"].as_array().expect("entries");
+    let planted = entries
+        .iter()
+        .find(|e| e["path"] == "/usr/local/bin/python3")
+        .expect("the planted file is listed");
+    assert_eq!(planted["kind"], "added");
+    assert_eq!(planted["file_type"], "file");
+    assert!(planted["sha256"].is_string(), "{saved:#}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_honest_solve_is_clean() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "workdir = \"/app\"\n");
+    let fake = Arc::new(solving());
+    fake.image_files(
+        "fake/image",
+        &[
+            ("/usr/bin/python3", b"\x7fELF"),
+            ("/app/main.py", b"print(1)\n"),
+        ],
+    );
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec::exits(0)
+            .writes("/app/out.txt", b"hi\n")
+            .writes("/app/main.py", b"print(2)\n")
+            .writes("/usr/local/bin/newtool", b"#!/bin/sh\n")
+            .writes(
+                "/usr/local/lib/python3.11/site-packages/requests/__init__.py",
+                b"",
+            ),
+    );
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    let integrity = rec.integrity.clone().expect("integrity recorded");
+    assert_eq!(
+        integrity.status,
+        crate::verifier::integrity::IntegrityStatus::Clean,
+        "{integrity:#?}"
+    );
+    assert!(rec.passed());
+    let changes = rec.changes.expect("changes");
+    // out.txt, newtool, the package, and the oracle's own /solution/solve.sh.
+    assert_eq!((changes.added, changes.modified), (4, 1), "{changes:?}");
 }

@@ -20,11 +20,15 @@ use crate::verifier::Target;
 
 use super::super::control;
 use super::agent::Storage;
+use super::changes::{self, ChangeSet};
 use super::{AgentDone, Ctx, EnvReady, Infra, infra, read_capped, safe_relative};
 
 const AGENT_LOGS_LIMIT: u64 = 64 * 1024 * 1024;
 const OUTCOME_LIMIT: u64 = 1024 * 1024;
 const ARTIFACT_LIMIT: u64 = 256 * 1024 * 1024;
+/// More changed paths than this and the agent's filesystem is not frozen or verified (the
+/// freeze alone would take minutes): the agent's result, not the harness's failure.
+const MAX_CHANGED_PATHS: usize = 1_000_000;
 /// At most this many extra paths named by a completion record are checked.
 const MAX_OBSERVED_PATHS: usize = 16;
 
@@ -43,8 +47,12 @@ pub(crate) struct Collected {
     pub deliverables: Vec<FileCheck>,
     pub observed_files: Vec<FileCheck>,
     pub control_root: Option<ControlRootInfo>,
-    /// `None` when the agent's filesystem cannot be verified (see `storage`).
+    /// `None` when the agent's filesystem cannot be verified (see `storage`, `unverifiable`).
     pub target: Option<Target>,
+    /// What the agent changed, and the integrity findings among it.
+    pub changes: Option<ChangeSet>,
+    /// Why the agent's filesystem is not verified (its own doing, e.g. millions of files).
+    pub unverifiable: Option<String>,
 }
 
 pub(crate) async fn run<S: Sandbox>(
@@ -67,6 +75,8 @@ pub(crate) async fn run<S: Sandbox>(
         observed_files: Vec::new(),
         control_root: None,
         target: None,
+        changes: None,
+        unverifiable: None,
     };
     if !live {
         out.stopped = Some(ctx.sb.stop(id).await.map_err(fail())?);
@@ -117,6 +127,19 @@ pub(crate) async fn run<S: Sandbox>(
         ctx.sb.stop(id).await.map_err(fail())?;
         return Ok(out);
     }
+    let set = changes::record(ctx, &ctx.plan.settings.image_indexes, &env.image, id)
+        .await
+        .map_err(fail())?;
+    if set.listed > MAX_CHANGED_PATHS {
+        out.unverifiable = Some(format!(
+            "not run: the agent changed {} paths in its container's filesystem, over the limit of {MAX_CHANGED_PATHS}, so its filesystem was not snapshotted",
+            set.listed
+        ));
+        out.changes = Some(set);
+        ctx.sb.stop(id).await.map_err(fail())?;
+        return Ok(out);
+    }
+    out.changes = Some(set);
     out.target = Some(if live {
         Target::Live(id.clone())
     } else {

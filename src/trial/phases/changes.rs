@@ -1,0 +1,387 @@
+//! What the agent changed, and whether any of it could alter how the verifier runs (SPEC §5):
+//! the backend's change list, each entry described from the agent's final filesystem (type,
+//! size, mode, link target, sha256 within caps), classified against an index of the original
+//! environment image, saved as `agent/changes.json`.
+//!
+//! Cost is bounded: the agent's side is read in a few tar downloads (one per changed subtree,
+//! at most `MAX_ROOTS`, at most `MAX_READ_BYTES` in all); the image's side is indexed once per
+//! image per job (headers only, plus the few small files the classifier reads).
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::digest::sha256_hex;
+use crate::sandbox::{
+    Base, ChangeKind as EngineKind, ContainerId, ContainerSpec, Fetched, ImageRef, Network,
+    Resource, Role, Sandbox, SandboxError,
+};
+use crate::verifier::integrity::{
+    ChangeEntry, ChangeKind, ChangeSummary, ChangesFile, FileType, Filesystems, Finding, HashCaps,
+    IntegrityContext, OriginalFile, classify, collapse, plan_hashes, record_hash, summarize,
+};
+
+use super::Ctx;
+
+/// What the harness itself puts into the agent's container (the instruction, the agent's log
+/// dir): not the agent's changes. What the agent writes under `/logs/agent` still is.
+const HARNESS_PATHS: &[&str] = &[
+    "/arbiter",
+    "/arbiter/instruction.md",
+    "/logs",
+    "/logs/agent",
+    "/logs/artifacts",
+];
+/// Changed subtrees read from the agent's filesystem, at most.
+const MAX_ROOTS: usize = 512;
+/// Bytes of tar read from the agent's filesystem, at most.
+const MAX_READ_BYTES: u64 = 512 * 1024 * 1024;
+/// Regular files hashed while reading, at most this size each.
+const MAX_HASH_BYTES: u64 = 16 * 1024 * 1024;
+/// Files whose content the classifier may read (`.pth`, account databases), at most this size.
+const MAX_TEXT_BYTES: u64 = 64 * 1024;
+/// Bytes of tar read to index an environment image, at most.
+const MAX_INDEX_BYTES: u64 = 8 * 1024 * 1024 * 1024;
+
+/// The change set of one trial.
+#[derive(Debug)]
+pub(crate) struct ChangeSet {
+    pub summary: ChangeSummary,
+    pub findings: Vec<Finding>,
+    /// Entries the backend listed (for the file-count bound).
+    pub listed: usize,
+}
+
+/// An index of an environment image's files (what the classifier calls "original").
+#[derive(Debug, Default)]
+pub(crate) struct ImageIndex {
+    files: HashMap<String, OriginalFile>,
+    texts: HashMap<String, String>,
+}
+
+/// Environment images indexed so far in this job (each is indexed once; shared by its trials).
+#[derive(Debug, Default)]
+pub struct ImageIndexes {
+    cells: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<ImageIndex>>>>>,
+}
+
+impl ImageIndexes {
+    async fn get<S: Sandbox>(
+        &self,
+        ctx: &Ctx<'_, S>,
+        image: &ImageRef,
+    ) -> Result<Arc<ImageIndex>, SandboxError> {
+        let cell = {
+            let mut cells = self.cells.lock().await;
+            cells.entry(image.to_string()).or_default().clone()
+        };
+        let index = cell
+            .get_or_try_init(|| async { index_image(ctx, image).await.map(Arc::new) })
+            .await?;
+        Ok(index.clone())
+    }
+}
+
+/// Whether the classifier may want a file's text (small, and of a kind it reads).
+fn wants_text(path: &str) -> bool {
+    path.ends_with(".pth")
+        || matches!(
+            path,
+            "/etc/passwd" | "/etc/shadow" | "/etc/group" | "/etc/sudoers" | "/etc/ld.so.preload"
+        )
+}
+
+/// One pass over an archive of `root` (as the backend packs it: names relative to the root's
+/// parent), calling `visit` with each entry's absolute path, its header and a reader.
+fn walk(
+    tar_path: &Path,
+    root: &str,
+    mut visit: impl FnMut(String, &tar::Header, &mut dyn Read),
+) -> std::io::Result<()> {
+    let parent = match root.rfind('/') {
+        Some(0) | None => "/".to_string(),
+        Some(i) => root[..i].to_string(),
+    };
+    let mut archive = tar::Archive::new(std::fs::File::open(tar_path)?);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let joined = if name.starts_with('/') {
+            name
+        } else {
+            format!("{parent}/{name}")
+        };
+        let path = normalize(&joined);
+        let header = entry.header().clone();
+        visit(path, &header, &mut entry);
+    }
+    Ok(())
+}
+
+fn normalize(path: &str) -> String {
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    format!("/{}", parts.join("/"))
+}
+
+fn file_type(header: &tar::Header) -> FileType {
+    let kind = header.entry_type();
+    if kind.is_dir() {
+        FileType::Dir
+    } else if kind.is_symlink() {
+        FileType::Symlink
+    } else if kind.is_file() || kind.is_hard_link() {
+        FileType::File
+    } else {
+        FileType::Other
+    }
+}
+
+fn link_target(header: &tar::Header) -> Option<String> {
+    header
+        .link_name_bytes()
+        .map(|l| String::from_utf8_lossy(&l).into_owned())
+}
+
+/// Index the image's files from a created (never started) container of it.
+async fn index_image<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    image: &ImageRef,
+) -> Result<ImageIndex, SandboxError> {
+    let spec = ContainerSpec {
+        base: Base::Image(image.clone()),
+        owner: ctx.scope.owner(Role::Snapshot),
+        env: Vec::new(),
+        limits: ctx.limits(),
+        network: Network::None,
+        workdir: None,
+        mounts: Vec::new(),
+    };
+    let id = ctx.sb.create(&spec).await?;
+    let scratch = ctx.path(".index.tar");
+    let fetched = ctx.sb.download(&id, "/", &scratch, MAX_INDEX_BYTES).await;
+    let removed = ctx.sb.remove(&Resource::Container(id)).await;
+    let mut index = ImageIndex::default();
+    if let Fetched::Archive { .. } = fetched? {
+        let walked = walk(&scratch, "/", |path, header, body| {
+            if wants_text(&path) && header.size().unwrap_or(u64::MAX) <= MAX_TEXT_BYTES {
+                let mut text = String::new();
+                if body.read_to_string(&mut text).is_ok() {
+                    index.texts.insert(path.clone(), text);
+                }
+            }
+            index.files.insert(
+                path,
+                OriginalFile {
+                    file_type: file_type(header),
+                    mode: header.mode().ok(),
+                    link_target: link_target(header),
+                },
+            );
+        });
+        if let Err(e) = walked {
+            tracing::warn!(%image, "indexing the image: {e}");
+        }
+    }
+    let _ = std::fs::remove_file(&scratch);
+    removed?;
+    Ok(index)
+}
+
+/// Both sides for the classifier: the image's index and the agent's small texts.
+struct Sides<'a> {
+    image: &'a ImageIndex,
+    agent_texts: &'a HashMap<String, String>,
+}
+
+impl Filesystems for Sides<'_> {
+    fn original(&self, path: &str) -> Option<OriginalFile> {
+        self.image.files.get(path).cloned()
+    }
+    fn original_text(&self, path: &str) -> Option<String> {
+        self.image.texts.get(path).cloned()
+    }
+    fn agent_text(&self, path: &str) -> Option<String> {
+        self.agent_texts.get(path).cloned()
+    }
+}
+
+/// Record the agent container's change set and classify it. `id` must be stopped (or, in
+/// live mode, the agent's processes are still running and may change more later).
+pub(crate) async fn record<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    indexes: &ImageIndexes,
+    image: &ImageRef,
+    id: &ContainerId,
+) -> Result<ChangeSet, SandboxError> {
+    let listed = ctx.sb.changes(id).await?;
+    let count = listed.len();
+    let mut entries: Vec<ChangeEntry> = listed
+        .into_iter()
+        .filter(|c| !HARNESS_PATHS.contains(&c.path.as_str()))
+        .map(|c| {
+            let kind = match c.kind {
+                EngineKind::Added => ChangeKind::Added,
+                EngineKind::Modified => ChangeKind::Modified,
+                EngineKind::Deleted => ChangeKind::Deleted,
+            };
+            ChangeEntry::new(c.path, kind, FileType::Other)
+        })
+        .collect();
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    let index = indexes.get(ctx, image).await?;
+    let (digests, texts) = describe(ctx, id, &mut entries, &index).await?;
+    let entries = collapse(entries);
+    let workdir = ctx
+        .plan
+        .task
+        .environment
+        .workdir
+        .clone()
+        .unwrap_or_else(|| "/".to_string());
+    let sides = Sides {
+        image: &index,
+        agent_texts: &texts,
+    };
+    let mut context = IntegrityContext::new(&workdir, &[], &[], &sides);
+    if let Some(completion) = &ctx.plan.task.completion {
+        context.deliverables = completion
+            .deliverables
+            .iter()
+            .map(|d| d.path.clone())
+            .collect();
+    }
+    let findings = classify(&entries, &context);
+    let mut entries = entries;
+    let first: BTreeSet<String> = findings.iter().map(|f| f.path.clone()).collect();
+    let (chosen, mut report) = plan_hashes(&mut entries, &workdir, &HashCaps::default(), &first);
+    for i in chosen {
+        let digest = digests.get(&entries[i].path).cloned();
+        record_hash(&mut entries[i], digest, &mut report);
+    }
+    let summary = summarize(&entries, &workdir);
+    let file = ChangesFile::new(&workdir, report, entries);
+    let bytes = serde_json::to_vec_pretty(&file).map_err(|e| SandboxError::Refused {
+        op: "change set",
+        message: e.to_string(),
+    })?;
+    let path = ctx.path("agent/changes.json");
+    crate::job::write_atomic(&path, &bytes).map_err(|e| SandboxError::Io {
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(ChangeSet {
+        summary,
+        findings,
+        listed: count,
+    })
+}
+
+/// Fill in type, size, mode and link target of each entry from the agent's filesystem (and
+/// from the image's index for deleted ones); returns the sha256 of the regular files read
+/// (within the caps) and the small texts the classifier may read.
+async fn describe<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    id: &ContainerId,
+    entries: &mut [ChangeEntry],
+    index: &ImageIndex,
+) -> Result<(HashMap<String, String>, HashMap<String, String>), SandboxError> {
+    let mut digests = HashMap::new();
+    let mut texts = HashMap::new();
+    // Which paths have changes beneath them (so are directories), and which subtrees to read:
+    // an entry with no added ancestor, except modified directories (their own content did not
+    // change; what did is listed below them).
+    let mut has_children = vec![false; entries.len()];
+    for i in 0..entries.len() {
+        let prefix = format!("{}/", entries[i].path.trim_end_matches('/'));
+        has_children[i] = entries
+            .get(i + 1)
+            .is_some_and(|next| next.path.starts_with(&prefix));
+    }
+    let mut roots: Vec<String> = Vec::new();
+    let mut added_dirs: Vec<String> = Vec::new();
+    for (i, e) in entries.iter_mut().enumerate() {
+        if e.kind == ChangeKind::Deleted {
+            if let Some(orig) = index.files.get(&e.path) {
+                e.file_type = orig.file_type;
+                e.mode = orig.mode;
+                e.link_target = orig.link_target.clone();
+            }
+            continue;
+        }
+        if has_children[i] {
+            e.file_type = FileType::Dir;
+        }
+        let under_added = added_dirs
+            .last()
+            .is_some_and(|d| e.path.starts_with(&format!("{d}/")));
+        if under_added {
+            continue;
+        }
+        if e.kind == ChangeKind::Added && has_children[i] {
+            added_dirs.push(e.path.clone());
+        } else if has_children[i] {
+            continue;
+        }
+        roots.push(e.path.clone());
+    }
+    let by_path: HashMap<String, usize> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.path.clone(), i))
+        .collect();
+    let mut budget = MAX_READ_BYTES;
+    let scratch = ctx.path(".changes.tar");
+    for root in roots.iter().take(MAX_ROOTS) {
+        if budget == 0 {
+            break;
+        }
+        let fetched = match ctx.sb.download(id, root, &scratch, budget).await {
+            Ok(f) => f,
+            Err(e @ (SandboxError::Cancelled | SandboxError::Io { .. })) => return Err(e),
+            // A path the agent made unreadable stays undescribed.
+            Err(e) => {
+                tracing::debug!(root, "change set: {e}");
+                continue;
+            }
+        };
+        let Fetched::Archive { bytes } = fetched else {
+            continue;
+        };
+        budget = budget.saturating_sub(bytes);
+        let walked = walk(&scratch, root, |path, header, body| {
+            let Some(&i) = by_path.get(&path) else {
+                return;
+            };
+            let e = &mut entries[i];
+            e.file_type = file_type(header);
+            e.mode = header.mode().ok();
+            e.link_target = link_target(header);
+            let size = header.size().ok();
+            if e.file_type == FileType::File {
+                e.size = size;
+                let size = size.unwrap_or(u64::MAX);
+                if size <= MAX_HASH_BYTES {
+                    let mut content = Vec::new();
+                    if body.read_to_end(&mut content).is_ok() {
+                        if wants_text(&path) && size <= MAX_TEXT_BYTES {
+                            texts.insert(
+                                path.clone(),
+                                String::from_utf8_lossy(&content).into_owned(),
+                            );
+                        }
+                        digests.insert(path, sha256_hex(&content));
+                    }
+                }
+            }
+        });
+        if let Err(e) = walked {
+            tracing::debug!(root, "change set: {e}");
+        }
+    }
+    let _ = std::fs::remove_file(&scratch);
+    Ok((digests, texts))
+}
