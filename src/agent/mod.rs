@@ -235,6 +235,11 @@ impl Agent {
     }
 
     /// What the agent needs in `task`'s container. `overrides` are variant env overrides.
+    ///
+    /// The env of every command run for the agent (install, pre-flight check, run) is layered,
+    /// later layers winning key by key: the task's `[environment] env`, then for the oracle
+    /// the task's `[solution] env`, then the agent's own env, then the variant's overrides.
+    /// `${NAME}` references are resolved once, over the layered env.
     pub fn plan(
         &self,
         task: &Task,
@@ -256,6 +261,8 @@ impl Agent {
             harness_overrides: Vec::new(),
             secrets: Vec::new(),
         };
+        // Harbor's `[environment] env` is the task container's, so the agent's layers go on top.
+        let mut env = task.environment.env.clone();
         match &self.kind {
             AgentKind::Nop => {}
             AgentKind::Oracle => {
@@ -278,6 +285,7 @@ impl Agent {
                     timeout,
                     user: task.agent.user.clone(),
                 });
+                env.extend(task.solution_env.clone());
             }
             AgentKind::Command(cmd) => {
                 let user = cmd.user.clone().or_else(|| task.agent.user.clone());
@@ -313,10 +321,7 @@ impl Agent {
                     timeout,
                     user,
                 });
-                let mut env = cmd.env.clone();
-                env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-                plan.env = resolve_env(&env)?;
-                plan.secrets = secret_values(&env, &plan.env);
+                env.extend(cmd.env.clone());
                 plan.ro_mounts = cmd
                     .mounts
                     .iter()
@@ -339,19 +344,7 @@ impl Agent {
                     timeout,
                     user: user.clone(),
                 });
-                let mut env = aw.base_env(task)?;
-                env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-                for fixed in ["AWORLD_CONTROL_ROOT", DEADLINE_ENV] {
-                    if let Some(value) = env.remove(fixed) {
-                        tracing::warn!(
-                            agent = self.name,
-                            "{fixed}={value} ignored: arbiter sets it for every trial"
-                        );
-                    }
-                }
-                env.insert("AWORLD_CONTROL_ROOT".to_string(), CONTROL_ROOT.to_string());
-                plan.env = resolve_env(&env)?;
-                plan.secrets = secret_values(&env, &plan.env);
+                env.extend(aw.base_env(task)?);
                 plan.ro_mounts = aw
                     .mounts
                     .iter()
@@ -369,12 +362,20 @@ impl Agent {
                 plan.harness_overrides = aw.harness_overrides(overrides);
             }
         }
-        if !matches!(self.kind, AgentKind::Command(_) | AgentKind::Aworld(_))
-            && !overrides.is_empty()
-        {
-            plan.env = resolve_env(overrides)?;
-            plan.secrets = secret_values(overrides, &plan.env);
+        env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let AgentKind::Aworld(_) = &self.kind {
+            for fixed in ["AWORLD_CONTROL_ROOT", DEADLINE_ENV] {
+                if let Some(value) = env.remove(fixed) {
+                    tracing::warn!(
+                        agent = self.name,
+                        "{fixed}={value} ignored: arbiter sets it for every trial"
+                    );
+                }
+            }
+            env.insert("AWORLD_CONTROL_ROOT".to_string(), CONTROL_ROOT.to_string());
         }
+        plan.env = resolve_env(&env)?;
+        plan.secrets = secret_values(&env, &plan.env);
         Ok(plan)
     }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::job::{self, ConfigError, RunArgs, RunError, StoreError};
-use crate::sandbox::{DockerSandbox, SandboxError};
+use crate::sandbox::{DockerSandbox, Sandbox, SandboxError};
 
 /// Exit codes (SPEC §9).
 pub mod exit {
@@ -236,6 +236,11 @@ fn init_tracing() {
 async fn run(args: RunArgs, quiet: bool, fail_under: Option<f64>) -> Result<u8, CliError> {
     let spec = job::resolve(&args)?;
     let sandbox = Arc::new(DockerSandbox::connect().await.map_err(CliError::Engine)?);
+    // A task needing GPUs the engine cannot give is refused before any trial starts.
+    if job::gpus_wanted(&spec.tasks) > 0 {
+        let gpus = sandbox.gpus().await.map_err(CliError::Engine)?;
+        job::check_gpus(&spec.tasks, gpus)?;
+    }
 
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(watch_signals(cancel_tx));

@@ -127,4 +127,9 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
     async fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {
         self.inner.list(selector).await
     }
+
+    async fn gpus(&self) -> Result<u32, SandboxError> {
+        self.check()?;
+        self.inner.gpus().await
+    }
 }

@@ -695,6 +695,11 @@ impl Sandbox for DockerSandbox {
         }
     }
 
+    // harbor-run (issue 13): GPU detection lives in sandbox/gpus.rs.
+    async fn gpus(&self) -> Result<u32, SandboxError> {
+        super::gpus::docker_gpus(&self.docker).await
+    }
+
     async fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {
         let filters = selector_filter(selector);
         let options = ListContainersOptionsBuilder::new()

@@ -19,6 +19,7 @@ mod docker;
 mod error;
 mod fake;
 mod fetch;
+mod gpus;
 mod scope;
 mod tarball;
 
@@ -33,6 +34,7 @@ pub use docker::DockerSandbox;
 pub use error::SandboxError;
 pub use fake::{FakeExec, FakeSandbox, Op};
 pub(crate) use fetch::{FetchResult, fetch};
+pub use gpus::GPUS_UNCOUNTED;
 pub(crate) use scope::Scope;
 pub use tarball::{
     ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, dir_to_tar,
@@ -408,6 +410,10 @@ pub trait Sandbox: Send + Sync + 'static {
         &self,
         selector: &Selector,
     ) -> impl Future<Output = Result<Vec<Listed>, SandboxError>> + Send;
+    /// How many GPUs a container can be given (0: none; [`GPUS_UNCOUNTED`]: some, the
+    /// backend cannot say how many). Asked once per job, before any trial starts, when a task
+    /// wants GPUs.
+    fn gpus(&self) -> impl Future<Output = Result<u32, SandboxError>> + Send;
 }
 
 #[cfg(test)]
