@@ -192,3 +192,29 @@ fn a_dataset_dir_runs_each_of_its_tasks() {
     tasks.sort();
     assert_eq!(tasks, ["arbiter-fixtures/second", "task-10"]);
 }
+
+#[test]
+fn an_unset_reference_in_the_task_env_is_refused_before_anything_starts() {
+    // No engine needed: the job is refused while it is resolved.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let task = harbor("env-tables");
+    let job_dir = tmp.path().join("job");
+    let out = Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args(["run", "--quiet", "--job-dir"])
+        .arg(&job_dir)
+        .arg(&task)
+        .args(["--agent", "nop"])
+        .env_remove("ARBITER_HARBOR_RUN_TOKEN")
+        .output()
+        .expect("run arbiter");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "error: {}:environment.env.TOKEN: ${{ARBITER_HARBOR_RUN_TOKEN}} is not set in arbiter's environment",
+            task.join("task.toml").display()
+        )
+    );
+    assert!(!job_dir.exists(), "nothing may be started");
+}

@@ -472,3 +472,55 @@ pub fn secret_values(raw: &BTreeMap<String, String>, resolved: &[(String, String
     out.dedup();
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_agents_env_layers_over_the_task_env_and_variant_overrides_over_both() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = crate::testing::task_dir(
+            tmp.path(),
+            "t",
+            "env = { A = \"task\", B = \"task\", C = \"task\" }\n[solution.env]\nC = \"solution\"\n",
+        );
+        let task = crate::task::load(&dir).expect("task loads");
+        let agent = Agent {
+            name: "cmd".into(),
+            kind: AgentKind::Command(CommandAgent {
+                install: Some("true".into()),
+                install_timeout_sec: 60.0,
+                run: vec!["run".into()],
+                env: BTreeMap::from([
+                    ("B".to_string(), "agent".to_string()),
+                    ("D".to_string(), "agent".to_string()),
+                ]),
+                mounts: Vec::new(),
+                outcome_path: DEFAULT_OUTCOME_PATH.into(),
+                user: None,
+            }),
+        };
+        let overrides = BTreeMap::from([("D".to_string(), "variant".to_string())]);
+        let plan = agent.plan(&task, &overrides).expect("plan");
+        let env: BTreeMap<_, _> = plan.env.into_iter().collect();
+        let want: BTreeMap<String, String> = [
+            ("A", "task"),
+            ("B", "agent"),
+            // `[solution] env` is the oracle's only.
+            ("C", "task"),
+            ("D", "variant"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(env, want);
+        let oracle = Agent::builtin("oracle").expect("oracle");
+        let plan = oracle.plan(&task, &BTreeMap::new()).expect("plan");
+        assert!(
+            plan.env
+                .contains(&("C".to_string(), "solution".to_string()))
+        );
+        assert!(plan.env.contains(&("A".to_string(), "task".to_string())));
+    }
+}

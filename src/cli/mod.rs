@@ -69,7 +69,7 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct RunCmd {
-    /// Task directories (or globs).
+    /// Task directories, dataset directories (a directory of tasks), or globs.
     tasks: Vec<String>,
     /// Job configuration file (YAML); flags override it.
     #[arg(short = 'c', long = "config", value_name = "FILE")]
