@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod cli;
 pub mod digest;
+pub mod gateway;
 pub mod job;
 pub mod outcome;
 pub mod report;

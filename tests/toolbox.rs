@@ -71,7 +71,7 @@ fn toolbox_runs_commands_in_an_image_without_a_shell() {
     assert!(String::from_utf8_lossy(&second.stderr).contains("up to date"));
     assert_eq!(mtime(&dir.join("busybox")), before);
 
-    let toolbox = arbiter::verifier::toolbox::validate_toolbox(&dir).expect("valid toolbox");
+    let toolbox = arbiter::sandbox::toolbox::validate_toolbox(&dir).expect("valid toolbox");
     assert_eq!(toolbox.dir, dir);
 
     // An image of exactly one text file.

@@ -134,6 +134,8 @@ enum CliError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Report(#[from] crate::report::ReportError),
+    #[error("{0}")]
+    Toolbox(#[from] crate::sandbox::toolbox::ToolboxError),
 }
 
 impl CliError {
@@ -144,7 +146,7 @@ impl CliError {
             }
             CliError::Run(RunError::Store(_)) | CliError::Store(_) => exit::FAILURE,
             CliError::Report(crate::report::ReportError::Io { .. }) => exit::FAILURE,
-            CliError::Report(_) => exit::USAGE,
+            CliError::Report(_) | CliError::Toolbox(_) => exit::USAGE,
         }
     }
 }
@@ -235,7 +237,14 @@ fn init_tracing() {
 
 async fn run(args: RunArgs, quiet: bool, fail_under: Option<f64>) -> Result<u8, CliError> {
     let spec = job::resolve(&args)?;
-    let sandbox = Arc::new(DockerSandbox::connect().await.map_err(CliError::Engine)?);
+    // Every command arbiter runs in a container comes from the harness toolbox (SPEC §5).
+    let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
+    let sandbox = Arc::new(
+        DockerSandbox::connect()
+            .await
+            .map_err(CliError::Engine)?
+            .with_toolbox(&toolbox),
+    );
     // A task needing GPUs the engine cannot give is refused before any trial starts.
     if job::gpus_wanted(&spec.tasks) > 0 {
         let gpus = sandbox.gpus().await.map_err(CliError::Engine)?;

@@ -132,4 +132,8 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.check()?;
         self.inner.gpus().await
     }
+
+    fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
+        self.inner.harness_argv(applet, args)
+    }
 }

@@ -35,6 +35,8 @@ const KEEPALIVE: &str = "trap '' TERM INT HUP; while :; do sleep 3600; done";
 pub struct DockerSandbox {
     docker: Docker,
     builds: Mutex<HashMap<String, Arc<OnceCell<String>>>>,
+    /// Host directory of the harness toolbox, mounted read-only into every container.
+    toolbox: Option<std::path::PathBuf>,
 }
 
 impl DockerSandbox {
@@ -73,7 +75,16 @@ impl DockerSandbox {
         Ok(DockerSandbox {
             docker,
             builds: Mutex::new(HashMap::new()),
+            toolbox: None,
         })
+    }
+
+    /// Mount this (validated) toolbox read-only into every container and run every harness
+    /// command from it: the keep-alive, the deadline's SIGTERM broadcast, the verifier's
+    /// preparation and launcher.
+    pub fn with_toolbox(mut self, toolbox: &super::toolbox::Toolbox) -> Self {
+        self.toolbox = Some(toolbox.dir.clone());
+        self
     }
 
     async fn image_exists(&self, name: &str) -> Result<bool, SandboxError> {
@@ -175,12 +186,17 @@ impl DockerSandbox {
 
     /// Send SIGTERM to every process in the container except PID 1 and the keep-alive.
     async fn terminate_all(&self, id: &str) {
-        let options = CreateExecOptions {
-            cmd: Some(vec![
+        let cmd = if self.toolbox.is_some() {
+            self.harness_argv("kill", &["-TERM", "-1"])
+        } else {
+            vec![
                 "sh".to_string(),
                 "-c".to_string(),
                 "kill -TERM -1 2>/dev/null; true".to_string(),
-            ]),
+            ]
+        };
+        let options = CreateExecOptions {
+            cmd: Some(cmd),
             user: Some("0".to_string()),
             ..Default::default()
         };
@@ -490,7 +506,7 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<ContainerId, SandboxError> {
-        let binds: Vec<String> = spec
+        let mut binds: Vec<String> = spec
             .mounts
             .iter()
             .map(|m| {
@@ -498,6 +514,17 @@ impl Sandbox for DockerSandbox {
                 format!("{}:{}:{mode}", m.host.display(), m.container)
             })
             .collect();
+        let entrypoint = match &self.toolbox {
+            Some(dir) => {
+                binds.push(format!(
+                    "{}:{}:ro",
+                    dir.display(),
+                    super::toolbox::TOOLBOX_MOUNT
+                ));
+                super::toolbox::keepalive_argv()
+            }
+            None => vec!["sh".to_string(), "-c".to_string(), KEEPALIVE.to_string()],
+        };
         let memory = (spec.limits.memory_mb as i64).saturating_mul(1024 * 1024);
         let host_config = HostConfig {
             init: Some(true),
@@ -515,11 +542,7 @@ impl Sandbox for DockerSandbox {
         };
         let body = ContainerCreateBody {
             image: Some(image),
-            entrypoint: Some(vec![
-                "sh".to_string(),
-                "-c".to_string(),
-                KEEPALIVE.to_string(),
-            ]),
+            entrypoint: Some(entrypoint),
             cmd: Some(vec!["arbiter-keepalive".to_string()]),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(spec.owner.labels().into_iter().collect()),
@@ -698,6 +721,17 @@ impl Sandbox for DockerSandbox {
     // harbor-run (issue 13): GPU detection lives in sandbox/gpus.rs.
     async fn gpus(&self) -> Result<u32, SandboxError> {
         super::gpus::docker_gpus(&self.docker).await
+    }
+
+    fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
+        match self.toolbox {
+            Some(_) => super::toolbox::toolbox_argv(applet, args),
+            None => {
+                let mut argv = vec![applet.to_string()];
+                argv.extend(args.iter().map(|a| a.to_string()));
+                argv
+            }
+        }
     }
 
     async fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {

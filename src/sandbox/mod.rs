@@ -22,6 +22,7 @@ mod fetch;
 mod gpus;
 mod scope;
 mod tarball;
+pub mod toolbox;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -414,6 +415,15 @@ pub trait Sandbox: Send + Sync + 'static {
     /// backend cannot say how many). Asked once per job, before any trial starts, when a task
     /// wants GPUs.
     fn gpus(&self) -> impl Future<Output = Result<u32, SandboxError>> + Send;
+    /// The argv of a harness command (a busybox applet such as `sh`, `rm`, `kill`) in this
+    /// backend's containers: from the harness-owned, read-only toolbox by absolute path when
+    /// the backend has one, so nothing the agent planted runs with the harness's authority and
+    /// an image without a shell still works; else the applet as the container's `PATH` finds it.
+    fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
+        let mut argv = vec![applet.to_string()];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv
+    }
 }
 
 #[cfg(test)]

@@ -141,6 +141,21 @@ async fn a_failure_of_any_backend_call_is_a_typed_infra_error_and_leaves_nothing
                 assert!(rec.infra_error.is_none(), "{what}: {rec:#?}");
                 assert!(fake.live().is_empty(), "{what}: left {:?}", fake.live());
             }
+            // Reading the agent's filesystem is the agent's business: a path it made unreadable
+            // is its result (abstention), never an infrastructure error.
+            (Phase::Collect, Op::Download) => {
+                assert!(rec.infra_error.is_none(), "{what}: {rec:#?}");
+                assert!(fake.live().is_empty(), "{what}: left {:?}", fake.live());
+            }
+            (Phase::Verify, Op::Download) => {
+                assert!(rec.infra_error.is_none(), "{what}: {rec:#?}");
+                assert_eq!(
+                    rec.verifier.status,
+                    VerifierStatus::Error,
+                    "{what}: no reward read"
+                );
+                assert!(fake.live().is_empty(), "{what}: left {:?}", fake.live());
+            }
             // A failed removal during cleanup is logged; the result stands.
             (Phase::Cleanup, _) => {
                 assert!(rec.infra_error.is_none(), "{what}: {rec:#?}");

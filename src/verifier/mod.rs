@@ -8,14 +8,12 @@
 //! - a verifier that crashes, times out or writes no reward gives `error` with no reward,
 //!   never a zero.
 //!
-//! Also here: the change set and the integrity classifier over it (`integrity`), and the
-//! harness toolbox that arbiter's own commands run from (`toolbox`).
+//! Also here: the change set and the integrity classifier over it (`integrity`).
 
 pub mod integrity;
 mod outcome;
 mod phase;
 mod reward;
-pub mod toolbox;
 mod validation;
 
 pub use outcome::{VerifierOutcome, VerifierStatus, judge};

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::agent::{EnvError, resolve_env, shell_script};
+use crate::agent::{EnvError, resolve_env};
 use crate::sandbox::{
     Base, ContainerId, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, FetchResult, FrozenId,
     Network, Role, Sandbox, SandboxError, Scope, dir_to_tar, fetch,
@@ -116,11 +116,15 @@ pub(crate) async fn verify<S: Sandbox>(
         }
         Target::Live(id) => id.clone(),
     };
-    let prep = vec![
-        "sh".to_string(),
-        "-c".to_string(),
-        "rm -rf /tests /logs/verifier && mkdir -p /tests /logs/verifier && chmod 0777 /logs/verifier".to_string(),
-    ];
+    // Harness commands come from the backend's toolbox, never from the agent's filesystem.
+    let tool = |applet: &str| sb.harness_argv(applet, &[]).join(" ");
+    let script = format!(
+        "{rm} -rf /tests /logs/verifier && {mkdir} -p /tests /logs/verifier && {chmod} 0777 /logs/verifier",
+        rm = tool("rm"),
+        mkdir = tool("mkdir"),
+        chmod = tool("chmod"),
+    );
+    let prep = sb.harness_argv("sh", &["-c", &script]);
     let prepared = sb
         .exec(
             &id,
@@ -143,8 +147,8 @@ pub(crate) async fn verify<S: Sandbox>(
     let timeout =
         Duration::from_secs_f64(task.verifier.timeout_sec).mul_f64(input.timeout_multiplier);
     let mut spec = input.exec(
-        shell_script("/tests/test.sh"),
-        None,
+        launcher(sb),
+        task.verifier.user.clone(),
         timeout,
         Some(("verifier/stdout.log", "verifier/stderr.log")),
     );
@@ -160,7 +164,9 @@ pub(crate) async fn verify<S: Sandbox>(
     }
     let logs = input.path("verifier/logs");
     let scratch = input.path(".fetch.tar");
-    if let FetchResult::Failed(why) = fetch(
+    // What the verifier left is in a filesystem the agent shaped: an engine error reading it
+    // (a path replaced by something unreadable) means no reward, not an infrastructure failure.
+    match fetch(
         sb,
         &id,
         "/logs/verifier",
@@ -168,9 +174,15 @@ pub(crate) async fn verify<S: Sandbox>(
         VERIFIER_LOGS_LIMIT,
         &scratch,
     )
-    .await?
+    .await
     {
-        tracing::warn!(task = task.name, "verifier logs not collected: {why}");
+        Ok(FetchResult::Failed(why)) => {
+            tracing::warn!(task = task.name, "verifier logs not collected: {why}")
+        }
+        Ok(_) => {}
+        // Cancellation, and the job dir failing on the host, are the harness's.
+        Err(e @ (SandboxError::Cancelled | SandboxError::Io { .. })) => return Err(e.into()),
+        Err(e) => tracing::warn!(task = task.name, "verifier logs not collected: {e}"),
     }
     let read = |name: &str| -> Option<Vec<u8>> {
         let path = logs.join(name);
@@ -189,6 +201,17 @@ pub(crate) async fn verify<S: Sandbox>(
         out.end.exit_code(),
         input.pass_threshold,
     ))
+}
+
+/// The test launcher: `test.sh` under the image's bash at its usual paths (never one found
+/// through `PATH`, where the agent could have put its own), else the image's `/bin/sh`, else
+/// the toolbox shell, so an image without any shell can still be verified.
+fn launcher<S: Sandbox>(sb: &S) -> Vec<String> {
+    let fallback = sb.harness_argv("sh", &[]).join(" ");
+    let script = format!(
+        "for b in /bin/bash /usr/bin/bash /bin/sh; do if [ -x \"$b\" ]; then exec \"$b\" /tests/test.sh; fi; done; exec {fallback} /tests/test.sh"
+    );
+    sb.harness_argv("sh", &["-c", &script])
 }
 
 pub(crate) fn read_capped(path: &Path, cap: u64) -> Vec<u8> {

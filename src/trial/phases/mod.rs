@@ -78,6 +78,10 @@ impl<S: Sandbox> Ctx<'_, S> {
         }
     }
 
+    /// Fetch a path of the agent's filesystem. The agent shaped that filesystem, so an engine
+    /// error reading a path (replaced by a file, made unreadable) is its doing — `Failed`, not
+    /// an infrastructure error (SPEC §5, abstention); an engine that is really gone fails the
+    /// next call (the freeze, or the verifier's container) instead.
     pub async fn fetch(
         &self,
         id: &ContainerId,
@@ -85,7 +89,16 @@ impl<S: Sandbox> Ctx<'_, S> {
         dest: &Path,
         limit: u64,
     ) -> Result<FetchResult, SandboxError> {
-        crate::sandbox::fetch(self.sb, id, path, dest, limit, &self.path(".fetch.tar")).await
+        match crate::sandbox::fetch(self.sb, id, path, dest, limit, &self.path(".fetch.tar")).await
+        {
+            Err(SandboxError::Cancelled) => Err(SandboxError::Cancelled),
+            Err(SandboxError::Io { path, source }) => Err(SandboxError::Io { path, source }),
+            Err(e) => {
+                tracing::debug!(trial = self.plan.id, path, "fetch: {e}");
+                Ok(FetchResult::Failed(format!("not readable: {e}")))
+            }
+            Ok(found) => Ok(found),
+        }
     }
 }
 

@@ -175,7 +175,7 @@ pub fn collapse(entries: Vec<ChangeEntry>) -> Vec<ChangeEntry> {
 fn is_mount_point(entry: &ChangeEntry) -> bool {
     entry.file_type == FileType::Dir
         && entry.kind != ChangeKind::Deleted
-        && (entry.path == HARNESS_ROOT || entry.path == super::super::toolbox::TOOLBOX_MOUNT)
+        && (entry.path == HARNESS_ROOT || entry.path == crate::sandbox::toolbox::TOOLBOX_MOUNT)
 }
 
 /// Count the change set for the record.

@@ -23,10 +23,6 @@ pub const TOOLBOX_ENV: &str = "ARBITER_TOOLBOX";
 const HINT: &str = "run scripts/bootstrap (or docker/toolbox/build.sh) to build it";
 
 /// `argv` for a harness command: `/.arbiter/toolbox/busybox <applet> <args…>`.
-#[allow(
-    dead_code,
-    reason = "called by trial/ and sandbox/ once they run harness commands"
-)]
 pub(crate) fn toolbox_argv(applet: &str, args: &[&str]) -> Vec<String> {
     let mut argv = Vec::with_capacity(args.len() + 2);
     argv.push(format!("{TOOLBOX_MOUNT}/busybox"));
@@ -38,10 +34,6 @@ pub(crate) fn toolbox_argv(applet: &str, args: &[&str]) -> Vec<String> {
 /// The container's keep-alive entrypoint, from the toolbox: ignores TERM/INT/HUP, sleeps.
 /// Every command inside the script is an absolute toolbox path (busybox's shell prefers its
 /// own applets anyway, but nothing here relies on that).
-#[allow(
-    dead_code,
-    reason = "called by sandbox/ once containers use the toolbox"
-)]
 pub(crate) fn keepalive_argv() -> Vec<String> {
     let script =
         format!("trap '' TERM INT HUP; while :; do {TOOLBOX_MOUNT}/busybox sleep 3600; done");
