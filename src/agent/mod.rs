@@ -289,6 +289,12 @@ impl Agent {
     }
 
     /// What the agent needs in `task`'s container. `overrides` are variant env overrides.
+    ///
+    /// The env of every command run for the agent (install, pre-flight check, run) is layered,
+    /// later layers winning key by key: the task's `[environment] env`, then for the oracle
+    /// the task's `[solution] env`, then the agent's own env, then the variant's overrides.
+    /// `${NAME}` references are resolved once, over the layered env.
+    ///
     /// The agent-CLI presets need [`Agent::plan_in`] with a model and a cache.
     pub fn plan(
         &self,
@@ -322,6 +328,8 @@ impl Agent {
             secrets: Vec::new(),
             adapter: None,
         };
+        // Harbor's `[environment] env` is the task container's, so the agent's layers go on top.
+        let mut env = task.environment.env.clone();
         match &self.kind {
             AgentKind::Nop => {}
             AgentKind::Oracle => {
@@ -344,6 +352,7 @@ impl Agent {
                     timeout,
                     user: task.agent.user.clone(),
                 });
+                env.extend(task.solution_env.clone());
             }
             AgentKind::Command(cmd) => {
                 let user = cmd.user.clone().or_else(|| task.agent.user.clone());
@@ -379,10 +388,7 @@ impl Agent {
                     timeout,
                     user,
                 });
-                let mut env = cmd.env.clone();
-                env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-                plan.env = resolve_env(&env)?;
-                plan.secrets = secret_values(&env, &plan.env);
+                env.extend(cmd.env.clone());
                 plan.ro_mounts = cmd
                     .mounts
                     .iter()
@@ -405,19 +411,7 @@ impl Agent {
                     timeout,
                     user: user.clone(),
                 });
-                let mut env = aw.base_env(task)?;
-                env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-                for fixed in ["AWORLD_CONTROL_ROOT", DEADLINE_ENV] {
-                    if let Some(value) = env.remove(fixed) {
-                        tracing::warn!(
-                            agent = self.name,
-                            "{fixed}={value} ignored: arbiter sets it for every trial"
-                        );
-                    }
-                }
-                env.insert("AWORLD_CONTROL_ROOT".to_string(), CONTROL_ROOT.to_string());
-                plan.env = resolve_env(&env)?;
-                plan.secrets = secret_values(&env, &plan.env);
+                env.extend(aw.base_env(task)?);
                 plan.ro_mounts = aw
                     .mounts
                     .iter()
@@ -455,13 +449,31 @@ impl Agent {
                 )?;
             }
         }
-        if self.kind.preset().is_none()
-            && !matches!(self.kind, AgentKind::Command(_) | AgentKind::Aworld(_))
-            && !overrides.is_empty()
-        {
-            plan.env = resolve_env(overrides)?;
-            plan.secrets = secret_values(overrides, &plan.env);
+        if self.kind.preset().is_some() {
+            // A preset builds its own env (model wiring included); the task's env goes under it.
+            let preset_env = std::mem::take(&mut plan.env);
+            let mut merged = resolve_env(&task.environment.env)?;
+            plan.secrets
+                .extend(secret_values(&task.environment.env, &merged));
+            merged.retain(|(k, _)| !preset_env.iter().any(|(p, _)| p == k));
+            merged.extend(preset_env);
+            plan.env = merged;
+            return Ok(plan);
         }
+        env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let AgentKind::Aworld(_) = &self.kind {
+            for fixed in ["AWORLD_CONTROL_ROOT", DEADLINE_ENV] {
+                if let Some(value) = env.remove(fixed) {
+                    tracing::warn!(
+                        agent = self.name,
+                        "{fixed}={value} ignored: arbiter sets it for every trial"
+                    );
+                }
+            }
+            env.insert("AWORLD_CONTROL_ROOT".to_string(), CONTROL_ROOT.to_string());
+        }
+        plan.env = resolve_env(&env)?;
+        plan.secrets = secret_values(&env, &plan.env);
         Ok(plan)
     }
 
@@ -581,4 +593,56 @@ pub fn secret_values(raw: &BTreeMap<String, String>, resolved: &[(String, String
     out.sort();
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_agents_env_layers_over_the_task_env_and_variant_overrides_over_both() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = crate::testing::task_dir(
+            tmp.path(),
+            "t",
+            "env = { A = \"task\", B = \"task\", C = \"task\" }\n[solution.env]\nC = \"solution\"\n",
+        );
+        let task = crate::task::load(&dir).expect("task loads");
+        let agent = Agent {
+            name: "cmd".into(),
+            kind: AgentKind::Command(CommandAgent {
+                install: Some("true".into()),
+                install_timeout_sec: 60.0,
+                run: vec!["run".into()],
+                env: BTreeMap::from([
+                    ("B".to_string(), "agent".to_string()),
+                    ("D".to_string(), "agent".to_string()),
+                ]),
+                mounts: Vec::new(),
+                outcome_path: DEFAULT_OUTCOME_PATH.into(),
+                user: None,
+            }),
+        };
+        let overrides = BTreeMap::from([("D".to_string(), "variant".to_string())]);
+        let plan = agent.plan(&task, &overrides).expect("plan");
+        let env: BTreeMap<_, _> = plan.env.into_iter().collect();
+        let want: BTreeMap<String, String> = [
+            ("A", "task"),
+            ("B", "agent"),
+            // `[solution] env` is the oracle's only.
+            ("C", "task"),
+            ("D", "variant"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(env, want);
+        let oracle = Agent::builtin("oracle").expect("oracle");
+        let plan = oracle.plan(&task, &BTreeMap::new()).expect("plan");
+        assert!(
+            plan.env
+                .contains(&("C".to_string(), "solution".to_string()))
+        );
+        assert!(plan.env.contains(&("A".to_string(), "task".to_string())));
+    }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::job::{self, ConfigError, RunArgs, RunError, StoreError};
-use crate::sandbox::{DockerSandbox, SandboxError};
+use crate::sandbox::{DockerSandbox, Sandbox, SandboxError};
 
 /// Exit codes (SPEC §9).
 pub mod exit {
@@ -75,7 +75,7 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct RunCmd {
-    /// Task directories (or globs).
+    /// Task directories, dataset directories (a directory of tasks), or globs.
     tasks: Vec<String>,
     /// Job configuration file (YAML); flags override it.
     #[arg(short = 'c', long = "config", value_name = "FILE")]
@@ -252,6 +252,11 @@ async fn run(args: RunArgs, quiet: bool, fail_under: Option<f64>) -> Result<u8, 
             .map_err(CliError::Engine)?
             .with_toolbox(&toolbox),
     );
+    // A task needing GPUs the engine cannot give is refused before any trial starts.
+    if job::gpus_wanted(&spec.tasks) > 0 {
+        let gpus = sandbox.gpus().await.map_err(CliError::Engine)?;
+        job::check_gpus(&spec.tasks, gpus)?;
+    }
 
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(watch_signals(cancel_tx));

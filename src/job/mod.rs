@@ -13,6 +13,7 @@
 mod config;
 mod core;
 mod events;
+mod gpus;
 mod lock;
 mod owner;
 mod plan;
@@ -22,10 +23,13 @@ mod store;
 mod summary;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_harbor;
 
 pub use config::{ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant};
 pub use core::CancelReason;
 pub use events::JobEvent;
+pub use gpus::{check_gpus, gpus_wanted};
 pub use lock::Lock;
 pub use owner::{LABEL_OWNER, Owner};
 pub use plan::{JobSpec, trial_id};

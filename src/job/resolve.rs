@@ -125,6 +125,11 @@ fn load_tasks(
         ));
     }
     let dirs = expand_tasks(&patterns, &pattern_source, &pattern_base)?;
+    // A dataset (a directory of task dirs, with or without Harbor's `dataset.toml` /
+    // `registry.json`) stands for its tasks.
+    let mut dirs = crate::task::expand_task_dirs(&dirs)?;
+    let mut seen = BTreeSet::new();
+    dirs.retain(|d| seen.insert(d.canonicalize().unwrap_or_else(|_| d.clone())));
     let tasks = crate::task::load_all(&dirs)?;
     for task in &tasks {
         for warning in &task.warnings {
@@ -135,8 +140,10 @@ fn load_tasks(
 }
 
 /// What no trial of these tasks could run with: an unsupported verifier mode, an oracle
-/// without a solution, a verifier env reference that does not resolve.
+/// without a solution, an env reference (`[environment] env`, `[verifier] env`, and
+/// `[solution] env` when the oracle runs) that does not resolve.
 fn check_tasks(tasks: &[Task], agents: &[Agent]) -> Result<(), ConfigError> {
+    let oracle = agents.iter().any(|a| matches!(a.kind, AgentKind::Oracle));
     for task in tasks {
         if task.verifier.mode == VerifierMode::Separate {
             return Err(field(
@@ -154,13 +161,23 @@ fn check_tasks(tasks: &[Task], agents: &[Agent]) -> Result<(), ConfigError> {
                 ));
             }
         }
-        resolve_env(&task.verifier.env).map_err(|e| {
-            field(
-                task.dir.join("task.toml").display().to_string(),
-                format!("verifier.env.{}", e.key()),
-                e.reason(),
-            )
-        })?;
+        let tables = [
+            ("environment", &task.environment.env),
+            ("verifier", &task.verifier.env),
+            ("solution", &task.solution_env),
+        ];
+        for (table, env) in tables {
+            if table == "solution" && !oracle {
+                continue;
+            }
+            resolve_env(env).map_err(|e| {
+                field(
+                    task.dir.join("task.toml").display().to_string(),
+                    format!("{table}.env.{}", e.key()),
+                    e.reason(),
+                )
+            })?;
+        }
     }
     Ok(())
 }
@@ -603,7 +620,11 @@ fn expand_tasks(
                 .map_err(|e| field(source, &label, format!("bad glob: {e}")))?;
             let mut found: Vec<PathBuf> = matches
                 .filter_map(Result::ok)
-                .filter(|p| p.join("task.toml").is_file())
+                .filter(|p| {
+                    ["task.toml", "dataset.toml", "registry.json"]
+                        .iter()
+                        .any(|f| p.join(f).is_file())
+                })
                 .collect();
             if found.is_empty() {
                 return Err(field(
@@ -626,8 +647,6 @@ fn expand_tasks(
             dirs.push(full);
         }
     }
-    let mut seen = BTreeSet::new();
-    dirs.retain(|d| seen.insert(d.canonicalize().unwrap_or_else(|_| d.clone())));
     Ok(dirs)
 }
 

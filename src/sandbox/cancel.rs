@@ -128,6 +128,11 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.list(selector).await
     }
 
+    async fn gpus(&self) -> Result<u32, SandboxError> {
+        self.check()?;
+        self.inner.gpus().await
+    }
+
     fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
         self.inner.harness_argv(applet, args)
     }

@@ -718,6 +718,11 @@ impl Sandbox for DockerSandbox {
         }
     }
 
+    // harbor-run (issue 13): GPU detection lives in sandbox/gpus.rs.
+    async fn gpus(&self) -> Result<u32, SandboxError> {
+        super::gpus::docker_gpus(&self.docker).await
+    }
+
     fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
         match self.toolbox {
             Some(_) => super::toolbox::toolbox_argv(applet, args),

@@ -34,10 +34,11 @@ pub enum Op {
     Changes,
     Remove,
     List,
+    Gpus,
 }
 
 impl Op {
-    pub const ALL: [Op; 12] = [
+    pub const ALL: [Op; 13] = [
         Op::PrepareImage,
         Op::Create,
         Op::Start,
@@ -50,6 +51,7 @@ impl Op {
         Op::Changes,
         Op::Remove,
         Op::List,
+        Op::Gpus,
     ];
 }
 
@@ -136,6 +138,9 @@ struct State {
     delays: HashMap<Op, Duration>,
     vanish: Vec<(Op, usize)>,
     execs: Vec<(String, FakeExec)>,
+    /// Every exec's argv (joined by spaces) and env, in call order.
+    exec_envs: Vec<(String, Vec<(String, String)>)>,
+    gpus: u32,
     next_id: u64,
 }
 
@@ -183,6 +188,16 @@ impl FakeSandbox {
     /// Operations in the order they were called, with a short detail (e.g. an exec's argv).
     pub fn calls(&self) -> Vec<(Op, String)> {
         self.lock().calls.clone()
+    }
+
+    /// Every exec's argv (joined by spaces) with the env it was given, in call order.
+    pub fn exec_envs(&self) -> Vec<(String, Vec<(String, String)>)> {
+        self.lock().exec_envs.clone()
+    }
+
+    /// What [`Sandbox::gpus`] answers (default 0).
+    pub fn set_gpus(&self, gpus: u32) {
+        self.lock().gpus = gpus;
     }
 
     /// How many times `op` was called.
@@ -282,6 +297,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Changes => "container changes",
         Op::Remove => "remove",
         Op::List => "list",
+        Op::Gpus => "info",
     }
 }
 
@@ -404,6 +420,7 @@ impl Sandbox for FakeSandbox {
         self.enter(Op::Exec, &argv).await?;
         let (script, mut running) = {
             let mut state = self.lock();
+            state.exec_envs.push((argv.clone(), spec.env.clone()));
             let script = state
                 .execs
                 .iter()
@@ -628,5 +645,10 @@ impl Sandbox for FakeSandbox {
                 }),
         );
         Ok(out)
+    }
+
+    async fn gpus(&self) -> Result<u32, SandboxError> {
+        self.enter(Op::Gpus, "").await?;
+        Ok(self.lock().gpus)
     }
 }

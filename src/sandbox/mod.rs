@@ -19,6 +19,7 @@ mod docker;
 mod error;
 mod fake;
 mod fetch;
+mod gpus;
 mod scope;
 mod tarball;
 pub mod toolbox;
@@ -34,6 +35,7 @@ pub use docker::DockerSandbox;
 pub use error::SandboxError;
 pub use fake::{FakeExec, FakeSandbox, Op};
 pub(crate) use fetch::{FetchResult, fetch};
+pub use gpus::GPUS_UNCOUNTED;
 pub(crate) use scope::Scope;
 pub use tarball::{
     ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, dir_to_tar,
@@ -409,6 +411,10 @@ pub trait Sandbox: Send + Sync + 'static {
         &self,
         selector: &Selector,
     ) -> impl Future<Output = Result<Vec<Listed>, SandboxError>> + Send;
+    /// How many GPUs a container can be given (0: none; [`GPUS_UNCOUNTED`]: some, the
+    /// backend cannot say how many). Asked once per job, before any trial starts, when a task
+    /// wants GPUs.
+    fn gpus(&self) -> impl Future<Output = Result<u32, SandboxError>> + Send;
     /// The argv of a harness command (a busybox applet such as `sh`, `rm`, `kill`) in this
     /// backend's containers: from the harness-owned, read-only toolbox by absolute path when
     /// the backend has one, so nothing the agent planted runs with the harness's authority and

@@ -101,6 +101,14 @@ impl Task {
     fn metadata_str(&self, key: &str) -> Option<&str> {
         self.metadata.get("metadata")?.get(key)?.as_str()
     }
+
+    /// The env (unresolved) of the verifier's `test.sh`: `[environment] env`, with
+    /// `[verifier] env` over it. Resolve with `agent::resolve_env` at run time.
+    pub fn verifier_exec_env(&self) -> BTreeMap<String, String> {
+        let mut env = self.environment.env.clone();
+        env.extend(self.verifier.env.clone());
+        env
+    }
 }
 
 /// `[agent]`.

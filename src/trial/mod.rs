@@ -22,6 +22,8 @@ mod run;
 pub mod scrub;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_harbor;
 
 pub use plan::{Phase, TrialPlan, TrialSettings};
 pub use record::{

@@ -104,9 +104,11 @@ async fn phases<S: Sandbox>(
     rec.image = Some(env.image.to_string());
     rec.harness_overrides = env.agent.harness_overrides.clone();
     secrets.extend(env.agent.secrets.iter().cloned());
-    // The verifier's `${NAME}` values are secrets too (resolved again, and checked, later).
-    if let Ok(resolved) = resolve_env(&task.verifier.env) {
-        secrets.extend(secret_values(&task.verifier.env, &resolved));
+    // The verifier's `${NAME}` values (its env over the task's) are secrets too (resolved
+    // again, and checked, later); the agent plan's secrets already cover the task's env.
+    let verifier_env = task.verifier_exec_env();
+    if let Ok(resolved) = resolve_env(&verifier_env) {
+        secrets.extend(secret_values(&verifier_env, &resolved));
     }
     scrub::register(secrets);
     time(rec, Phase::Environment, started);

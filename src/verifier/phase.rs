@@ -152,7 +152,8 @@ pub(crate) async fn verify<S: Sandbox>(
         timeout,
         Some(("verifier/stdout.log", "verifier/stderr.log")),
     );
-    spec.env = resolve_env(&task.verifier.env)?;
+    // Harbor's `[environment] env` under `[verifier] env` (harbor-run, issue 13).
+    spec.env = resolve_env(&task.verifier_exec_env())?;
     let out = sb.exec(&id, &spec).await?;
     if out.end == ExecEnd::TimedOut {
         return Ok(VerifierOutcome::error(

@@ -2,6 +2,7 @@
 //! in containers of the agent's frozen filesystem, with real exit codes, durations and the
 //! sha256 of their output recorded as receipts.
 
+use crate::agent::resolve_env;
 use crate::outcome::Receipt;
 use crate::sandbox::{ContainerId, ExecEnd, FrozenId, Network, Resource, Role, Sandbox, Scope};
 
@@ -49,6 +50,8 @@ pub(crate) async fn validate<S: Sandbox>(
         if let Some(cwd) = &command.cwd {
             exec.workdir = Some(cwd.clone());
         }
+        // The task container's env (`[environment] env`) applies to every command run in it.
+        exec.env = resolve_env(&task.environment.env)?;
         let out = sb.exec(&id, &exec).await?;
         let digest = |rel: &str| {
             let bytes = std::fs::read(input.path(rel)).unwrap_or_default();

@@ -5,12 +5,14 @@ use std::path::PathBuf;
 
 use crate::agent::{AgentPlan, INSTRUCTION_PATH};
 use crate::sandbox::{
-    Base, ContainerId, ContainerSpec, ImageRef, Mount, Role, Sandbox, TarEntry, files_to_tar,
+    Base, ContainerId, ContainerSpec, ImageRecipe, ImageRef, ImageSpec, Mount, Role, Sandbox,
+    SandboxError, TarEntry, files_to_tar,
 };
 
 use super::super::control;
 use super::{Ctx, Infra, infra, sandbox_network};
 use crate::trial::plan::Phase;
+use crate::trial::record::{ArtifactEntry, ArtifactStatus};
 
 /// The agent's container is running and holds everything the agent needs.
 pub(crate) struct EnvReady {
@@ -24,11 +26,20 @@ pub(crate) struct EnvReady {
 /// Host path of a trial's control root (removed by the trial's cleanup on every path).
 pub(crate) const CONTROL_DIR: &str = ".control";
 
+/// Harbor's collected-artifacts directory: anyone in the agent's container may write there,
+/// and what it holds is collected like an `[artifacts]` path.
+pub(crate) const LOGS_ARTIFACTS: &str = "/logs/artifacts";
+
 pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>) -> Result<EnvReady, Infra> {
     let fail = infra(Phase::Environment);
     let plan = ctx.plan;
     let task = &plan.task;
-    let image = ctx.sb.prepare_image(&plan.image).await.map_err(fail)?;
+    let image = ctx
+        .sb
+        .prepare_image(&plan.image)
+        .await
+        .map_err(|e| with_base_images(&plan.image, e))
+        .map_err(fail)?;
     let mut agent = plan
         .agent
         .plan(task, &plan.overrides)
@@ -102,6 +113,11 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>) -> Result<EnvReady, Infra>
             content: None,
             mode: 0o777,
         },
+        TarEntry {
+            path: "logs/artifacts/",
+            content: None,
+            mode: 0o777,
+        },
     ])
     .map_err(infra(Phase::Environment))?;
     ctx.sb
@@ -119,5 +135,69 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>) -> Result<EnvReady, Infra>
         container,
         agent,
         control_dir,
+    })
+}
+
+/// A failed build's error, with the base images of its Dockerfile named (the engine's own
+/// message often does not say which image it could not get).
+fn with_base_images(spec: &ImageSpec, e: SandboxError) -> String {
+    let message = e.to_string();
+    let (SandboxError::Build { message: why, .. }, ImageRecipe::Build { context, file }) =
+        (&e, &spec.recipe)
+    else {
+        return message;
+    };
+    let Ok(dockerfile) = std::fs::read_to_string(context.join(file)) else {
+        return message;
+    };
+    match base_image_note(&dockerfile, why) {
+        Some(note) => format!("{message} {note}"),
+        None => message,
+    }
+}
+
+/// "(base image: X — …)" for a build that failed before its own steps ran; `None` when a
+/// step's command failed (the base image was there) or the Dockerfile names none.
+pub(crate) fn base_image_note(dockerfile: &str, build_message: &str) -> Option<String> {
+    let step_failed = ["returned a non-zero code", "did not complete successfully"]
+        .iter()
+        .any(|m| build_message.contains(m));
+    let images = crate::task::dockerfile_base_images(dockerfile);
+    if step_failed || images.is_empty() {
+        return None;
+    }
+    let (label, is_it, it) = if images.len() == 1 {
+        ("base image", "is it", "it")
+    } else {
+        ("base images", "are they", "them")
+    };
+    Some(format!(
+        "({label}: {} — {is_it} available locally? arbiter cannot pull from a registry it cannot reach; pull or build {it} before the run)",
+        images.join(", ")
+    ))
+}
+
+/// Collect `/logs/artifacts` into the trial's `artifacts/logs/artifacts/` after the agent
+/// phase, like an `[artifacts]` path: the entry for the record when the directory held
+/// anything (or could not be read), `None` when it is empty, gone, or already listed in the
+/// task's `artifacts`. Called by the collect phase after the task's own artifacts.
+pub(crate) async fn collect_logs_artifacts<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    id: &ContainerId,
+) -> Result<Option<ArtifactEntry>, Infra> {
+    if ctx
+        .plan
+        .task
+        .artifacts
+        .iter()
+        .any(|p| p.trim_end_matches('/') == LOGS_ARTIFACTS)
+    {
+        return Ok(None);
+    }
+    let (entry, report) = super::collect::fetch_artifact(ctx, id, LOGS_ARTIFACTS).await?;
+    Ok(match (&entry.status, report) {
+        (ArtifactStatus::Missing, _) => None,
+        (ArtifactStatus::Ok, Some(r)) if r.files.is_empty() && r.skipped.is_empty() => None,
+        _ => Some(entry),
     })
 }
