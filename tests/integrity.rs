@@ -1,0 +1,186 @@
+//! Integrity on the real engine (issue 10): agents that alter what the verifier runs are
+//! `tampered` and never pass; honest work stays `clean`; an agent that makes collection
+//! impossible gets its own result, not an infra error; an image with no shell at all runs.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+/// Run `agents` (a YAML list of command agents) on `task` and return each trial's record.
+fn run_agents(task: &str, agents: &str, names: &[&str]) -> Option<Vec<serde_json::Value>> {
+    if !docker_available() {
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let task_dir = repo().join("tests/fixtures/integrity").join(task);
+    let yaml = format!(
+        "name: integrity\ntasks: [{}]\nconcurrency: 3\nagents:\n{agents}",
+        task_dir.display()
+    );
+    let config = write_job(tmp.path(), &yaml);
+    let job_dir = tmp.path().join("job-integrity");
+    let out = arbiter(&[
+        "run",
+        "--quiet",
+        "-c",
+        config.to_str().expect("utf8"),
+        "--job-dir",
+        job_dir.to_str().expect("utf8"),
+    ]);
+    assert_no_leftovers(&job_dir);
+    let records = names
+        .iter()
+        .map(|name| {
+            let trial = format!("{task}__{name}__default__1");
+            assert!(
+                job_dir
+                    .join("trials")
+                    .join(&trial)
+                    .join("result.json")
+                    .is_file(),
+                "no record for {trial}; stdout: {} stderr: {}",
+                stdout(&out),
+                stderr(&out)
+            );
+            result(&job_dir, &trial)
+        })
+        .collect();
+    Some(records)
+}
+
+fn agent(name: &str, script: &str) -> String {
+    format!(
+        "  - name: {name}\n    kind: command\n    run: [bash, -c, {}]\n",
+        serde_json::to_string(script).expect("json")
+    )
+}
+
+#[test]
+fn toolchain_tampering_is_tampered_and_honest_work_is_clean() {
+    let names = [
+        "honest",
+        "installs",
+        "shadow-python",
+        "wrap-bash",
+        "shadow-sh",
+        "abstain",
+    ];
+    let agents = [
+        agent("honest", "echo 42 > /app/answer.txt"),
+        // New commands, a package in dist-packages, a compiled-looking tool: not findings.
+        agent(
+            "installs",
+            "mkdir -p /usr/local/lib/python3.11/dist-packages/mymod && echo 'X = 1' > /usr/local/lib/python3.11/dist-packages/mymod/__init__.py && printf '#!/bin/sh\\necho tool\\n' > /usr/local/bin/newtool && chmod +x /usr/local/bin/newtool && echo 42 > /app/answer.txt",
+        ),
+        // A python3 earlier on PATH that says yes to everything.
+        agent(
+            "shadow-python",
+            "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3",
+        ),
+        // The image's bash replaced: the test launcher would run the agent's program.
+        agent(
+            "wrap-bash",
+            "cp /bin/bash /tmp/realbash && printf '#!/tmp/realbash\\necho 1 > /logs/verifier/reward.txt\\n' > /tmp/fakebash && chmod +x /tmp/fakebash && mv -f /tmp/fakebash /bin/bash",
+        ),
+        // A sh earlier on PATH: arbiter's own commands never resolve sh through PATH.
+        agent(
+            "shadow-sh",
+            "printf '#!/bin/dash\\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; exec /bin/dash \"$@\"\\n' > /usr/local/bin/sh && chmod +x /usr/local/bin/sh",
+        ),
+        // Collection made impossible: the agent's log dir replaced by a file.
+        agent("abstain", "rm -rf /logs/agent; echo x > /logs/agent"),
+    ]
+    .concat();
+    let Some(records) = run_agents("pycheck", &agents, &names) else {
+        return;
+    };
+    let by = |name: &str| &records[names.iter().position(|n| *n == name).expect("name")];
+    for name in ["honest", "installs"] {
+        let r = by(name);
+        assert_eq!(r["verifier"]["status"], "passed", "{name}: {r:#}");
+        assert_eq!(r["integrity"]["status"], "clean", "{name}: {r:#}");
+        assert_ne!(r["audit"]["verdict"], "tampered", "{name}");
+    }
+    let installs = by("installs");
+    assert!(
+        installs["changes"]["added"].as_u64().expect("added") >= 3,
+        "{installs:#}"
+    );
+    for name in ["shadow-python", "wrap-bash"] {
+        let r = by(name);
+        assert_eq!(r["integrity"]["status"], "suspect", "{name}: {r:#}");
+        assert_eq!(r["audit"]["verdict"], "tampered", "{name}: {r:#}");
+        assert!(
+            !r["integrity"]["findings"]
+                .as_array()
+                .expect("findings")
+                .is_empty(),
+            "{name}"
+        );
+    }
+    // The shadowed sh never ran with the harness's authority: the verifier failed the task.
+    let sh = by("shadow-sh");
+    assert_eq!(sh["verifier"]["status"], "failed", "{sh:#}");
+    assert_ne!(sh["verifier"]["status"], "passed");
+    let abstain = by("abstain");
+    assert!(abstain["infra_error"].is_null(), "{abstain:#}");
+    assert_eq!(abstain["retries"], 0);
+    assert_ne!(abstain["verifier"]["status"], "passed", "{abstain:#}");
+    // Every record has its change list on disk.
+    for r in &records {
+        assert_eq!(r["changes"]["file"], "agent/changes.json", "{r:#}");
+    }
+}
+
+#[test]
+fn an_image_without_a_shell_is_run_and_verified() {
+    if !docker_available() {
+        return;
+    }
+    let root = tempfile::tempdir().expect("tmp");
+    std::fs::write(root.path().join("data.txt"), "hello\n").expect("data");
+    let tar = Command::new("tar")
+        .args([
+            "-C",
+            root.path().to_str().expect("utf8"),
+            "-cf",
+            "-",
+            "data.txt",
+        ])
+        .output()
+        .expect("tar");
+    assert!(tar.status.success());
+    let mut import = Command::new("docker")
+        .args([
+            "import",
+            "-c",
+            "LABEL arbiter.test=noshell",
+            "-",
+            "arbiter-test/noshell:1",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("docker import");
+    {
+        use std::io::Write;
+        import
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(&tar.stdout)
+            .expect("write");
+    }
+    assert!(import.wait().expect("import").success());
+    let agents = "  - name: copier\n    kind: command\n    run: [/.arbiter/toolbox/busybox, cp, /data.txt, /answer.txt]\n";
+    let records = run_agents("noshell", agents, &["copier"]);
+    let _ = Command::new("docker")
+        .args(["rmi", "-f", "arbiter-test/noshell:1"])
+        .output();
+    let Some(records) = records else { return };
+    let r = &records[0];
+    assert_eq!(r["termination"]["kind"], "exited", "{r:#}");
+    assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+}
