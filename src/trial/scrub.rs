@@ -34,6 +34,15 @@ pub fn register(secrets: &[String]) {
     all.sort_by_key(|s| std::cmp::Reverse(s.len()));
 }
 
+/// Whether `text` holds any registered secret (so it must not be passed where the host can
+/// see it, e.g. a path in an engine request that the engine puts in a helper's argv).
+pub(crate) fn mentions_secret(text: &str) -> bool {
+    REGISTERED
+        .read()
+        .map(|all| all.iter().any(|s| text.contains(s.as_str())))
+        .unwrap_or(false)
+}
+
 /// A writer that masks every registered secret in what passes through it. Each tracing event
 /// reaches it as one buffer, so a secret is never split across two writes.
 pub struct ScrubbingWriter<W>(pub W);

@@ -333,6 +333,20 @@ async fn describe<S: Sandbox>(
         .enumerate()
         .map(|(i, e)| (e.path.clone(), i))
         .collect();
+    // A path the agent named after a secret must not reach the engine (Docker puts the path of
+    // an archive request in a helper process's argv, visible on the host): read its nearest
+    // ancestor without one instead.
+    let mut roots: Vec<String> = roots
+        .into_iter()
+        .filter_map(|root| {
+            let mut at = root.as_str();
+            while crate::trial::scrub::mentions_secret(at) {
+                at = &at[..at.rfind('/')?];
+            }
+            (!at.is_empty()).then(|| at.to_string())
+        })
+        .collect();
+    roots.dedup();
     let mut budget = MAX_READ_BYTES;
     let scratch = ctx.path(".changes.tar");
     for root in roots.iter().take(MAX_ROOTS) {
