@@ -1,5 +1,7 @@
 //! Agent kinds and what each needs in a task container: files to upload, an optional install
 //! step, the run step, its environment, and where its outcome record appears. No Docker here.
+//!
+//! Over 600 lines: the agent kinds' plans side by side (env layering, uploads, steps) so one rule holds for all; presets live in presets/.
 
 mod aworld;
 pub mod cache;

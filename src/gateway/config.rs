@@ -9,6 +9,8 @@
 //! `api_key` is kept as written (`${ANTHROPIC_API_KEY}`) and resolved only by
 //! [`ModelConfig::resolve`] when the job starts; it is never serialised resolved (a literal key
 //! serialises as `***`).
+//!
+//! Over 600 lines: every `models:`/`model:`/`budget:` field with its one-line error, and the tests pinning them.
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -10,6 +10,8 @@
 //!
 //! [`respond`] is pure: it returns the status, content type and body chunks; the gateway
 //! serves them through the same metering, retry and ledger code as a real upstream.
+//!
+//! Over 600 lines: each protocol's rendering of the same script steps (tool calls, text, streams) sits together so they stay in step.
 
 use std::path::Path;
 use std::time::Duration;

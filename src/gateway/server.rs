@@ -8,6 +8,8 @@
 //! Invariants: the real key is only ever in the upstream request's auth header; a token is
 //! valid from [`Gateway::register_trial`] until [`Gateway::finish_trial`]; every admitted call
 //! ends in exactly one ledger line and one [`Usage::add`].
+//!
+//! Over 600 lines: the three protocols' routes share token checks, budgets, retries and metering; the protocol-specific parts are small functions here.
 
 use std::collections::HashMap;
 use std::fmt;

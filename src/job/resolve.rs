@@ -1,6 +1,8 @@
 //! Flags + `job.yaml` → a validated [`JobSpec`]: the config is read, tasks expanded and
 //! loaded, agents and variants resolved, every number checked, and the job's lock compared with
 //! an existing job dir's — all before an engine is contacted.
+//!
+//! Over 600 lines: every check a job config gets before anything starts, each a named step, with its one-line error.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -17,6 +17,8 @@
 //! - `residual_certificate`: the final answer carries four or more completion markers that are
 //!   not negated, and no declared deliverable was produced (arbiter's observation where it has
 //!   one, else the agent's own attempts).
+//!
+//! Over 600 lines: the verdict table and the three typed violations with their table-driven tests.
 
 use std::collections::BTreeSet;
 

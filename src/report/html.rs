@@ -7,6 +7,8 @@
 //!
 //! With [`html_linked`], every heat-map cell and the trials table link to the trial pages
 //! (`trials/<id>/trial.html`, see `trial_page`).
+//!
+//! Over 600 lines: the charts (forest, box, heat map) are SVG written by hand and share their geometry helpers.
 
 use std::fmt::Write as _;
 

@@ -12,6 +12,8 @@
 //! through a symlink), and every section has a size cap: a page over a 2 MB trajectory stays
 //! small and renders fast. The record is read as `serde_json::Value` and every section is
 //! optional, so records of any arbiter version render.
+//!
+//! Over 600 lines: one page's sections (facts, trajectory, model calls, change set, logs) share the escaping and folding helpers here; each section is a function.
 
 use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};

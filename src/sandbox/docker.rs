@@ -1,4 +1,6 @@
 //! [`Sandbox`] on a Docker engine through bollard.
+//!
+//! Over 600 lines: the whole Docker backend (every trait operation and the exec stream's deadline handling) is one implementation against one client.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -5,6 +5,8 @@
 //! write into it, downloads pack it, freezing copies it and a container started from a frozen
 //! filesystem starts with the copy. Time is tokio's, so tests run under
 //! `tokio::time::pause()` and a 30-minute agent takes no real time.
+//!
+//! Over 600 lines: a whole in-memory backend (files, freeze, changes, scripted execs, failures) so trial and job logic can be tested without an engine.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

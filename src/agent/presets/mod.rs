@@ -12,6 +12,8 @@
 //! The agent's files come from the host cache ([`super::cache`]), mounted read-only at
 //! `/opt/arbiter/agents/<name>`: nothing is installed into the task's filesystem. Secrets
 //! (the token) travel only in the env, never in argv or an uploaded file.
+//!
+//! Over 600 lines: what the four presets share (config, validation, model wiring, the adapter's record) with its tests; each preset's own part is in its file.
 
 pub(crate) mod aider;
 pub(crate) mod claude_code;

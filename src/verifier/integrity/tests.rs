@@ -1,5 +1,7 @@
 //! Table-driven tests of the change-set helpers and the classifier, against a fake
 //! Debian-like image (merged /usr, python3.11, pytest from Debian, a few libraries).
+//!
+//! Over 600 lines on purpose: one table row per finding class and per not-a-finding rule, and the attacks as data; splitting would scatter the tables.
 
 use std::collections::{BTreeMap, BTreeSet};
 
