@@ -359,26 +359,7 @@ impl Agent {
             AgentKind::Command(cmd) => {
                 let user = cmd.user.clone().or_else(|| task.agent.user.clone());
                 if let Some(script) = &cmd.install {
-                    let entries = [
-                        TarEntry {
-                            path: "arbiter/",
-                            content: None,
-                            mode: 0o755,
-                        },
-                        TarEntry {
-                            path: "arbiter/install.sh",
-                            content: Some(script.as_bytes()),
-                            mode: 0o755,
-                        },
-                    ];
-                    let tar = files_to_tar(&entries).map_err(|source| AgentError::Pack {
-                        path: "install.sh".into(),
-                        source,
-                    })?;
-                    plan.uploads.push(Upload {
-                        dest: "/".to_string(),
-                        tar,
-                    });
+                    plan.uploads.push(install_upload(script)?);
                     plan.install = Some(Step {
                         argv: shell_script("/arbiter/install.sh"),
                         timeout: Duration::from_secs_f64(cmd.install_timeout_sec),

@@ -273,6 +273,33 @@ pub struct ExecSpec {
     pub grace: Duration,
 }
 
+impl ExecSpec {
+    /// A command with its output sent to `logs` (stdout, stderr), kept up to `cap_bytes` each,
+    /// under `timeout` with `grace` between SIGTERM and SIGKILL; no env of its own.
+    pub fn logged(
+        argv: Vec<String>,
+        user: Option<String>,
+        workdir: Option<String>,
+        timeout: Duration,
+        logs: Option<(PathBuf, PathBuf)>,
+        cap_bytes: u64,
+        grace: Duration,
+    ) -> Self {
+        let (stdout, stderr) = logs.unzip();
+        ExecSpec {
+            argv,
+            env: Vec::new(),
+            user,
+            workdir,
+            stdout,
+            stderr,
+            cap_bytes,
+            timeout: Some(timeout),
+            grace,
+        }
+    }
+}
+
 /// How an exec ended, as the backend decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecEnd {

@@ -67,17 +67,15 @@ impl VerifyInput<'_> {
         timeout: Duration,
         logs: Option<(&str, &str)>,
     ) -> ExecSpec {
-        ExecSpec {
+        ExecSpec::logged(
             argv,
-            env: Vec::new(),
             user,
-            workdir: self.task.environment.workdir.clone(),
-            stdout: logs.map(|(out, _)| self.path(out)),
-            stderr: logs.map(|(_, err)| self.path(err)),
-            cap_bytes: self.log_cap_bytes,
-            timeout: Some(timeout),
-            grace: self.grace,
-        }
+            self.task.environment.workdir.clone(),
+            timeout,
+            logs.map(|(out, err)| (self.path(out), self.path(err))),
+            self.log_cap_bytes,
+            self.grace,
+        )
     }
 
     /// A container of `frozen` for `role`, with the task's limits and no mounts.

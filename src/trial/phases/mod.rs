@@ -66,17 +66,15 @@ impl<S: Sandbox> Ctx<'_, S> {
         timeout: Duration,
         logs: Option<(&str, &str)>,
     ) -> ExecSpec {
-        ExecSpec {
+        ExecSpec::logged(
             argv,
-            env: Vec::new(),
             user,
-            workdir: self.plan.task.environment.workdir.clone(),
-            stdout: logs.map(|(out, _)| self.path(out)),
-            stderr: logs.map(|(_, err)| self.path(err)),
-            cap_bytes: self.plan.settings.log_cap_bytes,
-            timeout: Some(timeout),
-            grace: self.plan.settings.kill_grace,
-        }
+            self.plan.task.environment.workdir.clone(),
+            timeout,
+            logs.map(|(out, err)| (self.path(out), self.path(err))),
+            self.plan.settings.log_cap_bytes,
+            self.plan.settings.kill_grace,
+        )
     }
 
     /// Fetch a path of the agent's filesystem. The agent shaped that filesystem, so an engine
