@@ -184,3 +184,54 @@ fn an_image_without_a_shell_is_run_and_verified() {
     assert_eq!(r["termination"]["kind"], "exited", "{r:#}");
     assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
 }
+
+#[test]
+fn enforce_and_clean_modes_verify_on_the_original_toolchain() {
+    let names = ["honest", "shadow-python", "installs"];
+    let agents = [
+        agent("honest", "echo 42 > /app/answer.txt"),
+        agent(
+            "shadow-python",
+            "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3",
+        ),
+        agent(
+            "installs",
+            "mkdir -p /usr/local/lib/python3.11/dist-packages/mymod && echo 'X = 1' > /usr/local/lib/python3.11/dist-packages/mymod/__init__.py && echo 42 > /app/answer.txt",
+        ),
+    ]
+    .concat();
+    // enforce: the tampering agent is verified on the image's own python3 and fails.
+    let Some(records) = run_agents("pycheck-enforce", &agents, &names) else {
+        return;
+    };
+    let shadow = &records[1];
+    assert_eq!(shadow["integrity"]["status"], "restored", "{shadow:#}");
+    assert_eq!(shadow["verifier"]["mode"], "clean", "{shadow:#}");
+    assert_eq!(shadow["verifier"]["status"], "failed", "{shadow:#}");
+    for r in [&records[0], &records[2]] {
+        assert_eq!(r["integrity"]["status"], "clean", "{r:#}");
+        assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+    }
+    // clean: every trial is verified on the original image with its work replayed.
+    let Some(records) = run_agents("pycheck-clean", &agents, &names) else {
+        return;
+    };
+    for r in &records {
+        assert_eq!(r["verifier"]["mode"], "clean", "{r:#}");
+    }
+    assert_eq!(
+        records[0]["verifier"]["status"], "passed",
+        "{:#}",
+        records[0]
+    );
+    assert_eq!(
+        records[2]["verifier"]["status"], "passed",
+        "{:#}",
+        records[2]
+    );
+    assert_ne!(
+        records[1]["verifier"]["status"], "passed",
+        "{:#}",
+        records[1]
+    );
+}

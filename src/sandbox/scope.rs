@@ -54,6 +54,17 @@ impl Scope {
         Ok(id)
     }
 
+    /// Create a container without starting it (registered).
+    pub(crate) async fn create<S: Sandbox>(
+        &self,
+        sb: &S,
+        spec: &ContainerSpec,
+    ) -> Result<ContainerId, SandboxError> {
+        let id = sb.create(spec).await?;
+        self.hold(Resource::Container(id.clone()));
+        Ok(id)
+    }
+
     /// Freeze a stopped container's filesystem (registered).
     pub(crate) async fn freeze<S: Sandbox>(
         &self,

@@ -34,10 +34,12 @@ use super::error::{FileCtx, TaskError, TaskErrorKind, quote};
 use super::model::{
     AgentSection, Completion, DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, DEFAULT_CPUS,
     DEFAULT_MEMORY_MB, DEFAULT_PIDS_LIMIT, DEFAULT_VERIFIER_TIMEOUT_SEC, EnvironmentSpec,
-    Healthcheck, ImageSource, MultiStepReward, NetworkMode, VerifierMode, VerifierSection,
+    Healthcheck, ImageSource, IntegrityMode, MultiStepReward, NetworkMode, VerifierMode,
+    VerifierSection,
 };
 use super::toml_read::{
-    Table, dotted, expect_table, insert_path, join, suggest, syntax_error, to_json, unknown_value,
+    Table, container_path, dotted, expect_table, insert_path, join, string_list, suggest,
+    syntax_error, to_json, unknown_value,
 };
 
 type Result<T> = std::result::Result<T, TaskError>;
@@ -75,6 +77,8 @@ const VERIFIER_KEYS: &[&str] = &[
     "user",
     "environment",
     "allowed_hosts",
+    "integrity",
+    "protect",
 ];
 const HARBOR_VERIFIER_KEYS: &[&str] = &["continuous", "collect"];
 
@@ -235,6 +239,8 @@ pub(crate) struct VerifierConfig {
     pub network: Option<Policy>,
     pub user: Option<String>,
     pub environment: Option<EnvConfig>,
+    pub integrity: Option<IntegrityMode>,
+    pub protect: Vec<String>,
 }
 
 /// Parses and validates the text of a `task.toml`.
@@ -479,6 +485,29 @@ impl Parser<'_> {
             network,
             user: t.user("user")?,
             environment,
+            integrity: match t.string("integrity")? {
+                None => None,
+                Some(s) if s == "audit" => Some(IntegrityMode::Audit),
+                Some(s) if s == "enforce" => Some(IntegrityMode::Enforce),
+                Some(s) => {
+                    return Err(unknown_value(
+                        &t.ctx,
+                        &join(path, "integrity"),
+                        &s,
+                        &["audit", "enforce"],
+                    ));
+                }
+            },
+            protect: match t.get("protect") {
+                None => Vec::new(),
+                Some(v) => {
+                    let field = join(path, "protect");
+                    string_list(&t.ctx, &field, v)?
+                        .iter()
+                        .map(|p| container_path(&t.ctx, &field, p))
+                        .collect::<Result<_>>()?
+                }
+            },
         };
         if let Some(Value::Table(c)) = t.get("continuous")
             && c.get("enabled") == Some(&Value::Boolean(true))
@@ -522,6 +551,8 @@ fn resolve_task_verifier(raw: VerifierConfig) -> (VerifierSection, Option<EnvCon
         allowed_hosts: only_for_allowlist(network, allowed_hosts),
         user: raw.user,
         environment: None,
+        integrity: raw.integrity.unwrap_or_default(),
+        protect: raw.protect,
     };
     (section, raw.environment)
 }

@@ -153,6 +153,23 @@ pub struct VerifierSection {
     /// The verifier's own environment; `Some` exactly when `mode` is
     /// `Separate`. Its `network` equals `self.network`.
     pub environment: Option<EnvironmentSpec>,
+    /// `[verifier] integrity`: what a trial with integrity findings is verified on.
+    #[serde(default)]
+    pub integrity: IntegrityMode,
+    /// `[verifier] protect`: extra paths the agent must not alter for the verifier.
+    #[serde(default)]
+    pub protect: Vec<String>,
+}
+
+/// `[verifier] integrity` (SPEC §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntegrityMode {
+    /// Findings are recorded; the verifier runs on the agent's filesystem (`suspect`).
+    #[default]
+    Audit,
+    /// A trial with findings is verified in `clean` mode, so they cannot act (`restored`).
+    Enforce,
 }
 
 impl VerifierSection {
@@ -171,6 +188,8 @@ impl Default for VerifierSection {
             allowed_hosts: Vec::new(),
             user: None,
             environment: None,
+            integrity: IntegrityMode::Audit,
+            protect: Vec::new(),
         }
     }
 }
@@ -187,16 +206,20 @@ pub enum VerifierMode {
     Live,
     /// Fresh container from the verifier's own image.
     Separate,
+    /// Fresh container of the original task image with the agent's changes applied, except
+    /// the integrity findings.
+    Clean,
 }
 
 impl VerifierMode {
-    pub const ALL: [VerifierMode; 3] = [Self::Snapshot, Self::Live, Self::Separate];
+    pub const ALL: [VerifierMode; 4] = [Self::Snapshot, Self::Live, Self::Separate, Self::Clean];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Snapshot => "snapshot",
             Self::Live => "live",
             Self::Separate => "separate",
+            Self::Clean => "clean",
         }
     }
 }

@@ -135,6 +135,12 @@ fn load_step(shown: &Path, root: &Path, cfg: StepConfig, task: &TaskLevel<'_>) -
         allowed_hosts: verifier_hosts,
         user: raw.user.or_else(|| task.verifier.user.clone()),
         environment: verifier_environment,
+        integrity: raw.integrity.unwrap_or(task.verifier.integrity),
+        protect: if raw.protect.is_empty() {
+            task.verifier.protect.clone()
+        } else {
+            raw.protect
+        },
     };
 
     Ok(Step {

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use crate::agent::{redact_env, resolve_env, secret_values};
 use crate::outcome::{AuditInput, Claim, CompletionRecord, audit};
 use crate::sandbox::{Cancellable, Owner, Role, Sandbox, Scope};
+use crate::task::{IntegrityMode, VerifierMode};
 use crate::timefmt::now_rfc3339;
 use crate::verifier::integrity::{Integrity, VerifiedOn};
 use crate::verifier::{self, VerifierOutcome, VerifierStatus, VerifyInput};
@@ -145,9 +146,13 @@ async fn phases<S: Sandbox>(
     rec.deliverables = collected.deliverables;
     rec.observed_files = collected.observed_files;
     rec.control_root = collected.control_root;
-    if let Some(set) = collected.changes {
-        rec.changes = Some(set.summary);
-        rec.integrity = Some(Integrity::judge(set.findings, VerifiedOn::AgentFilesystem));
+    let changes = collected.changes;
+    if let Some(set) = &changes {
+        rec.changes = Some(set.summary.clone());
+        rec.integrity = Some(Integrity::judge(
+            set.findings.clone(),
+            VerifiedOn::AgentFilesystem,
+        ));
     }
     let completion = collected.completion_record;
     time(rec, Phase::Collect, started);
@@ -185,7 +190,7 @@ async fn phases<S: Sandbox>(
             verifier::Target::Frozen(frozen) => frozen.clone(),
             // Live mode: validate in a snapshot of the running agent container, so the
             // verifier later sees the container exactly as the agent left it.
-            verifier::Target::Live(id) => ctx
+            verifier::Target::Live(id) | verifier::Target::Prepared(id) => ctx
                 .scope
                 .freeze(ctx.sb, id, Role::ValidationSnapshot)
                 .await
@@ -199,9 +204,45 @@ async fn phases<S: Sandbox>(
 
     on_phase(Phase::Verify);
     let started = Instant::now();
+    // `clean` mode, or `integrity = "enforce"` with findings: the verifier runs on the
+    // original image with the agent's changes replayed, the findings left out.
+    let findings: Vec<String> = changes
+        .as_ref()
+        .map(|c| c.findings.iter().map(|f| f.path.clone()).collect())
+        .unwrap_or_default();
+    let clean = task.verifier.mode == VerifierMode::Clean
+        || (task.verifier.integrity == IntegrityMode::Enforce && !findings.is_empty());
+    let target = match (target, &changes) {
+        (verifier::Target::Frozen(frozen), Some(set)) if clean => {
+            let (id, replayed) = verifier::prepare_clean(
+                ctx.sb,
+                ctx.scope,
+                &input,
+                &env.image,
+                &frozen,
+                &set.roots,
+                &set.deleted,
+                &findings,
+            )
+            .await
+            .map_err(infra(Phase::Verify))?;
+            tracing::debug!(trial = plan.id, ?replayed, "clean verifier container");
+            if let Some(set) = &changes {
+                rec.integrity = Some(Integrity::judge(
+                    set.findings.clone(),
+                    VerifiedOn::PristineToolchain,
+                ));
+            }
+            verifier::Target::Prepared(id)
+        }
+        (target, _) => target,
+    };
     rec.verifier = verifier::verify(ctx.sb, ctx.scope, &input, &target)
         .await
         .map_err(infra(Phase::Verify))?;
+    if matches!(target, verifier::Target::Prepared(_)) {
+        rec.verifier.mode = VerifierMode::Clean;
+    }
     if let verifier::Target::Live(id) = &target {
         let stopped = ctx.sb.stop(id).await.map_err(infra(Phase::Verify))?;
         rec.termination = done.termination(Some(stopped), settings.kill_grace, memory);

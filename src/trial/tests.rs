@@ -445,3 +445,64 @@ async fn an_honest_solve_is_clean() {
     // out.txt, newtool, the package, and the oracle's own /solution/solve.sh.
     assert_eq!((changes.added, changes.modified), (4, 1), "{changes:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn enforce_verifies_a_tampered_trial_on_the_pristine_toolchain() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "[verifier]\nintegrity = \"enforce\"\n");
+    let fake = Arc::new(solving());
+    fake.image_files("fake/image", &[("/usr/bin/python3", b"\x7fELF")]);
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec::exits(0)
+            .writes("/usr/local/bin/python3", b"#!/bin/sh\necho OK\n")
+            .writes("/app/out.txt", b"hi\n"),
+    );
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    let integrity = rec.integrity.clone().expect("integrity");
+    assert_eq!(
+        integrity.status,
+        crate::verifier::integrity::IntegrityStatus::Restored,
+        "{integrity:#?}"
+    );
+    assert_eq!(rec.verifier.mode, crate::task::VerifierMode::Clean);
+    assert!(
+        rec.passed(),
+        "findings neutralised: the verifier's verdict stands"
+    );
+    let uploads: Vec<String> = fake
+        .calls()
+        .into_iter()
+        .filter(|(op, _)| *op == Op::Upload)
+        .map(|(_, dest)| dest)
+        .collect();
+    assert!(
+        uploads.iter().any(|d| d == "/app"),
+        "the agent's work replayed: {uploads:?}"
+    );
+    assert!(
+        !uploads.iter().any(|d| d == "/usr/local/bin"),
+        "the finding never reached the verifier: {uploads:?}"
+    );
+    assert!(fake.live().is_empty(), "left: {:?}", fake.live());
+}
+
+#[tokio::test(start_paused = true)]
+async fn clean_mode_replays_the_agents_work_onto_the_original_image() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), "[verifier]\nenvironment_mode = \"clean\"\n");
+    let fake = Arc::new(solving());
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(rec.verifier.mode, crate::task::VerifierMode::Clean);
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
+    assert_eq!(
+        rec.integrity.map(|i| i.status),
+        Some(crate::verifier::integrity::IntegrityStatus::Clean)
+    );
+    assert!(
+        fake.calls()
+            .iter()
+            .any(|(op, dest)| *op == Op::Upload && dest == "/app")
+    );
+    assert!(fake.live().is_empty());
+}

@@ -10,12 +10,14 @@
 //!
 //! Also here: the change set and the integrity classifier over it (`integrity`).
 
+mod clean;
 pub mod integrity;
 mod outcome;
 mod phase;
 mod reward;
 mod validation;
 
+pub(crate) use clean::prepare as prepare_clean;
 pub use outcome::{VerifierOutcome, VerifierStatus, judge};
 pub(crate) use phase::{Target, VerifyInput, verify};
 pub use reward::{Reward, RewardError, parse_reward, primary_value};

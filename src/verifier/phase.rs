@@ -25,6 +25,8 @@ pub(crate) enum Target {
     Frozen(FrozenId),
     /// The agent's container, still running.
     Live(ContainerId),
+    /// A container arbiter prepared for the verifier (`clean` mode), already started.
+    Prepared(ContainerId),
 }
 
 /// What the verifier phase needs from its trial.
@@ -112,7 +114,7 @@ pub(crate) async fn verify<S: Sandbox>(
             let spec = input.container(scope, frozen, Role::Verifier, input.network);
             scope.launch(sb, &spec).await?
         }
-        Target::Live(id) => id.clone(),
+        Target::Live(id) | Target::Prepared(id) => id.clone(),
     };
     // Harness commands come from the backend's toolbox, never from the agent's filesystem.
     let tool = |applet: &str| sb.harness_argv(applet, &[]).join(" ");

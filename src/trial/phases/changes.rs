@@ -33,6 +33,9 @@ const HARNESS_PATHS: &[&str] = &[
     "/logs/agent",
     "/logs/artifacts",
 ];
+/// Where the harness toolbox is mounted (read-only): the mount point is the engine's doing, and
+/// nothing the agent puts beside it is ever run.
+const HARNESS_ROOT: &str = "/.arbiter";
 /// Changed subtrees read from the agent's filesystem, at most.
 const MAX_ROOTS: usize = 512;
 /// Bytes of tar read from the agent's filesystem, at most.
@@ -51,6 +54,10 @@ pub(crate) struct ChangeSet {
     pub findings: Vec<Finding>,
     /// Entries the backend listed (for the file-count bound).
     pub listed: usize,
+    /// The changed subtrees (each an added or modified path with no added ancestor), and the
+    /// deleted paths: what `clean` mode replays onto the original image.
+    pub roots: Vec<String>,
+    pub deleted: Vec<String>,
 }
 
 /// An index of an environment image's files (what the classifier calls "original").
@@ -221,7 +228,11 @@ pub(crate) async fn record<S: Sandbox>(
     let count = listed.len();
     let mut entries: Vec<ChangeEntry> = listed
         .into_iter()
-        .filter(|c| !HARNESS_PATHS.contains(&c.path.as_str()))
+        .filter(|c| {
+            !HARNESS_PATHS.contains(&c.path.as_str())
+                && c.path != HARNESS_ROOT
+                && !c.path.starts_with(&format!("{HARNESS_ROOT}/"))
+        })
         .map(|c| {
             let kind = match c.kind {
                 EngineKind::Added => ChangeKind::Added,
@@ -233,7 +244,12 @@ pub(crate) async fn record<S: Sandbox>(
         .collect();
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     let index = indexes.get(ctx, image).await?;
-    let (digests, texts) = describe(ctx, id, &mut entries, &index).await?;
+    let (digests, texts, roots) = describe(ctx, id, &mut entries, &index).await?;
+    let deleted: Vec<String> = entries
+        .iter()
+        .filter(|e| e.kind == ChangeKind::Deleted)
+        .map(|e| e.path.clone())
+        .collect();
     let entries = collapse(entries);
     let workdir = ctx
         .plan
@@ -277,8 +293,17 @@ pub(crate) async fn record<S: Sandbox>(
         summary,
         findings,
         listed: count,
+        roots,
+        deleted,
     })
 }
+
+/// sha256 by path, small texts by path, the subtrees read.
+type Described = (
+    HashMap<String, String>,
+    HashMap<String, String>,
+    Vec<String>,
+);
 
 /// Fill in type, size, mode and link target of each entry from the agent's filesystem (and
 /// from the image's index for deleted ones); returns the sha256 of the regular files read
@@ -288,7 +313,7 @@ async fn describe<S: Sandbox>(
     id: &ContainerId,
     entries: &mut [ChangeEntry],
     index: &ImageIndex,
-) -> Result<(HashMap<String, String>, HashMap<String, String>), SandboxError> {
+) -> Result<Described, SandboxError> {
     let mut digests = HashMap::new();
     let mut texts = HashMap::new();
     // Which paths have changes beneath them (so are directories), and which subtrees to read:
@@ -397,5 +422,5 @@ async fn describe<S: Sandbox>(
         }
     }
     let _ = std::fs::remove_file(&scratch);
-    Ok((digests, texts))
+    Ok((digests, texts, roots))
 }

@@ -1,0 +1,120 @@
+//! `clean` mode (SPEC §5): a fresh container of the **original** environment image, onto which
+//! the agent's changes are replayed from its frozen filesystem — except the integrity
+//! findings, which are left out. The verifier then sees the agent's work with the image's own
+//! interpreters, tools and libraries.
+
+use crate::sandbox::{
+    Base, ContainerId, ContainerSpec, Fetched, FrozenId, ImageRef, Resource, Role, Sandbox, Scope,
+};
+
+use super::phase::{VerifyError, VerifyInput};
+
+/// Bytes of the agent's changes replayed, at most (the rest is left out and counted).
+const MAX_REPLAY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+/// Deleted paths removed per harness command.
+const DELETE_BATCH: usize = 256;
+
+/// What was replayed onto the clean container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Replayed {
+    pub subtrees: usize,
+    pub deleted: usize,
+    /// Paths left out because they are, or hold, integrity findings.
+    pub left_out: Vec<String>,
+    /// Subtrees not replayed because the byte budget ran out or they could not be read.
+    pub unreadable: Vec<String>,
+}
+
+/// Whether `path` is `root` or lies beneath it.
+fn at_or_under(path: &str, root: &str) -> bool {
+    path == root || path.starts_with(&format!("{}/", root.trim_end_matches('/')))
+}
+
+/// A started container of `image` holding the agent's changes from `frozen` (`roots`, the
+/// changed subtrees; `deleted`, the paths it removed), except everything at, under or above a
+/// path in `findings`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn prepare<S: Sandbox>(
+    sb: &S,
+    scope: &Scope,
+    input: &VerifyInput<'_>,
+    image: &ImageRef,
+    frozen: &FrozenId,
+    roots: &[String],
+    deleted: &[String],
+    findings: &[String],
+) -> Result<(ContainerId, Replayed), VerifyError> {
+    let clean = ContainerSpec {
+        base: Base::Image(image.clone()),
+        ..input.container(scope, frozen, Role::Verifier, input.network)
+    };
+    let id = scope.launch(sb, &clean).await?;
+    // The source: a container of the agent's frozen filesystem, never started.
+    let source_spec = input.container(scope, frozen, Role::Snapshot, input.network);
+    let source = scope.create(sb, &source_spec).await?;
+    let mut replayed = Replayed::default();
+    let mut budget = MAX_REPLAY_BYTES;
+    let scratch = input.path(".replay.tar");
+    for root in roots {
+        if findings
+            .iter()
+            .any(|f| at_or_under(f, root) || at_or_under(root, f))
+        {
+            replayed.left_out.push(root.clone());
+            continue;
+        }
+        let parent = match root.rfind('/') {
+            Some(0) | None => "/".to_string(),
+            Some(i) => root[..i].to_string(),
+        };
+        match sb.download(&source, root, &scratch, budget).await? {
+            Fetched::Archive { bytes } => {
+                budget = budget.saturating_sub(bytes);
+                let tar = std::fs::read(&scratch).map_err(|source| VerifyError::Io {
+                    path: scratch.clone(),
+                    source,
+                })?;
+                sb.upload(&id, &parent, tar).await?;
+                replayed.subtrees += 1;
+            }
+            Fetched::NotFound | Fetched::TooLarge { .. } => replayed.unreadable.push(root.clone()),
+        }
+    }
+    let _ = std::fs::remove_file(&scratch);
+    scope.remove(sb, Resource::Container(source)).await?;
+    let gone: Vec<&str> = deleted
+        .iter()
+        .filter(|d| !findings.iter().any(|f| at_or_under(d, f)))
+        .map(String::as_str)
+        .collect();
+    for batch in gone.chunks(DELETE_BATCH) {
+        let mut args = vec!["-rf", "--"];
+        args.extend(batch.iter().copied());
+        let argv = sb.harness_argv("rm", &args);
+        sb.exec(
+            &id,
+            &input.exec(
+                argv,
+                Some("0".to_string()),
+                std::time::Duration::from_secs(60),
+                None,
+            ),
+        )
+        .await?;
+        replayed.deleted += batch.len();
+    }
+    Ok((id, replayed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_or_under;
+
+    #[test]
+    fn paths_at_or_under() {
+        assert!(at_or_under("/usr/local/bin/python3", "/usr/local/bin"));
+        assert!(at_or_under("/usr/local/bin", "/usr/local/bin"));
+        assert!(!at_or_under("/usr/local/binx", "/usr/local/bin"));
+        assert!(!at_or_under("/usr/local", "/usr/local/bin"));
+    }
+}
