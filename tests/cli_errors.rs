@@ -77,7 +77,7 @@ fn malformed_tasks_are_refused_with_one_line() {
             (
                 d,
                 format!(
-                    "error: {s}/task.toml:verifier.environment_mode: unknown value \"sandbox\" (expected one of: snapshot, live, separate)"
+                    "error: {s}/task.toml:verifier.environment_mode: unknown value \"sandbox\" (expected one of: snapshot, live, separate, clean)"
                 ),
             )
         },

@@ -229,7 +229,7 @@ fn malformed_inputs_give_exact_one_line_errors() {
         ),
         (
             "[verifier]\nenvironment_mode = \"sandbox\"\n",
-            "tasks/foo/task.toml:verifier.environment_mode: unknown value \"sandbox\" (expected one of: snapshot, live, separate)",
+            "tasks/foo/task.toml:verifier.environment_mode: unknown value \"sandbox\" (expected one of: snapshot, live, separate, clean)",
         ),
         (
             "[agent]\ntimeout_sec = \"30m\"\n",
