@@ -262,7 +262,8 @@ pub(crate) async fn record<S: Sandbox>(
         image: &index,
         agent_texts: &texts,
     };
-    let mut context = IntegrityContext::new(&workdir, &[], &[], &sides);
+    let mut context =
+        IntegrityContext::new(&workdir, &[], &ctx.plan.task.verifier.protect, &sides);
     if let Some(completion) = &ctx.plan.task.completion {
         context.deliverables = completion
             .deliverables
