@@ -36,6 +36,11 @@ const HARNESS_PATHS: &[&str] = &[
 /// Where the harness toolbox is mounted (read-only): the mount point is the engine's doing, and
 /// nothing the agent puts beside it is ever run.
 const HARNESS_ROOT: &str = "/.arbiter";
+/// Changed subtrees fetched at the same time.
+const READ_AHEAD: usize = 4;
+/// What the engine itself adds to every container (its init, bind-mounted by `init: true`;
+/// its marker file): not the agent's changes.
+const ENGINE_PATHS: &[&str] = &["/sbin/docker-init", "/.dockerenv"];
 /// Changed subtrees read from the agent's filesystem, at most.
 const MAX_ROOTS: usize = 512;
 /// Bytes of tar read from the agent's filesystem, at most.
@@ -230,6 +235,7 @@ pub(crate) async fn record<S: Sandbox>(
         .into_iter()
         .filter(|c| {
             !HARNESS_PATHS.contains(&c.path.as_str())
+                && !ENGINE_PATHS.contains(&c.path.as_str())
                 && c.path != HARNESS_ROOT
                 && !c.path.starts_with(&format!("{HARNESS_ROOT}/"))
         })
@@ -243,6 +249,23 @@ pub(crate) async fn record<S: Sandbox>(
         })
         .collect();
     entries.sort_by(|a, b| a.path.cmp(&b.path));
+    // A directory the engine created only to hold its own file (`/sbin` for docker-init in an
+    // image without one) is not the agent's change either.
+    let engine_parents: Vec<&str> = ENGINE_PATHS
+        .iter()
+        .filter_map(|p| p.rfind('/').map(|i| &p[..i]))
+        .filter(|p| !p.is_empty())
+        .collect();
+    let lone: Vec<String> = entries
+        .iter()
+        .filter(|e| e.kind == ChangeKind::Added && engine_parents.contains(&e.path.as_str()))
+        .filter(|e| {
+            let prefix = format!("{}/", e.path);
+            !entries.iter().any(|o| o.path.starts_with(&prefix))
+        })
+        .map(|e| e.path.clone())
+        .collect();
+    entries.retain(|e| !lone.contains(&e.path));
     let index = indexes.get(ctx, image).await?;
     let (digests, texts, roots) = describe(ctx, id, &mut entries, &index).await?;
     let deleted: Vec<String> = entries
@@ -262,8 +285,7 @@ pub(crate) async fn record<S: Sandbox>(
         image: &index,
         agent_texts: &texts,
     };
-    let mut context =
-        IntegrityContext::new(&workdir, &[], &ctx.plan.task.verifier.protect, &sides);
+    let mut context = IntegrityContext::new(&workdir, &[], &ctx.plan.task.verifier.protect, &sides);
     if let Some(completion) = &ctx.plan.task.completion {
         context.deliverables = completion
             .deliverables
@@ -373,26 +395,56 @@ async fn describe<S: Sandbox>(
         })
         .collect();
     roots.dedup();
+    // Up to READ_AHEAD subtrees are fetched at once (each archive request is a round trip and a
+    // helper process on the engine), then walked in order; each has its own scratch file and
+    // the byte budget is split evenly over the batch.
     let mut budget = MAX_READ_BYTES;
-    let scratch = ctx.path(".changes.tar");
-    for root in roots.iter().take(MAX_ROOTS) {
+    let roots: Vec<String> = roots.into_iter().take(MAX_ROOTS).collect();
+    for batch in roots.chunks(READ_AHEAD) {
         if budget == 0 {
             break;
         }
-        let fetched = match ctx.sb.download(id, root, &scratch, budget).await {
-            Ok(f) => f,
-            Err(e @ (SandboxError::Cancelled | SandboxError::Io { .. })) => return Err(e),
-            // A path the agent made unreadable stays undescribed.
-            Err(e) => {
-                tracing::debug!(root, "change set: {e}");
-                continue;
+        let share = budget / batch.len() as u64;
+        let fetches = batch.iter().enumerate().map(|(n, root)| {
+            let scratch = ctx.path(&format!(".changes-{n}.tar"));
+            async move {
+                let got = ctx.sb.download(id, root, &scratch, share).await;
+                (root, scratch, got)
             }
-        };
-        let Fetched::Archive { bytes } = fetched else {
-            continue;
-        };
-        budget = budget.saturating_sub(bytes);
-        let walked = walk(&scratch, root, |path, header, body| {
+        });
+        let fetched = futures_util::future::join_all(fetches).await;
+        for (root, scratch, got) in fetched {
+            let got = match got {
+                Ok(f) => f,
+                Err(e @ (SandboxError::Cancelled | SandboxError::Io { .. })) => return Err(e),
+                // A path the agent made unreadable stays undescribed.
+                Err(e) => {
+                    tracing::debug!(root, "change set: {e}");
+                    continue;
+                }
+            };
+            let Fetched::Archive { bytes } = got else {
+                continue;
+            };
+            budget = budget.saturating_sub(bytes);
+            walk_into(&scratch, root, &by_path, entries, &mut digests, &mut texts);
+            let _ = std::fs::remove_file(&scratch);
+        }
+    }
+    Ok((digests, texts, roots))
+}
+
+/// Describe the entries of one fetched subtree from its archive.
+fn walk_into(
+    scratch: &Path,
+    root: &str,
+    by_path: &HashMap<String, usize>,
+    entries: &mut [ChangeEntry],
+    digests: &mut HashMap<String, String>,
+    texts: &mut HashMap<String, String>,
+) {
+    {
+        let walked = walk(scratch, root, |path, header, body| {
             let Some(&i) = by_path.get(&path) else {
                 return;
             };
@@ -422,6 +474,4 @@ async fn describe<S: Sandbox>(
             tracing::debug!(root, "change set: {e}");
         }
     }
-    let _ = std::fs::remove_file(&scratch);
-    Ok((digests, texts, roots))
 }
