@@ -218,6 +218,16 @@ struct App {
     only: Option<String>,
 }
 
+impl fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut providers: Vec<&String> = self.inner.providers.keys().collect();
+        providers.sort();
+        f.debug_struct("Gateway")
+            .field("providers", &providers)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Gateway {
     /// One gateway for a job's resolved `models:`.
     pub fn start(models: Vec<ResolvedModel>) -> Result<Gateway, GatewayError> {
