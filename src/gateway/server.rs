@@ -373,6 +373,11 @@ impl Gateway {
         Ok(TrialToken(token))
     }
 
+    /// The usage of the trial whose token is `token`, while it runs (`None` once finished).
+    pub fn usage_by_str(&self, token: &str) -> Option<Usage> {
+        self.inner.trial(token).map(|t| t.lock().usage.clone())
+    }
+
     /// The trial's usage so far.
     pub fn usage(&self, token: &TrialToken) -> Option<Usage> {
         self.inner

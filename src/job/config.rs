@@ -176,6 +176,8 @@ impl RetryPolicy {
 /// A built-in agent by name, or a full definition.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
+// A config value read once per job: boxing the definition would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum AgentEntry {
     Name(String),
     Def(Agent),
