@@ -103,3 +103,51 @@ fn an_upstream_that_is_down_is_model_unavailable_retried_and_exit_3() {
     assert_eq!(r["retries"], 1, "{r:#}");
     assert!(r["usage"]["unavailable"].is_string(), "{r:#}");
 }
+
+/// Claude Code from the host cache (`scripts/agents` fills it) through `arbiter run` with the
+/// scripted provider: the reference solution sent as its Bash tool call, its claim read by the
+/// adapter, its usage counted by the gateway. Skips when the cache has no claude-code.
+#[test]
+fn claude_code_solves_a_task_through_the_gateway_and_its_adapter_reads_the_claim() {
+    if !docker_available() {
+        return;
+    }
+    let cache = arbiter::agent::cache::AgentCache::from_env().expect("cache");
+    let kind = arbiter::agent::PresetKind::ClaudeCode;
+    if cache.lookup(kind.name(), kind.pinned_version()).is_err() {
+        eprintln!("skipped: claude-code is not in the agent cache (scripts/agents)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let task = repo().join("tasks").join(TASK);
+    let solve = std::fs::read_to_string(task.join("solution/solve.sh")).expect("solve.sh");
+    let script = serde_json::json!({"turns": [
+        {"run": solve, "usage": {"input_tokens": 100, "output_tokens": 10}},
+        {"say": "Done: /app/out/report.txt is written.", "usage": {"input_tokens": 200, "output_tokens": 20}}
+    ]});
+    std::fs::write(tmp.path().join("script.json"), script.to_string()).expect("script");
+    let config = write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - name: cc\n    kind: claude-code\n    model: {{provider: fake, name: claude-sonnet-4-5}}\n",
+            task.display()
+        ),
+    );
+    let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
+    let r = result(&job_dir, "exact-deliverable__cc__default__1");
+    assert_eq!(out.status.code(), Some(0), "{} {r:#}", stderr(&out));
+    assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+    assert_eq!(r["claim"]["source"], "adapter", "{r:#}");
+    assert_eq!(r["claim"]["status"], "present", "{r:#}");
+    assert_eq!(r["audit"]["verdict"], "certified", "{r:#}");
+    assert_eq!(r["usage"]["requests"], 2, "{r:#}");
+    assert_eq!(r["usage"]["input_tokens"], 300, "{r:#}");
+    for file in files_under(&job_dir) {
+        let text = String::from_utf8_lossy(&std::fs::read(&file).expect("read")).into_owned();
+        assert!(
+            !holds_token(&text),
+            "{} holds a trial token",
+            file.display()
+        );
+    }
+}
