@@ -398,6 +398,12 @@ fn finish(
             final_answer: answer,
         }))
     };
+    if let (Some(audit), Some(note)) = (
+        rec.audit.as_mut(),
+        call_count_note(&rec.claim, rec.usage.as_ref()),
+    ) {
+        audit.evidence.push(note);
+    }
     rec.finished_at = now_rfc3339();
     if !secrets.is_empty() {
         let scrubbed = scrub::scrub_dir(&plan.dir, secrets);
@@ -418,4 +424,20 @@ fn finish(
         }
     }
     rec
+}
+
+/// Audit evidence when the claim's own `llm_call_count` disagrees with the model calls the
+/// gateway counted (`usage.requests`).
+pub(super) fn call_count_note(
+    claim: &Claim,
+    usage: Option<&crate::gateway::Usage>,
+) -> Option<String> {
+    let usage = usage?;
+    let claimed = claim.record.as_ref()?.get("llm_call_count")?.as_u64()?;
+    (claimed != usage.requests).then(|| {
+        format!(
+            "the claim counts {claimed} model calls; the gateway counted {}",
+            usage.requests
+        )
+    })
 }

@@ -147,3 +147,21 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_claimed_call_count_that_disagrees_with_the_gateway_is_audit_evidence() {
+    let claim = |n: u64| crate::outcome::Claim {
+        record: Some(serde_json::json!({ "llm_call_count": n })),
+        ..crate::outcome::Claim::missing()
+    };
+    let usage = crate::gateway::Usage {
+        requests: 2,
+        ..crate::gateway::Usage::default()
+    };
+    assert_eq!(
+        super::run::call_count_note(&claim(5), Some(&usage)).as_deref(),
+        Some("the claim counts 5 model calls; the gateway counted 2")
+    );
+    assert_eq!(super::run::call_count_note(&claim(2), Some(&usage)), None);
+    assert_eq!(super::run::call_count_note(&claim(5), None), None);
+}
