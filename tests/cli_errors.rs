@@ -272,8 +272,24 @@ fn bad_job_configs_are_refused() {
         (
             "tasks: [ok]\nagents: [nop]\nattempt: 2\n",
             format!(
-                "error: {c}:yaml: unknown field `attempt`, expected one of `name`, `tasks`, `agents`, `attempts`, `concurrency`, `pass_threshold`, `job_dir`, `log_cap_mb`, `variants`, `timeouts`, `retries` at line 3 column 1"
+                "error: {c}:yaml: unknown field `attempt`, expected one of `name`, `tasks`, `agents`, `attempts`, `concurrency`, `pass_threshold`, `job_dir`, `log_cap_mb`, `variants`, `timeouts`, `retries`, `models` at line 3 column 1"
             ),
+        ),
+        (
+            "tasks: [ok]\nmodels:\n  - {name: p, api: openai}\nagents:\n  - {name: x, kind: command, run: [echo], model: {provider: q, name: m}}\n",
+            format!(
+                "error: {c}:agents[0].model.provider: unknown provider \"q\" (expected one of p)"
+            ),
+        ),
+        (
+            "tasks: [ok]\nagents:\n  - {name: x, kind: command, run: [echo], budget: {max_requests: 3}}\n",
+            format!(
+                "error: {c}:agents[0].budget: needs a model: (budgets limit the calls made through arbiter's gateway)"
+            ),
+        ),
+        (
+            "tasks: [ok]\nmodels:\n  - {name: p, api: scripted}\nagents: [nop]\n",
+            format!("error: {c}:models[0].script: required when api is scripted"),
         ),
         (
             "tasks: [ok]\nagents:\n  - name: x\n    kind: command\n    run: []\n",

@@ -66,6 +66,30 @@ pub enum AgentKind {
 }
 
 impl AgentKind {
+    /// The model the agent reaches through the gateway, and its budget, when it has one.
+    pub fn model(&self) -> Option<(&crate::gateway::AgentModel, Option<&crate::gateway::Budget>)> {
+        match self {
+            AgentKind::Command(cmd) => cmd.model.as_ref().map(|m| (m, cmd.budget.as_ref())),
+            AgentKind::ClaudeCode(p)
+            | AgentKind::Codex(p)
+            | AgentKind::MiniSweAgent(p)
+            | AgentKind::Aider(p) => p.model.as_ref().map(|m| (m, p.budget.as_ref())),
+            AgentKind::Oracle | AgentKind::Nop | AgentKind::Aworld(_) => None,
+        }
+    }
+
+    /// The `budget:` written without a `model:` (an error the job config reports).
+    pub fn budget_without_model(&self) -> bool {
+        match self {
+            AgentKind::Command(cmd) => cmd.model.is_none() && cmd.budget.is_some(),
+            AgentKind::ClaudeCode(p)
+            | AgentKind::Codex(p)
+            | AgentKind::MiniSweAgent(p)
+            | AgentKind::Aider(p) => p.model.is_none() && p.budget.is_some(),
+            AgentKind::Oracle | AgentKind::Nop | AgentKind::Aworld(_) => false,
+        }
+    }
+
     /// The preset kind and its config, for the agent-CLI presets.
     pub fn preset(&self) -> Option<(PresetKind, &PresetAgent)> {
         match self {
@@ -103,6 +127,14 @@ pub struct CommandAgent {
     /// User to run as (defaults to the task's `[agent] user`, then the image's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The model reached through arbiter's gateway (`{provider, name}`, a job `models:` entry):
+    /// the run gets `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL`, both API keys (the per-trial
+    /// token) and `ARBITER_MODEL`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::gateway::AgentModel>,
+    /// Per-trial limits on the model calls (needs `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::gateway::Budget>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -604,6 +636,8 @@ mod tests {
                 mounts: Vec::new(),
                 outcome_path: DEFAULT_OUTCOME_PATH.into(),
                 user: None,
+                model: None,
+                budget: None,
             }),
         };
         let overrides = BTreeMap::from([("D".to_string(), "variant".to_string())]);

@@ -150,7 +150,9 @@ impl CliError {
             CliError::Config(_) | CliError::Engine(_) | CliError::Run(RunError::Busy { .. }) => {
                 exit::USAGE
             }
-            CliError::Run(RunError::Store(_)) | CliError::Store(_) => exit::FAILURE,
+            CliError::Run(RunError::Store(_) | RunError::Gateway(_)) | CliError::Store(_) => {
+                exit::FAILURE
+            }
             CliError::Report(crate::report::ReportError::Io { .. }) => exit::FAILURE,
             CliError::Report(_) | CliError::Toolbox(_) => exit::USAGE,
         }

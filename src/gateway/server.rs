@@ -218,6 +218,16 @@ struct App {
     only: Option<String>,
 }
 
+impl fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut providers: Vec<&String> = self.inner.providers.keys().collect();
+        providers.sort();
+        f.debug_struct("Gateway")
+            .field("providers", &providers)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Gateway {
     /// One gateway for a job's resolved `models:`.
     pub fn start(models: Vec<ResolvedModel>) -> Result<Gateway, GatewayError> {
@@ -361,6 +371,11 @@ impl Gateway {
             .unwrap_or_else(|p| p.into_inner())
             .insert(token.clone(), state);
         Ok(TrialToken(token))
+    }
+
+    /// The usage of the trial whose token is `token`, while it runs (`None` once finished).
+    pub fn usage_by_str(&self, token: &str) -> Option<Usage> {
+        self.inner.trial(token).map(|t| t.lock().usage.clone())
     }
 
     /// The trial's usage so far.

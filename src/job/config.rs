@@ -81,6 +81,10 @@ pub struct JobConfig {
     /// Retries of infrastructure failures.
     #[serde(default)]
     pub retries: Option<RetryPolicy>,
+    /// Model providers agents reach through arbiter's gateway (SPEC §11); `api_key` is a
+    /// `${NAME}` reference resolved when the job starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<crate::gateway::ModelConfig>,
 }
 
 /// A named set of overrides applied on top of agents (an ablation arm).
@@ -172,6 +176,8 @@ impl RetryPolicy {
 /// A built-in agent by name, or a full definition.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
+// A config value read once per job: boxing the definition would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum AgentEntry {
     Name(String),
     Def(Agent),

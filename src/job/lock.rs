@@ -25,6 +25,9 @@ pub struct Lock {
     pub attempts: u32,
     pub pass_threshold: f64,
     pub timeouts: TimeoutMultipliers,
+    /// Model providers (`models:`, keys as written, literals redacted) by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,6 +88,11 @@ impl Lock {
             attempts,
             pass_threshold,
             timeouts,
+            models: saved
+                .models
+                .iter()
+                .map(|m| (m.name.clone(), serde_json::to_value(m).unwrap_or_default()))
+                .collect(),
         }
     }
 
@@ -115,6 +123,7 @@ impl Lock {
         for (kind, old_map, new_map) in [
             ("agents", &self.agents, &new.agents),
             ("variants", &self.variants, &new.variants),
+            ("models", &self.models, &new.models),
         ] {
             for (name, old) in old_map {
                 match new_map.get(name) {
@@ -181,6 +190,7 @@ mod tests {
             attempts: 2,
             pass_threshold: 1.0,
             timeouts: TimeoutMultipliers::default(),
+            models: BTreeMap::from([("p".into(), serde_json::json!({"api": "scripted"}))]),
         }
     }
 
@@ -220,5 +230,17 @@ mod tests {
         let mut new = lock();
         new.pass_threshold = 0.5;
         assert_eq!(old.changes_to(&new).expect("change").0, "pass_threshold");
+    }
+
+    #[test]
+    fn a_changed_model_provider_changes_trials() {
+        let old = lock();
+        let mut new = lock();
+        new.models
+            .insert("p".into(), serde_json::json!({"api": "openai"}));
+        let (what, change) = old.changes_to(&new).expect("a change");
+        assert_eq!(what, "models.p");
+        assert_eq!(change, "definition changed");
+        assert_eq!(old.changes_to(&lock()), None);
     }
 }

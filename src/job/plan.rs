@@ -33,6 +33,8 @@ pub struct JobSpec {
     /// The resolved configuration as saved in `job.yaml` (secrets redacted); loadable again.
     pub config_yaml: String,
     pub lock: Lock,
+    /// The job's `models:`, keys resolved and scripts loaded (empty when no agent has a model).
+    pub models: Vec<crate::gateway::ResolvedModel>,
 }
 
 /// `<task>__<agent>__<variant>__<attempt>`, each part reduced to `[A-Za-z0-9._-]`.
@@ -99,6 +101,30 @@ impl JobSpec {
     /// Every trial of the job, interleaved so arms alternate (attempt-major, then task, then
     /// agent × variant): a slow or rate-limited arm never holds up the others for long.
     pub fn trials(&self, labels: BTreeMap<String, String>) -> Vec<TrialPlan> {
+        self.trials_with(labels, None)
+    }
+
+    /// The job's model gateway, when any agent has a `model:` (once per job, at job start).
+    pub fn start_gateway(
+        &self,
+    ) -> Result<Option<Arc<crate::gateway::Gateway>>, crate::gateway::GatewayError> {
+        if !self.agents.iter().any(|a| a.kind.model().is_some()) {
+            return Ok(None);
+        }
+        crate::gateway::Gateway::start(self.models.clone()).map(|g| Some(Arc::new(g)))
+    }
+
+    /// [`JobSpec::trials`] with the job's gateway (from [`JobSpec::start_gateway`]).
+    pub fn trials_with(
+        &self,
+        labels: BTreeMap<String, String>,
+        gateway: Option<Arc<crate::gateway::Gateway>>,
+    ) -> Vec<TrialPlan> {
+        let secrets: Vec<String> = self
+            .models
+            .iter()
+            .filter_map(|m| m.secret().map(str::to_string))
+            .collect();
         let settings = Arc::new(TrialSettings {
             pass_threshold: self.pass_threshold,
             log_cap_bytes: self.log_cap_bytes,
@@ -109,6 +135,8 @@ impl JobSpec {
             install_timeout_multiplier: self.timeouts.install,
             verifier_timeout_multiplier: self.timeouts.verifier,
             image_indexes: Default::default(),
+            gateway,
+            model_secrets: secrets,
         });
         let mut plans = Vec::new();
         for attempt in 1..=self.attempts {

@@ -24,7 +24,10 @@ const BUILTINS: &str = "oracle, nop";
 pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
     let (config, config_name, base) = read_config(args)?;
     let tasks = load_tasks(args, &config, &config_name, &base)?;
-    let agents = resolve_agents(args, &config, &config_name)?;
+    crate::gateway::validate_models(&config.models)
+        .map_err(|e| field(&config_name, e.field, e.message))?;
+    let agents = resolve_agents(args, &config, &config_name, &base)?;
+    let models = resolve_models(&config, &config_name, &base, &agents)?;
     check_tasks(&tasks, &agents)?;
     let variants = resolve_variants(args, &config, &config_name, &agents)?;
     let knobs = Knobs::resolve(args, &config, &config_name)?;
@@ -49,7 +52,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         images.push(image_spec(task, digest.as_deref(), knobs.timeouts.build));
     }
 
-    let saved = saved_config(&name, &tasks, &agents, &variants, &knobs);
+    let saved = saved_config(&name, &tasks, &agents, &variants, &knobs, &config.models);
     let config_yaml =
         serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
     let lock = Lock::new(
@@ -79,7 +82,36 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         retry: knobs.retry,
         config_yaml,
         lock,
+        models,
     })
+}
+
+/// The job's `models:` resolved (keys from arbiter's environment, scripts loaded relative to
+/// the job file), when any agent has a model; none otherwise (an unused provider's key need not
+/// be set).
+fn resolve_models(
+    config: &JobConfig,
+    config_name: &str,
+    base: &Path,
+    agents: &[Agent],
+) -> Result<Vec<crate::gateway::ResolvedModel>, ConfigError> {
+    if !agents.iter().any(|a| a.kind.model().is_some()) {
+        return Ok(Vec::new());
+    }
+    config
+        .models
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| {
+            agents
+                .iter()
+                .any(|a| a.kind.model().is_some_and(|(am, _)| am.provider == m.name))
+        })
+        .map(|(i, m)| {
+            m.resolve(i, base)
+                .map_err(|e| field(config_name, e.field, e.message))
+        })
+        .collect()
 }
 
 /// The config file named by `-c` (or an empty one), how errors name it, and the directory
@@ -314,6 +346,7 @@ fn saved_config(
     agents: &[Agent],
     variants: &[Variant],
     knobs: &Knobs,
+    models: &[crate::gateway::ModelConfig],
 ) -> JobConfig {
     JobConfig {
         name: Some(name.to_string()),
@@ -337,6 +370,7 @@ fn saved_config(
             .collect(),
         timeouts: Some(knobs.timeouts),
         retries: Some(knobs.retry),
+        models: models.to_vec(),
     }
 }
 
@@ -466,7 +500,8 @@ fn check_args(
     config_name: &str,
     i: usize,
 ) -> Result<(), ConfigError> {
-    if !variant.args.is_empty() && !matches!(agent.kind, AgentKind::Command(_)) {
+    let takes_args = matches!(agent.kind, AgentKind::Command(_)) || agent.kind.preset().is_some();
+    if !variant.args.is_empty() && !takes_args {
         return Err(field(
             config_name,
             format!("variants[{i}].args"),
@@ -518,10 +553,12 @@ fn resolve_agents(
     args: &RunArgs,
     config: &JobConfig,
     config_name: &str,
+    base: &Path,
 ) -> Result<Vec<Agent>, ConfigError> {
     let mut defined: Vec<Agent> = Vec::new();
+    let mut cache = None;
     for (i, entry) in config.agents.iter().enumerate() {
-        let agent = match entry {
+        let mut agent = match entry {
             AgentEntry::Name(name) => Agent::builtin(name).ok_or_else(|| {
                 field(config_name, format!("agents[{i}]"), format!("unknown agent {name:?} (built-in: {BUILTINS}; or define one with name: and kind:)"))
             })?,
@@ -553,19 +590,35 @@ fn resolve_agents(
                     e.reason(),
                 )
             })?;
-            for (m, mount) in cmd.mounts.iter().enumerate() {
-                if !mount.host.exists() {
-                    return Err(field(
-                        config_name,
-                        format!("agents[{i}].mounts[{m}].host"),
-                        format!("{} does not exist", mount.host.display()),
-                    ));
-                }
-            }
         }
+        crate::agent::resolve_mounts(&mut agent, base)
+            .map_err(|e| field(config_name, format!("agents[{i}].{}", e.field), e.message))?;
         agent
             .validate()
             .map_err(|e| field(config_name, format!("agents[{i}].{}", e.field), e.message))?;
+        check_model(&agent, &config.models, config_name, i)?;
+        if let Some((kind, _)) = agent.kind.preset() {
+            if agent.kind.model().is_none() {
+                return Err(field(
+                    config_name,
+                    format!("agents[{i}].model"),
+                    format!(
+                        "required for kind {}: it reaches its model through arbiter's gateway (model: {{provider: <a models: entry>, name: <model>}})",
+                        kind.name()
+                    ),
+                ));
+            }
+            if cache.is_none() {
+                cache = Some(crate::agent::cache::AgentCache::from_env().map_err(|e| {
+                    field(config_name, format!("agents[{i}].version"), e.to_string())
+                })?);
+            }
+            if let Some(cache) = &cache {
+                agent.check_installed(cache).map_err(|e| {
+                    field(config_name, format!("agents[{i}].{}", e.field), e.message)
+                })?;
+            }
+        }
         if defined.iter().any(|a| a.name == agent.name) {
             return Err(field(
                 config_name,
@@ -598,6 +651,28 @@ fn resolve_agents(
         }
     }
     Ok(chosen)
+}
+
+/// An agent's `model:` names a `models:` entry and its `budget:` is sound; a `budget:` needs a
+/// `model:`.
+fn check_model(
+    agent: &Agent,
+    models: &[crate::gateway::ModelConfig],
+    config_name: &str,
+    i: usize,
+) -> Result<(), ConfigError> {
+    if agent.kind.budget_without_model() {
+        return Err(field(
+            config_name,
+            format!("agents[{i}].budget"),
+            "needs a model: (budgets limit the calls made through arbiter's gateway)",
+        ));
+    }
+    if let Some((model, budget)) = agent.kind.model() {
+        crate::gateway::validate_agent_model(&format!("agents[{i}]"), models, model, budget)
+            .map_err(|e| field(config_name, e.field, e.message))?;
+    }
+    Ok(())
 }
 
 fn expand_tasks(

@@ -34,6 +34,8 @@ pub enum RunError {
     Store(#[from] StoreError),
     #[error("{dir}: job directory is in use by another arbiter process")]
     Busy { dir: String },
+    #[error("starting the model gateway: {0}")]
+    Gateway(#[from] crate::gateway::GatewayError),
 }
 
 /// Run every unfinished trial of `spec`, at most `spec.concurrency` at a time. `cancel`
@@ -57,7 +59,10 @@ pub async fn run<S: Sandbox>(
     })?;
     store.write_file("lock.json", &lock)?;
 
-    let plans = spec.trials(Owner::current().labels());
+    // One gateway per job, shared by its trials (each opens its own listener on its container's
+    // loopback).
+    let gateway = spec.start_gateway()?;
+    let plans = spec.trials_with(Owner::current().labels(), gateway);
     let planned = plans.len();
     let mut records = Vec::new();
     let mut pending = Vec::new();

@@ -133,6 +133,15 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.gpus().await
     }
 
+    async fn loopback_listener(
+        &self,
+        id: &ContainerId,
+        port: u16,
+    ) -> Result<std::net::TcpListener, SandboxError> {
+        self.check()?;
+        self.inner.loopback_listener(id, port).await
+    }
+
     fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
         self.inner.harness_argv(applet, args)
     }

@@ -725,6 +725,37 @@ impl Sandbox for DockerSandbox {
         super::gpus::docker_gpus(&self.docker).await
     }
 
+    /// Inside the container's network namespace (its `State.Pid`), which needs root and the
+    /// engine on this host: a remote `DOCKER_HOST` is refused with the reason.
+    async fn loopback_listener(
+        &self,
+        id: &ContainerId,
+        port: u16,
+    ) -> Result<std::net::TcpListener, SandboxError> {
+        let refused = |message: String| SandboxError::Refused {
+            op: "loopback listener",
+            message,
+        };
+        if let Ok(host) = std::env::var("DOCKER_HOST")
+            && !host.is_empty()
+            && !host.starts_with("unix://")
+        {
+            return Err(refused(format!(
+                "DOCKER_HOST={host} is not a local socket: the model gateway listens inside the container's network namespace, which needs the engine on this host"
+            )));
+        }
+        let state = self.state(id.as_str()).await?;
+        let pid = state
+            .pid
+            .filter(|p| *p > 0)
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or_else(|| refused("the container has no running process".to_string()))?;
+        tokio::task::spawn_blocking(move || crate::gateway::listen_in_netns(pid, port))
+            .await
+            .map_err(|e| refused(e.to_string()))?
+            .map_err(|e| refused(e.to_string()))
+    }
+
     fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
         match self.toolbox {
             Some(_) => super::toolbox::toolbox_argv(applet, args),

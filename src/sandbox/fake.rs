@@ -653,4 +653,16 @@ impl Sandbox for FakeSandbox {
         self.enter(Op::Gpus, "").await?;
         Ok(self.lock().gpus)
     }
+
+    /// The fake has no namespaces: a listener on the host's loopback (any free port).
+    async fn loopback_listener(
+        &self,
+        id: &ContainerId,
+        _port: u16,
+    ) -> Result<std::net::TcpListener, SandboxError> {
+        if !self.lock().containers.contains_key(id.as_str()) {
+            return Err(missing(Op::Exec, id));
+        }
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(SandboxError::io("127.0.0.1:0"))
+    }
 }

@@ -442,6 +442,14 @@ pub trait Sandbox: Send + Sync + 'static {
     /// backend cannot say how many). Asked once per job, before any trial starts, when a task
     /// wants GPUs.
     fn gpus(&self) -> impl Future<Output = Result<u32, SandboxError>> + Send;
+    /// A listener on `127.0.0.1:port` of the running container's own loopback (its network
+    /// namespace), served from the host: how a container with network `none` reaches the
+    /// model gateway and nothing else.
+    fn loopback_listener(
+        &self,
+        id: &ContainerId,
+        port: u16,
+    ) -> impl Future<Output = Result<std::net::TcpListener, SandboxError>> + Send;
     /// The argv of a harness command (a busybox applet such as `sh`, `rm`, `kill`) in this
     /// backend's containers: from the harness-owned, read-only toolbox by absolute path when
     /// the backend has one, so nothing the agent planted runs with the harness's authority and

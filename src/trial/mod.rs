@@ -23,6 +23,8 @@ pub mod scrub;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_gateway;
+#[cfg(test)]
 mod tests_harbor;
 
 pub use plan::{Phase, TrialPlan, TrialSettings};

@@ -61,6 +61,10 @@ pub struct TrialSettings {
     pub verifier_timeout_multiplier: f64,
     /// Environment images indexed for change-set classification (shared by the job's trials).
     pub image_indexes: Arc<super::phases::changes::ImageIndexes>,
+    /// The job's model gateway, when an agent of the job has a `model:`.
+    pub gateway: Option<Arc<crate::gateway::Gateway>>,
+    /// The providers' real keys: never in a container, scrubbed from the trial's files anyway.
+    pub model_secrets: Vec<String>,
 }
 
 /// Everything one trial needs, decided before it starts.

@@ -155,6 +155,10 @@ pub struct TrialRecord {
     /// Whether any change could alter how the verifier runs (SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub integrity: Option<Integrity>,
+    /// What the agent spent on model calls, as counted by arbiter's gateway (SPEC §7), when the
+    /// agent has a `model:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::gateway::Usage>,
     pub started_at: String,
     pub finished_at: String,
 }

@@ -55,8 +55,25 @@ pub async fn run<S: Sandbox>(
         scope: &scope,
     };
     let mut rec = initial_record(plan);
-    let mut secrets = Vec::new();
-    let result = phases(&ctx, &mut rec, &mut secrets, on_phase).await;
+    let mut secrets = plan.settings.model_secrets.clone();
+    let mut token = None;
+    let result = match phases::environment::register_model(plan) {
+        Ok(t) => {
+            token = t;
+            if let Some(t) = &token {
+                secrets.push(t.as_str().to_string());
+            }
+            phases(&ctx, &mut rec, &mut secrets, &mut token, on_phase).await
+        }
+        Err(failure) => Err(failure),
+    };
+    // A trial that ended before its agent phase did still holds its token: end it.
+    if let (Some(t), Some(gateway)) = (token.take(), &plan.settings.gateway) {
+        match gateway.finish_trial(&t).await {
+            Ok(usage) => rec.usage = Some(usage),
+            Err(e) => tracing::warn!(trial = plan.id, "finishing the trial's model calls: {e}"),
+        }
+    }
     let cancelled = sb.is_cancelled();
 
     on_phase(Phase::Cleanup);
@@ -86,6 +103,7 @@ async fn phases<S: Sandbox>(
     ctx: &Ctx<'_, S>,
     rec: &mut TrialRecord,
     secrets: &mut Vec<String>,
+    token: &mut Option<crate::gateway::TrialToken>,
     on_phase: &(dyn Fn(Phase) + Send + Sync),
 ) -> Result<Option<CompletionRecord>, Infra> {
     let plan = ctx.plan;
@@ -101,7 +119,7 @@ async fn phases<S: Sandbox>(
 
     on_phase(Phase::Environment);
     let started = Instant::now();
-    let env = phases::environment::run(ctx).await?;
+    let env = phases::environment::run(ctx, token.as_ref()).await?;
     rec.image = Some(env.image.to_string());
     rec.harness_overrides = env.agent.harness_overrides.clone();
     secrets.extend(env.agent.secrets.iter().cloned());
@@ -122,6 +140,22 @@ async fn phases<S: Sandbox>(
     rec.output = done.output.clone();
     rec.agent_deadline_epoch = done.deadline_epoch;
     time(rec, Phase::Agent, started);
+    // The agent's model calls end with its run: the token is refused from here on.
+    if let (Some(t), Some(gateway)) = (token.take(), &settings.gateway) {
+        let usage = gateway
+            .finish_trial(&t)
+            .await
+            .map_err(infra(Phase::Agent))?;
+        let unavailable = usage.unavailable.clone();
+        rec.usage = Some(usage);
+        if let Some(why) = unavailable {
+            // The model could not be reached: the harness's failure, never the agent's.
+            return Err(Infra {
+                phase: Phase::Agent,
+                message: format!("model_unavailable: {why}"),
+            });
+        }
+    }
 
     on_phase(Phase::Collect);
     let started = Instant::now();
@@ -308,6 +342,7 @@ pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
         completion: None,
         changes: None,
         integrity: None,
+        usage: None,
         started_at: now_rfc3339(),
         finished_at: String::new(),
     }
@@ -404,6 +439,12 @@ fn finish(
             final_answer: answer,
         }))
     };
+    if let (Some(audit), Some(note)) = (
+        rec.audit.as_mut(),
+        call_count_note(&rec.claim, rec.usage.as_ref()),
+    ) {
+        audit.evidence.push(note);
+    }
     rec.finished_at = now_rfc3339();
     if !secrets.is_empty() {
         let scrubbed = scrub::scrub_dir(&plan.dir, secrets);
@@ -424,4 +465,20 @@ fn finish(
         }
     }
     rec
+}
+
+/// Audit evidence when the claim's own `llm_call_count` disagrees with the model calls the
+/// gateway counted (`usage.requests`).
+pub(super) fn call_count_note(
+    claim: &Claim,
+    usage: Option<&crate::gateway::Usage>,
+) -> Option<String> {
+    let usage = usage?;
+    let claimed = claim.record.as_ref()?.get("llm_call_count")?.as_u64()?;
+    (claimed != usage.requests).then(|| {
+        format!(
+            "the claim counts {claimed} model calls; the gateway counted {}",
+            usage.requests
+        )
+    })
 }

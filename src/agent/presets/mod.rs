@@ -172,6 +172,12 @@ pub struct PresetAgent {
     /// User to run as (defaults to the task's `[agent] user`, then the image's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The model, a job `models:` entry reached through arbiter's gateway (required to run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::gateway::AgentModel>,
+    /// Per-trial limits on the model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::gateway::Budget>,
 }
 
 impl PresetAgent {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::agent::AgentPlan;
+use crate::agent::{Adapter, AdapterReads, AgentEnd, AgentPlan};
 use crate::outcome::{
     Claim, ClaimSource, ClaimStatus, CompletionRecord, CompletionStatus, CompletionSummary,
     FileCheck, FileStatus, collect_claim,
@@ -102,6 +102,11 @@ pub(crate) async fn run<S: Sandbox>(
             ..collect_claim(None, &done.stderr)
         },
     };
+    if out.claim.status == ClaimStatus::Missing
+        && let Some(adapter) = plan.adapter
+    {
+        out.claim = adapter_claim(ctx, adapter, done);
+    }
     out.trajectory = collect_trajectory(ctx, plan);
     (out.completion, out.completion_record) = collect_completion_record(ctx);
     for path in &ctx.plan.task.artifacts {
@@ -309,6 +314,31 @@ async fn check_file<S: Sandbox>(
 }
 
 /// Copy the agent's trajectory (already fetched with `/logs/agent`) to `agent/`.
+/// A preset's claim read from its native end state (`claim.source = "adapter"`): its stdout
+/// and stderr as logged, and the file it reads under `/logs/agent/` as collected.
+fn adapter_claim<S: Sandbox>(ctx: &Ctx<'_, S>, adapter: Adapter, done: &AgentDone) -> Claim {
+    let cap = ctx.plan.settings.log_cap_bytes;
+    let stdout = read_capped(&ctx.path("agent/stdout.log"), cap);
+    let file = match adapter.reads() {
+        AdapterReads::Output => None,
+        AdapterReads::File(path) => path
+            .strip_prefix("/logs/agent/")
+            .filter(|rel| !rel.contains(".."))
+            .and_then(|rel| std::fs::read(ctx.path("agent/logs").join(rel)).ok()),
+    };
+    let end = AgentEnd {
+        exit_code: match done.end {
+            Some(ExecEnd::Exited(code)) => Some(code),
+            _ => None,
+        },
+        stdout: &stdout,
+        stdout_truncated: done.output.truncated,
+        stderr: &done.stderr,
+        file: file.as_deref(),
+    };
+    adapter.claim(&end)
+}
+
 fn collect_trajectory<S: Sandbox>(ctx: &Ctx<'_, S>, plan: &AgentPlan) -> Option<ArtifactEntry> {
     let path = plan.trajectory_path.clone()?;
     let rel = path

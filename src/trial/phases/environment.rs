@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::agent::{AgentPlan, INSTRUCTION_PATH};
+use crate::agent::{AgentKind, AgentPlan, INSTRUCTION_PATH, ModelWiring, PlanContext};
 use crate::sandbox::{
     Base, ContainerId, ContainerSpec, ImageRecipe, ImageRef, ImageSpec, Mount, Role, Sandbox,
     SandboxError, TarEntry, files_to_tar,
@@ -30,7 +30,68 @@ pub(crate) const CONTROL_DIR: &str = ".control";
 /// and what it holds is collected like an `[artifacts]` path.
 pub(crate) const LOGS_ARTIFACTS: &str = "/logs/artifacts";
 
-pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>) -> Result<EnvReady, Infra> {
+/// Container port of the model gateway on the agent container's own loopback.
+pub(crate) const GATEWAY_PORT: u16 = 4141;
+
+/// Admit the trial to the job's gateway when its agent has a `model:`: a fresh token and the
+/// ledger `agent/model-calls.jsonl`. `None` for agents without a model.
+pub(crate) fn register_model(
+    plan: &crate::trial::plan::TrialPlan,
+) -> Result<Option<crate::gateway::TrialToken>, Infra> {
+    let Some((model, budget)) = plan.agent.kind.model() else {
+        return Ok(None);
+    };
+    let fail = |message: String| Infra {
+        phase: Phase::Environment,
+        message,
+    };
+    let gateway = plan.settings.gateway.as_ref().ok_or_else(|| {
+        fail(format!(
+            "agent {} has a model but the job started no model gateway",
+            plan.agent.name
+        ))
+    })?;
+    let ledger_path = plan.dir.join("agent/model-calls.jsonl");
+    if let Some(parent) = ledger_path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| fail(format!("{}: {e}", parent.display())))?;
+    }
+    gateway
+        .register_trial(crate::gateway::TrialGrant {
+            trial_id: plan.id.clone(),
+            provider: model.provider.clone(),
+            model: model.name.clone(),
+            budget: budget.copied().unwrap_or_default(),
+            ledger_path,
+        })
+        .map(Some)
+        .map_err(|e| fail(e.to_string()))
+}
+
+/// The gateway as the agent sees it on `port` of its loopback.
+fn wiring(port: u16, token: &crate::gateway::TrialToken, model: &str) -> ModelWiring {
+    ModelWiring {
+        openai_base_url: format!("http://127.0.0.1:{port}/v1"),
+        anthropic_base_url: format!("http://127.0.0.1:{port}"),
+        token: token.as_str().to_string(),
+        model: model.to_string(),
+    }
+}
+
+/// The env a `command` agent with a model gets (SDK variables of both protocols).
+fn command_model_env(w: &ModelWiring) -> [(&'static str, String); 5] {
+    [
+        ("OPENAI_BASE_URL", w.openai_base_url.clone()),
+        ("OPENAI_API_KEY", w.token.clone()),
+        ("ANTHROPIC_BASE_URL", w.anthropic_base_url.clone()),
+        ("ANTHROPIC_API_KEY", w.token.clone()),
+        ("ARBITER_MODEL", w.model.clone()),
+    ]
+}
+
+pub(crate) async fn run<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    token: Option<&crate::gateway::TrialToken>,
+) -> Result<EnvReady, Infra> {
     let fail = infra(Phase::Environment);
     let plan = ctx.plan;
     let task = &plan.task;
@@ -40,10 +101,28 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>) -> Result<EnvReady, Infra>
         .await
         .map_err(|e| with_base_images(&plan.image, e))
         .map_err(fail)?;
+    let model = plan.agent.kind.model().map(|(m, _)| m.name.clone());
+    let wired = match (token, &model) {
+        (Some(token), Some(model)) => Some(wiring(GATEWAY_PORT, token, model)),
+        _ => None,
+    };
+    let context = PlanContext {
+        model: wired.clone(),
+        ..PlanContext::default()
+    };
     let mut agent = plan
         .agent
-        .plan(task, &plan.overrides)
+        .plan_in(task, &plan.overrides, &context)
         .map_err(infra(Phase::Environment))?;
+    if let (Some(w), AgentKind::Command(_)) = (&wired, &plan.agent.kind) {
+        let wired_env = command_model_env(w);
+        agent
+            .env
+            .retain(|(k, _)| !wired_env.iter().any(|(w, _)| w == k));
+        agent
+            .env
+            .extend(wired_env.into_iter().map(|(k, v)| (k.to_string(), v)));
+    }
     let settings = &plan.settings;
     if let Some(run) = agent.run.as_mut() {
         run.argv.extend(plan.args.iter().cloned());
@@ -92,6 +171,32 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>) -> Result<EnvReady, Infra>
         .launch(ctx.sb, &spec)
         .await
         .map_err(infra(Phase::Environment))?;
+    // The listener's server runs until the trial is finished (`Gateway::finish_trial`).
+    if let (Some(token), Some(gateway)) = (token, &plan.settings.gateway) {
+        let listener = ctx
+            .sb
+            .loopback_listener(&container, GATEWAY_PORT)
+            .await
+            .map_err(|e| Infra {
+                phase: Phase::Environment,
+                message: format!("cannot reach the model gateway from the agent's container: {e}"),
+            })?;
+        let handle = gateway
+            .serve_trial(listener, token)
+            .map_err(infra(Phase::Environment))?;
+        // A backend without namespaces (the fake) listens on another port: the agent's
+        // env names the one that is served.
+        let port = handle.addr.port();
+        if port != GATEWAY_PORT {
+            let from = format!("http://127.0.0.1:{GATEWAY_PORT}");
+            let to = format!("http://127.0.0.1:{port}");
+            for (_, value) in agent.env.iter_mut() {
+                if value.starts_with(&from) {
+                    *value = value.replacen(&from, &to, 1);
+                }
+            }
+        }
+    }
     let base = files_to_tar(&[
         TarEntry {
             path: "arbiter/",
