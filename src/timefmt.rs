@@ -1,6 +1,16 @@
 //! UTC timestamps without a date crate.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A duration in seconds as a message shows it: `10`, or `2.5` when it has a fraction.
+pub(crate) fn fmt_secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s:.1}")
+    }
+}
 
 /// `2026-11-30T02:31:48Z` for now.
 pub fn now_rfc3339() -> String {

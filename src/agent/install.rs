@@ -293,14 +293,7 @@ async fn install_npm(
 ) -> Result<CacheEntry, InstallError> {
     let source = kind.source(version);
     let staging = cache.staging(kind.name(), version)?;
-    let work = tempfile::Builder::new()
-        .prefix(".download-")
-        .tempdir_in(cache.root())
-        .map_err(|source| InstallError::Io {
-            action: "creating a download directory in",
-            path: cache.root().to_path_buf(),
-            source,
-        })?;
+    let work = download_dir(cache)?;
     let spec = format!("{}@{}", source.package, source.version);
     let dest = work.path().to_string_lossy().into_owned();
     let out = run_host(
@@ -451,14 +444,7 @@ async fn install_pypi<S: Sandbox>(
 ) -> Result<CacheEntry, InstallError> {
     let source = kind.source(version);
     let staging = cache.staging(kind.name(), version)?;
-    let work = tempfile::Builder::new()
-        .prefix(".download-")
-        .tempdir_in(cache.root())
-        .map_err(|source| InstallError::Io {
-            action: "creating a download directory in",
-            path: cache.root().to_path_buf(),
-            source,
-        })?;
+    let work = download_dir(cache)?;
     let wheels = work.path().join("wheels");
     let logs = work.path().join("logs");
     for dir in [&wheels, &logs] {
@@ -643,6 +629,19 @@ fn wheel_digest(dir: &Path) -> Result<String, InstallError> {
         "sha256:{}",
         crate::digest::sha256_hex(lines.join("\n").as_bytes())
     ))
+}
+
+/// A scratch directory for downloads, inside the cache (so the final rename stays on one
+/// filesystem); removed when dropped.
+fn download_dir(cache: &AgentCache) -> Result<tempfile::TempDir, InstallError> {
+    tempfile::Builder::new()
+        .prefix(".download-")
+        .tempdir_in(cache.root())
+        .map_err(|source| InstallError::Io {
+            action: "creating a download directory in",
+            path: cache.root().to_path_buf(),
+            source,
+        })
 }
 
 #[cfg(test)]

@@ -45,3 +45,13 @@ pub(crate) async fn fetch<S: Sandbox>(
     let _ = std::fs::remove_file(scratch);
     Ok(result)
 }
+
+/// At most `cap` bytes of a host file (empty when it cannot be read): for files a fetch wrote.
+pub(crate) fn read_capped(path: &Path, cap: u64) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Ok(file) = std::fs::File::open(path) {
+        let _ = file.take(cap).read_to_end(&mut out);
+    }
+    out
+}

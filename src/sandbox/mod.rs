@@ -34,7 +34,7 @@ pub(crate) use cancel::Cancellable;
 pub use docker::DockerSandbox;
 pub use error::SandboxError;
 pub use fake::{FakeExec, FakeSandbox, Op};
-pub(crate) use fetch::{FetchResult, fetch};
+pub(crate) use fetch::{FetchResult, fetch, read_capped};
 pub use gpus::GPUS_UNCOUNTED;
 pub(crate) use scope::Scope;
 pub use tarball::{

@@ -159,7 +159,10 @@ pub(crate) async fn verify<S: Sandbox>(
         return Ok(VerifierOutcome::error(
             mode,
             None,
-            format!("verifier timed out after {}s", fmt_secs(timeout)),
+            format!(
+                "verifier timed out after {}s",
+                crate::timefmt::fmt_secs(timeout)
+            ),
         ));
     }
     let logs = input.path("verifier/logs");
@@ -187,7 +190,8 @@ pub(crate) async fn verify<S: Sandbox>(
     let read = |name: &str| -> Option<Vec<u8>> {
         let path = logs.join(name);
         let meta = std::fs::symlink_metadata(&path).ok()?;
-        meta.is_file().then(|| read_capped(&path, REWARD_LIMIT))
+        meta.is_file()
+            .then(|| crate::sandbox::read_capped(&path, REWARD_LIMIT))
     };
     let (json, txt) = (read("reward.json"), read("reward.txt"));
     for (name, bytes) in [("reward.json", &json), ("reward.txt", &txt)] {
@@ -212,22 +216,4 @@ fn launcher<S: Sandbox>(sb: &S) -> Vec<String> {
         "for b in /bin/bash /usr/bin/bash /bin/sh; do if [ -x \"$b\" ]; then exec \"$b\" /tests/test.sh; fi; done; exec {fallback} /tests/test.sh"
     );
     sb.harness_argv("sh", &["-c", &script])
-}
-
-pub(crate) fn read_capped(path: &Path, cap: u64) -> Vec<u8> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    if let Ok(file) = std::fs::File::open(path) {
-        let _ = file.take(cap).read_to_end(&mut out);
-    }
-    out
-}
-
-fn fmt_secs(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s.fract() == 0.0 {
-        format!("{}", s as u64)
-    } else {
-        format!("{s:.1}")
-    }
 }

@@ -129,27 +129,12 @@ pub(crate) fn safe_relative(path: &str) -> Option<PathBuf> {
     (!out.as_os_str().is_empty()).then_some(out)
 }
 
-pub(crate) fn read_capped(path: &Path, cap: u64) -> Vec<u8> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    if let Ok(file) = std::fs::File::open(path) {
-        let _ = file.take(cap).read_to_end(&mut out);
-    }
-    out
-}
+pub(crate) use crate::sandbox::read_capped;
+pub(crate) use crate::timefmt::fmt_secs;
 
 pub(crate) fn code_words(code: Option<i64>) -> String {
     code.map(|c| c.to_string())
         .unwrap_or_else(|| "no exit code".to_string())
-}
-
-pub(crate) fn fmt_secs(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s.fract() == 0.0 {
-        format!("{}", s as u64)
-    } else {
-        format!("{s:.1}")
-    }
 }
 
 pub(crate) fn fmt_mib(bytes: u64) -> String {
