@@ -181,17 +181,12 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::presets::test_support::{fixture, semantic, wiring};
+    use crate::agent::presets::test_support::{self, fixture, semantic, wiring};
     use crate::agent::presets::{Adapter, PresetAgent};
     use crate::outcome::{ClaimSource, ClaimStatus};
 
     fn claim_of(file: &str, exit: i64) -> crate::outcome::Claim {
-        let stdout = fixture(&format!("claude-code/{file}"));
-        Adapter::ClaudeCode.claim(&AgentEnd {
-            exit_code: Some(exit),
-            stdout: &stdout,
-            ..AgentEnd::default()
-        })
+        test_support::claim_of(Adapter::ClaudeCode, "claude-code", file, exit)
     }
 
     #[test]

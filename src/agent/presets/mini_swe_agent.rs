@@ -31,22 +31,6 @@ pub const TRAJECTORY_PATH: &str = "/logs/agent/trajectory.json";
 /// `MSWEA_GLOBAL_CONFIG_DIR`: mini-swe-agent's own `.env`, outside the collected logs.
 pub const CONFIG_DIR: &str = "/arbiter/mini-swe-agent";
 
-/// Exceptions of the model client that mean the endpoint failed, not the agent.
-const ENDPOINT_ERRORS: &[&str] = &[
-    "AuthenticationError",
-    "PermissionDeniedError",
-    "NotFoundError",
-    "RateLimitError",
-    "APIConnectionError",
-    "APIError",
-    "APIResponseValidationError",
-    "InternalServerError",
-    "ServiceUnavailableError",
-    "BadGatewayError",
-    "Timeout",
-    "APITimeoutError",
-    "BudgetExceededError",
-];
 
 pub(crate) fn plan(input: &PresetInput<'_>) -> Result<PresetPlan, AgentError> {
     let bin = format!("{}/{ENTRY_POINT}", PresetKind::MiniSweAgent.mount_point());
@@ -164,7 +148,7 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
             (Semantic::TaskFailed, failure("agent", "format_error", None))
         }
         "KeyboardInterrupt" | "UserInterruption" => (Semantic::Cancelled, None),
-        name if ENDPOINT_ERRORS.contains(&name) => (
+        name if super::LITELLM_ENDPOINT_ERRORS.contains(&name) => (
             Semantic::InfrastructureFailed,
             failure("model", "model_api_error", Some(name)),
         ),

@@ -601,6 +601,24 @@ pub(crate) fn tar_with_mtime(
     builder.into_inner()
 }
 
+/// Exceptions of litellm (the model client of aider and mini-swe-agent, printed as
+/// `litellm.<Name>: …`) that mean the model endpoint failed, not the agent.
+pub(crate) const LITELLM_ENDPOINT_ERRORS: &[&str] = &[
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "RateLimitError",
+    "APIConnectionError",
+    "APIError",
+    "APIResponseValidationError",
+    "InternalServerError",
+    "ServiceUnavailableError",
+    "BadGatewayError",
+    "Timeout",
+    "APITimeoutError",
+    "BudgetExceededError",
+];
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::*;
@@ -623,6 +641,16 @@ pub(crate) mod test_support {
 
     pub fn semantic(claim: &Claim) -> &str {
         claim.semantic_status.as_deref().unwrap_or("<none>")
+    }
+
+    /// The claim `adapter` reads from fixture `tests/fixtures/agents/{dir}/{file}` as stdout.
+    pub fn claim_of(adapter: Adapter, dir: &str, file: &str, exit: i64) -> Claim {
+        let stdout = fixture(&format!("{dir}/{file}"));
+        adapter.claim(&AgentEnd {
+            exit_code: Some(exit),
+            stdout: &stdout,
+            ..AgentEnd::default()
+        })
     }
 }
 
