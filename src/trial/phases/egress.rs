@@ -167,7 +167,7 @@ mod tests {
     async fn trial(
         task_toml: &str,
         agent_yaml: &str,
-    ) -> (TrialRecord, Arc<FakeSandbox>, TrialPlan) {
+    ) -> (TrialRecord, Arc<FakeSandbox>, tempfile::TempDir) {
         let root = tempfile::tempdir().expect("tmp");
         let task = task_dir(root.path(), "t", task_toml);
         let job = root.path().join("job.yaml");
@@ -198,9 +198,7 @@ mod tests {
             TrialRun::Finished(rec) => *rec,
             TrialRun::Cancelled => panic!("cancelled"),
         };
-        // Keep the dir alive for the caller's reads of the plan.
-        std::mem::forget(root);
-        (rec, fake, plan)
+        (rec, fake, root)
     }
 
     fn env_of(fake: &FakeSandbox, needle: &str) -> Vec<(String, String)> {
@@ -217,7 +215,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_allowlist_task_runs_its_agent_with_no_network_and_the_proxy_in_its_env() {
-        let (rec, fake, _) = trial(
+        let (rec, fake, _dir) = trial(
             "network_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n",
             "",
         )
@@ -253,7 +251,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_agents_network_override_is_applied_and_recorded_as_a_harness_override() {
-        let (rec, fake, _) = trial(
+        let (rec, fake, _dir) = trial(
             "",
             "    network: allowlist\n    allowed_hosts: [PyPI.org, \"*.example.com\"]\n",
         )
@@ -276,7 +274,7 @@ mod tests {
         );
 
         // And the other way: `none` over an allowlist task takes the proxy away.
-        let (rec, fake, _) = trial(
+        let (rec, fake, _dir) = trial(
             "network_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n",
             "    network: none\n",
         )
@@ -290,7 +288,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_allowlist_verifier_gets_its_own_proxy_and_the_agent_none() {
-        let (rec, fake, _) = trial(
+        let (rec, fake, _dir) = trial(
             "[verifier]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n",
             "",
         )
@@ -307,6 +305,64 @@ mod tests {
             .expect("the verifier's container");
         assert_eq!(verifier.network, Network::None);
         assert_eq!(rec.network, None, "no attempt was made");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_proxy_and_the_model_gateway_serve_one_container_side_by_side() {
+        let root = tempfile::tempdir().expect("tmp");
+        let task = task_dir(
+            root.path(),
+            "t",
+            "network_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n",
+        );
+        std::fs::write(root.path().join("script.json"), r#"{"turns": []}"#).expect("script");
+        let job = root.path().join("job.yaml");
+        std::fs::write(
+            &job,
+            format!(
+                "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - name: caller\n    kind: command\n    run: [python3, /agent.py]\n    model: {{provider: fake, name: m}}\n",
+                task.display()
+            ),
+        )
+        .expect("job.yaml");
+        let spec = resolve(&RunArgs {
+            config: Some(job),
+            job_dir: Some(root.path().join("out")),
+            ..RunArgs::default()
+        })
+        .expect("job resolves");
+        let gateway = spec.start_gateway().expect("gateway").expect("a gateway");
+        let plan = spec
+            .trials_with(Default::default(), Some(gateway))
+            .remove(0);
+        std::fs::create_dir_all(&plan.dir).expect("trial dir");
+        let fake = Arc::new(FakeSandbox::new());
+        fake.on_exec("/agent.py", FakeExec::exits(0));
+        fake.on_exec(
+            "/tests/test.sh",
+            FakeExec::exits(0).writes("/logs/verifier/reward.txt", b"1\n"),
+        );
+        let (_tx, rx) = watch::channel(false);
+        let rec = match run(fake.clone(), &plan, rx, &|_| {}).await {
+            TrialRun::Finished(rec) => *rec,
+            TrialRun::Cancelled => panic!("cancelled"),
+        };
+        assert_eq!(rec.infra_error, None, "{:?}", rec.termination);
+        let env = env_of(&fake, "/agent.py");
+        let base = get(&env, "OPENAI_BASE_URL").expect("the gateway's URL");
+        let proxy = get(&env, "HTTP_PROXY").expect("the proxy's URL");
+        let port = |url: &str| {
+            url.trim_start_matches("http://127.0.0.1:")
+                .split('/')
+                .next()
+                .and_then(|p| p.parse::<u16>().ok())
+                .unwrap_or_else(|| panic!("no port in {url}"))
+        };
+        assert_ne!(port(base), port(proxy), "two listeners");
+        // The gateway is on the container's loopback, which the proxy variables skip.
+        assert_eq!(get(&env, "NO_PROXY"), Some("127.0.0.1,localhost"));
+        assert!(rec.usage.is_some(), "the gateway served the trial");
+        assert!(rec.network.is_some(), "the proxy served the trial");
     }
 
     #[test]
