@@ -66,6 +66,12 @@ def fetch(opener, url):
     except Exception as e:
         return {"error": repr(e)}
 
+base = os.environ.get("OPENAI_BASE_URL")
+if base:
+    # The model gateway, with the proxy variables set: NO_PROXY sends it direct.
+    req = urllib.request.Request(base + "/models",
+                                 headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+    out["models"] = fetch(urllib.request.build_opener(), req)
 proxy = os.environ.get("HTTP_PROXY")
 # NO_PROXY sends 127.0.0.1 direct (the container's own loopback, where the model gateway
 # would be); this probe wants the host's 127.0.0.1, through the proxy.
@@ -303,6 +309,65 @@ fn allowlisted_hosts_are_reached_through_the_proxy_and_everything_else_is_refuse
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("agents.override: definition changed"), "{err}");
+}
+
+#[test]
+fn the_model_gateway_and_the_proxy_serve_one_offline_container() {
+    if !docker_available() {
+        return;
+    }
+    let (port, seen) = host_server();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path();
+    task(
+        root,
+        "both",
+        "network_mode = \"allowlist\"\nallowed_hosts = [\"127.0.0.1\"]\n",
+        "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    );
+    let probe_dir = root.join("probe");
+    std::fs::create_dir_all(&probe_dir).expect("mkdir");
+    std::fs::write(probe_dir.join("probe.py"), PROBE).expect("probe.py");
+    std::fs::write(root.join("script.json"), r#"{"turns": []}"#).expect("script");
+    let config = write_job(
+        root,
+        &format!(
+            "tasks: [both]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - name: caller\n    kind: command\n    run: [python3, /opt/probe/probe.py, \"{port}\"]\n    mounts: [{{host: probe, container: /opt/probe}}]\n    model: {{provider: fake, name: scripted-model}}\n"
+        ),
+    );
+    let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let trial = "both__caller__default__1";
+    let r = result(&job_dir, trial);
+    let p = probe(&job_dir, trial);
+    assert_eq!(p["models"]["status"], 200, "the gateway, direct: {p:#}");
+    assert!(
+        p["models"]["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("scripted-model")),
+        "{p:#}"
+    );
+    assert_eq!(
+        p["allowed"]["status"], 200,
+        "the host, through the proxy: {p:#}"
+    );
+    assert_eq!(p["invalid"]["status"], 403, "{p:#}");
+    assert_eq!(p["interfaces"], serde_json::json!(["lo"]));
+    assert_eq!(r["infra_error"], Value::Null, "{r:#}");
+    assert_eq!(
+        egress(&r)
+            .iter()
+            .map(|(_, host, _, allowed, _)| (host.as_str(), *allowed))
+            .collect::<Vec<_>>(),
+        [
+            ("127.0.0.1", true),
+            ("localhost", false),
+            ("example.invalid", false),
+            ("example.invalid", false)
+        ],
+        "the gateway call did not go through the proxy"
+    );
+    assert_eq!(seen.lock().expect("lock").len(), 1);
 }
 
 #[test]
