@@ -379,6 +379,25 @@ mod tests {
         network.add(Phase::Verify, (0..5).map(event).collect());
         assert_eq!(network.egress.len(), cap);
         assert_eq!(network.egress_dropped, 5);
+        let mut small = crate::trial::record::NetworkRecord::default();
+        assert_eq!(small.summary(), "proxy in place, no attempts");
+        small.add(
+            Phase::Agent,
+            vec![
+                EgressEvent {
+                    host: "pypi.org".into(),
+                    port: 443,
+                    allowed: true,
+                    error: None,
+                },
+                event(80),
+                event(80),
+            ],
+        );
+        assert_eq!(
+            small.summary(),
+            "3 attempts · admitted: pypi.org:443 (agent) · refused: example.invalid:80 (agent) ×2"
+        );
         let json = serde_json::to_value(&network.egress[0]).expect("json");
         assert_eq!(
             json,
