@@ -211,7 +211,7 @@ impl ProxyHandle {
             .clone()
     }
 
-    /// Stop accepting (open tunnels end with their connections) and return the events.
+    /// Stop accepting, close every open connection and tunnel, and return the events.
     pub async fn shutdown(mut self) -> Vec<EgressEvent> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -234,14 +234,18 @@ pub fn serve_allowlist(
     let allowlist = Arc::new(allowlist);
     let task_events = events.clone();
     let task = tokio::spawn(async move {
+        // Open connections end with the proxy: nothing left behind by the phase (a background
+        // process holding a tunnel) keeps a way out once it is shut down.
+        let mut connections = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
                 _ = &mut stopped => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 accepted = listener.accept() => match accepted {
                     Ok((client, _)) => {
                         let allowlist = allowlist.clone();
                         let events = task_events.clone();
-                        tokio::spawn(async move {
+                        connections.spawn(async move {
                             if let Err(e) = handle(client, &allowlist, &events).await {
                                 tracing::debug!(error = %e, "allowlist proxy connection ended");
                             }
@@ -254,6 +258,7 @@ pub fn serve_allowlist(
                 }
             }
         }
+        connections.shutdown().await;
     });
     Ok(ProxyHandle {
         addr,
@@ -477,6 +482,35 @@ mod tests {
         assert!(Allowlist::parse(&["[::1"]).is_err());
         let all = Allowlist::parse(&["0.0.0.0/0"]).unwrap();
         assert!(all.admits("192.0.2.1", 1) && !all.admits("example.com", 443));
+    }
+
+    #[tokio::test]
+    async fn shutdown_closes_open_tunnels() {
+        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        // Accept and hold the tunnel's far end open.
+        let held = tokio::spawn(async move { upstream.accept().await.map(|(s, _)| s) });
+        let list = Allowlist::parse(&[format!("127.0.0.1:{port}")]).unwrap();
+        let proxy =
+            serve_allowlist(std::net::TcpListener::bind("127.0.0.1:0").unwrap(), list).unwrap();
+        let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+        client
+            .write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut head = [0u8; 39];
+        client.read_exact(&mut head).await.unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 200"));
+        let _far_end = held.await.unwrap().unwrap();
+        let events = proxy.shutdown().await;
+        assert_eq!(events.len(), 1);
+        assert!(events[0].allowed);
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut rest))
+            .await
+            .expect("the tunnel is closed, not left open")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "nothing more comes through a closed tunnel");
     }
 
     #[test]
