@@ -1391,7 +1391,7 @@ async fn the_allowlist_proxy_admits_listed_hosts_only_and_never_connects_elsewhe
     let mut rest = String::new();
     refused.read_to_string(&mut rest).await.unwrap();
 
-    // Listed host 80/443 only; a name that is not listed is refused before any lookup.
+    // A name that is not listed is refused before any lookup.
     let r = client
         .get("http://not-listed.invalid/")
         .send()

@@ -36,8 +36,66 @@ pub const DEFAULT_OUTCOME_PATH: &str = "/logs/agent/outcome.json";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Agent {
     pub name: String,
+    /// Overrides the task's agent-phase network (SPEC §3); recorded as a harness override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<AgentNetwork>,
+    /// With `network: allowlist` (implied when `network` is absent): the hosts the agent may
+    /// reach, in task.toml's `allowed_hosts` syntax.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
     #[serde(flatten)]
     pub kind: AgentKind,
+}
+
+/// An agent's `network:` override.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentNetwork {
+    None,
+    Host,
+    Bridge,
+    Allowlist,
+}
+
+impl AgentNetwork {
+    pub const NAMES: &str = "none, host, bridge or allowlist";
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentNetwork::None => "none",
+            AgentNetwork::Host => "host",
+            AgentNetwork::Bridge => "bridge",
+            AgentNetwork::Allowlist => "allowlist",
+        }
+    }
+
+    /// The task-level mode it stands for.
+    pub fn mode(self) -> crate::task::NetworkMode {
+        use crate::task::NetworkMode;
+        match self {
+            AgentNetwork::None => NetworkMode::NoNetwork,
+            AgentNetwork::Host => NetworkMode::Host,
+            AgentNetwork::Bridge => NetworkMode::Bridge,
+            AgentNetwork::Allowlist => NetworkMode::Allowlist,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentNetwork {
+    /// By hand, so a bad value names the field and the choices in one line.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        match raw.as_str() {
+            "none" | "no-network" => Ok(AgentNetwork::None),
+            "host" => Ok(AgentNetwork::Host),
+            "bridge" => Ok(AgentNetwork::Bridge),
+            "allowlist" => Ok(AgentNetwork::Allowlist),
+            _ => Err(serde::de::Error::custom(format!(
+                "network: unknown value {raw:?} (expected {})",
+                AgentNetwork::NAMES
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -308,6 +366,8 @@ impl Agent {
         };
         Some(Agent {
             name: name.to_string(),
+            network: None,
+            allowed_hosts: Vec::new(),
             kind,
         })
     }
@@ -632,6 +692,8 @@ mod tests {
         let task = crate::task::load(&dir).expect("task loads");
         let agent = Agent {
             name: "cmd".into(),
+            network: None,
+            allowed_hosts: Vec::new(),
             kind: AgentKind::Command(CommandAgent {
                 install: Some("true".into()),
                 install_timeout_sec: 60.0,

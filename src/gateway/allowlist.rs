@@ -7,14 +7,16 @@
 //! destination is fixed when it opens, so later bytes on it cannot reach another host.
 //! The container gets `HTTPS_PROXY`/`HTTP_PROXY` (and lower-case) pointing at it.
 //!
-//! An entry is `host` (ports 443 and 80), `host:port`, or `*.domain` (any subdomain of
-//! `domain`, not `domain` itself). Host names compare case-insensitively.
+//! An entry is a host name, `*.domain` (any subdomain of `domain`, not `domain` itself), an IP
+//! address or a CIDR range — each admitting every port, as Harbor's host-level entries do — or
+//! `host:port` (that port only). Host names compare case-insensitively; names are never
+//! resolved to be checked, so IP and CIDR entries admit destinations written as addresses.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -37,11 +39,16 @@ enum HostPattern {
     Exact(String),
     /// `*.domain`: stored as `.domain`.
     Suffix(String),
+    /// An IP address: matches destinations written as that address.
+    Ip(IpAddr),
+    /// `address/prefix`: matches destinations written as an address in the range.
+    Cidr(IpAddr, u8),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     host: HostPattern,
+    /// `None`: any port.
     port: Option<u16>,
 }
 
@@ -51,36 +58,83 @@ pub struct Allowlist {
     entries: Vec<Entry>,
 }
 
+fn in_range(address: IpAddr, net: IpAddr, prefix: u8) -> bool {
+    match (address, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) if prefix <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) if prefix <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}
+
 impl Allowlist {
+    /// Parse `allowed_hosts` entries: a host name, `*.domain`, an IP address or a CIDR range
+    /// (each admitting every port), or `host:port` / `[v6]:port` (that port only).
     pub fn parse<S: AsRef<str>>(hosts: &[S]) -> Result<Allowlist, AllowlistError> {
         let mut entries = Vec::new();
         for (index, raw) in hosts.iter().enumerate() {
             let raw = raw.as_ref().trim();
             let bad = |message: String| AllowlistError { index, message };
-            let (host, port) = match raw.rsplit_once(':') {
-                Some((h, p)) if !h.contains(':') => {
-                    let port: u16 = p
-                        .parse()
-                        .ok()
-                        .filter(|&p| p != 0)
-                        .ok_or_else(|| bad(format!("{p:?} is not a port")))?;
-                    (h, Some(port))
+            let shape = || bad(format!("{raw:?} is not a host name, host:port or *.domain"));
+            let lower = raw.to_ascii_lowercase();
+            let lower = lower.trim_end_matches('.');
+            if let Some((address, prefix)) = lower.split_once('/') {
+                let address: IpAddr = address.parse().map_err(|_| shape())?;
+                let prefix: u8 = prefix.parse().map_err(|_| shape())?;
+                let max = if address.is_ipv4() { 32 } else { 128 };
+                if prefix > max {
+                    return Err(shape());
                 }
-                _ => (raw, None),
+                entries.push(Entry {
+                    host: HostPattern::Cidr(address, prefix),
+                    port: None,
+                });
+                continue;
+            }
+            if let Ok(address) = lower.parse::<IpAddr>() {
+                entries.push(Entry {
+                    host: HostPattern::Ip(address),
+                    port: None,
+                });
+                continue;
+            }
+            let port_of = |p: &str| {
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|&p| p != 0)
+                    .ok_or_else(|| bad(format!("{p:?} is not a port")))
             };
-            let host = host.to_ascii_lowercase();
+            let (host, port) = if let Some(rest) = lower.strip_prefix('[') {
+                let (h, after) = rest.split_once(']').ok_or_else(shape)?;
+                let port = match after.strip_prefix(':') {
+                    Some(p) => Some(port_of(p)?),
+                    None if after.is_empty() => None,
+                    None => return Err(shape()),
+                };
+                (h, port)
+            } else {
+                match lower.rsplit_once(':') {
+                    Some((h, p)) if !h.contains(':') => (h, Some(port_of(p)?)),
+                    _ => (lower, None),
+                }
+            };
             let valid_name = |s: &str| {
                 !s.is_empty()
                     && s.chars()
                         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
             };
-            let pattern = match host.strip_prefix("*.") {
-                Some(domain) if valid_name(domain) => HostPattern::Suffix(format!(".{domain}")),
-                None if valid_name(&host) => HostPattern::Exact(host),
-                _ => {
-                    return Err(bad(format!(
-                        "{raw:?} is not a host name, host:port or *.domain"
-                    )));
+            let pattern = if let Ok(address) = host.parse::<IpAddr>() {
+                HostPattern::Ip(address)
+            } else {
+                match host.strip_prefix("*.") {
+                    Some(domain) if valid_name(domain) => HostPattern::Suffix(format!(".{domain}")),
+                    None if valid_name(host) => HostPattern::Exact(host.to_string()),
+                    _ => return Err(shape()),
                 }
             };
             entries.push(Entry {
@@ -91,31 +145,51 @@ impl Allowlist {
         Ok(Allowlist { entries })
     }
 
-    /// Whether `host:port` may be reached.
+    /// Whether `host:port` may be reached. Decided on the text alone: a name is never
+    /// resolved to be checked, so IP and CIDR entries admit only destinations written as
+    /// addresses.
     pub fn admits(&self, host: &str, port: u16) -> bool {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let address = host.parse::<IpAddr>().ok();
         self.entries.iter().any(|e| {
-            let port_ok = match e.port {
-                Some(p) => p == port,
-                None => port == 443 || port == 80,
-            };
-            let host_ok = match &e.host {
-                HostPattern::Exact(h) => *h == host,
-                HostPattern::Suffix(s) => host.ends_with(s.as_str()),
+            let port_ok = e.port.is_none_or(|p| p == port);
+            let host_ok = match (&e.host, address) {
+                (HostPattern::Exact(h), None) => *h == host,
+                (HostPattern::Suffix(s), None) => host.ends_with(s.as_str()),
+                (HostPattern::Ip(ip), Some(a)) => *ip == a,
+                (HostPattern::Cidr(net, prefix), Some(a)) => in_range(a, *net, *prefix),
+                _ => false,
             };
             port_ok && host_ok
         })
     }
 }
 
+/// Container port of the egress proxy on a container's own loopback.
+pub const PROXY_PORT: u16 = 3128;
+
+/// The env that points a container's HTTP clients at the proxy on `port` of its loopback
+/// (its own loopback — the model gateway — is reached directly).
+pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut env: Vec<(String, String)> = ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"]
+        .iter()
+        .map(|k| (k.to_string(), url.clone()))
+        .collect();
+    for key in ["NO_PROXY", "no_proxy"] {
+        env.push((key.to_string(), "127.0.0.1,localhost".to_string()));
+    }
+    env
+}
+
 /// One connection attempt through the proxy, for the trial record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EgressEvent {
     pub host: String,
     pub port: u16,
     pub allowed: bool,
     /// Set when an admitted destination could not be reached.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -137,7 +211,7 @@ impl ProxyHandle {
             .clone()
     }
 
-    /// Stop accepting (open tunnels end with their connections) and return the events.
+    /// Stop accepting, close every open connection and tunnel, and return the events.
     pub async fn shutdown(mut self) -> Vec<EgressEvent> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -160,14 +234,18 @@ pub fn serve_allowlist(
     let allowlist = Arc::new(allowlist);
     let task_events = events.clone();
     let task = tokio::spawn(async move {
+        // Open connections end with the proxy: nothing left behind by the phase (a background
+        // process holding a tunnel) keeps a way out once it is shut down.
+        let mut connections = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
                 _ = &mut stopped => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 accepted = listener.accept() => match accepted {
                     Ok((client, _)) => {
                         let allowlist = allowlist.clone();
                         let events = task_events.clone();
-                        tokio::spawn(async move {
+                        connections.spawn(async move {
                             if let Err(e) = handle(client, &allowlist, &events).await {
                                 tracing::debug!(error = %e, "allowlist proxy connection ended");
                             }
@@ -180,6 +258,7 @@ pub fn serve_allowlist(
                 }
             }
         }
+        connections.shutdown().await;
     });
     Ok(ProxyHandle {
         addr,
@@ -350,7 +429,10 @@ mod tests {
             Allowlist::parse(&["PyPI.org", "*.githubusercontent.com", "localhost:8080"]).unwrap();
         assert!(a.admits("pypi.org", 443));
         assert!(a.admits("PYPI.ORG.", 80));
-        assert!(!a.admits("pypi.org", 22));
+        assert!(
+            a.admits("pypi.org", 22),
+            "a host without a port: every port"
+        );
         assert!(!a.admits("evilpypi.org", 443));
         assert!(!a.admits("pypi.org.evil.com", 443));
         assert!(a.admits("raw.githubusercontent.com", 443));
@@ -368,6 +450,67 @@ mod tests {
             "allowed_hosts[0]: \"0\" is not a port"
         );
         assert!(Allowlist::parse(&["*."]).is_err());
+    }
+
+    #[test]
+    fn addresses_and_ranges_match_addresses_only() {
+        let a = Allowlist::parse(&[
+            "203.0.113.7",
+            "198.51.100.0/24",
+            "2001:DB8::1",
+            "[2001:db8::2]:8443",
+            "127.0.0.1:8080",
+        ])
+        .unwrap();
+        assert!(a.admits("203.0.113.7", 22));
+        assert!(a.admits("198.51.100.200", 443));
+        assert!(!a.admits("198.51.101.1", 443));
+        assert!(a.admits("2001:db8::1", 443), "canonical form compared");
+        assert!(a.admits("2001:0db8:0:0::1", 443));
+        assert!(a.admits("2001:db8::2", 8443));
+        assert!(!a.admits("2001:db8::2", 443));
+        assert!(a.admits("127.0.0.1", 8080));
+        assert!(!a.admits("127.0.0.1", 8081));
+        // A name is never resolved to be checked against addresses.
+        assert!(!a.admits("localhost", 8080));
+        assert!(
+            !Allowlist::parse(&["localhost"])
+                .unwrap()
+                .admits("127.0.0.1", 80)
+        );
+        assert!(Allowlist::parse(&["10.0.0.0/33"]).is_err());
+        assert!(Allowlist::parse(&["[::1"]).is_err());
+        let all = Allowlist::parse(&["0.0.0.0/0"]).unwrap();
+        assert!(all.admits("192.0.2.1", 1) && !all.admits("example.com", 443));
+    }
+
+    #[tokio::test]
+    async fn shutdown_closes_open_tunnels() {
+        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        // Accept and hold the tunnel's far end open.
+        let held = tokio::spawn(async move { upstream.accept().await.map(|(s, _)| s) });
+        let list = Allowlist::parse(&[format!("127.0.0.1:{port}")]).unwrap();
+        let proxy =
+            serve_allowlist(std::net::TcpListener::bind("127.0.0.1:0").unwrap(), list).unwrap();
+        let mut client = TcpStream::connect(proxy.addr).await.unwrap();
+        client
+            .write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut head = [0u8; 39];
+        client.read_exact(&mut head).await.unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 200"));
+        let _far_end = held.await.unwrap().unwrap();
+        let events = proxy.shutdown().await;
+        assert_eq!(events.len(), 1);
+        assert!(events[0].allowed);
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut rest))
+            .await
+            .expect("the tunnel is closed, not left open")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "nothing more comes through a closed tunnel");
     }
 
     #[test]

@@ -25,7 +25,9 @@ pub mod scripted;
 pub mod server;
 pub mod usage;
 
-pub use allowlist::{Allowlist, AllowlistError, EgressEvent, ProxyHandle, serve_allowlist};
+pub use allowlist::{
+    Allowlist, AllowlistError, EgressEvent, PROXY_PORT, ProxyHandle, proxy_env, serve_allowlist,
+};
 pub use config::{
     AgentModel, Budget, ConfigError, ModelConfig, Price, ProviderApi, ResolvedModel, RetryConfig,
     validate_agent_model, validate_models,

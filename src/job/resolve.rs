@@ -640,6 +640,7 @@ fn resolve_agents(
                 ),
             ));
         }
+        check_network(&mut agent, config_name, i)?;
         if let AgentKind::Command(cmd) = &agent.kind {
             check_not_redacted(&cmd.env, config_name, &format!("agents[{i}]"))?;
             if cmd.run.is_empty() {
@@ -717,6 +718,46 @@ fn resolve_agents(
         }
     }
     Ok(chosen)
+}
+
+/// An agent's `network:` override and its `allowed_hosts` (task.toml's rules: hosts without a
+/// `network` mean `allowlist`; entries are checked and normalized like the task's).
+fn check_network(agent: &mut Agent, config_name: &str, i: usize) -> Result<(), ConfigError> {
+    use crate::agent::AgentNetwork;
+    if agent.allowed_hosts.is_empty() {
+        if agent.network == Some(AgentNetwork::Allowlist) {
+            return Err(field(
+                config_name,
+                format!("agents[{i}].allowed_hosts"),
+                "required with network: allowlist (the hosts the agent may reach)",
+            ));
+        }
+        return Ok(());
+    }
+    match agent.network {
+        None => agent.network = Some(AgentNetwork::Allowlist),
+        Some(AgentNetwork::Allowlist) => {}
+        Some(other) => {
+            return Err(field(
+                config_name,
+                format!("agents[{i}].allowed_hosts"),
+                format!(
+                    "only used with network: allowlist (network is {:?})",
+                    other.as_str()
+                ),
+            ));
+        }
+    }
+    let mut hosts: Vec<String> = Vec::new();
+    for (j, raw) in agent.allowed_hosts.iter().enumerate() {
+        let host = crate::task::check_host(raw)
+            .map_err(|why| field(config_name, format!("agents[{i}].allowed_hosts[{j}]"), why))?;
+        if !hosts.contains(&host) {
+            hosts.push(host);
+        }
+    }
+    agent.allowed_hosts = hosts;
+    Ok(())
 }
 
 /// An agent's `model:` names a `models:` entry and its `budget:` is sound; a `budget:` needs a

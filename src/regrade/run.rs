@@ -554,6 +554,7 @@ async fn regrade_one<S: Sandbox>(
     for run in 1..=shared.repeat {
         let dir = out.join(run.to_string());
         std::fs::create_dir_all(dir.join("verifier")).map_err(io(&dir))?;
+        let egress_events = std::sync::Mutex::new(Vec::new());
         let input = VerifyInput {
             task,
             dir: &dir,
@@ -563,6 +564,13 @@ async fn regrade_one<S: Sandbox>(
             timeout_multiplier: settings.verifier_timeout_multiplier,
             log_cap_bytes: settings.log_cap_bytes,
             grace: settings.kill_grace,
+            // The attempts through its proxy are not kept: only the trial's own run records them.
+            egress: (task.verifier.network == crate::task::NetworkMode::Allowlist).then(|| {
+                crate::verifier::VerifierEgress {
+                    hosts: &task.verifier.allowed_hosts,
+                    events: &egress_events,
+                }
+            }),
         };
         let result: Result<VerifierOutcome, TrialError> = async {
             let spec = ContainerSpec {

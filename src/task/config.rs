@@ -26,6 +26,7 @@ use toml::Value;
 mod completion;
 mod environment;
 mod network;
+pub(crate) use network::check_host;
 mod steps;
 
 pub(crate) use steps::StepConfig;

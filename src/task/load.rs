@@ -204,20 +204,6 @@ pub fn load(dir: &Path) -> Result<Task> {
             ));
         }
     }
-    for (phase, network) in [("agent", agent_network), ("verifier", verifier.network)]
-        .into_iter()
-        .chain(steps.iter().map(|s| ("agent", s.network)))
-    {
-        if network == NetworkMode::Allowlist {
-            warnings.push(ctx.warning(
-                "network_mode",
-                format!(
-                    "allowlist networking: the {phase} phase runs without network until arbiter's egress proxy (SPEC §11) is in place"
-                ),
-            ));
-            break;
-        }
-    }
     let mut environment = cfg
         .environment
         .into_spec(source, agent_network, agent_hosts);

@@ -40,6 +40,7 @@ pub use compose::{
     Build, COMPOSE_FILES, Compose, Dependency, DependsCondition, HealthTest, MAIN_SERVICE, Service,
     ServiceHealthcheck,
 };
+pub(crate) use config::check_host;
 pub use dataset::expand_task_dirs;
 pub use dockerfile::dockerfile_base_images;
 pub use error::{TaskError, TaskErrorKind};

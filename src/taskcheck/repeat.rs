@@ -145,6 +145,7 @@ pub async fn reverify<S: Sandbox>(
         extra: settings.labels.clone(),
     });
     let env = &task.environment;
+    let egress_events = std::sync::Mutex::new(Vec::new());
     let input = VerifyInput {
         task,
         dir,
@@ -159,6 +160,13 @@ pub async fn reverify<S: Sandbox>(
         timeout_multiplier: settings.timeout_multiplier,
         log_cap_bytes: settings.log_cap_bytes,
         grace: settings.grace,
+        // The attempts through its proxy are not kept: only the trial's own run records them.
+        egress: (task.verifier.network == crate::task::NetworkMode::Allowlist).then(|| {
+            crate::verifier::VerifierEgress {
+                hosts: &task.verifier.allowed_hosts,
+                events: &egress_events,
+            }
+        }),
     };
     let result = verifier::verify(&*sb, &scope, &input, &Target::Frozen(frozen.clone())).await;
     if let Err(message) = scope.cleanup(&*sb, result.is_err()).await {

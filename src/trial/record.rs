@@ -172,8 +172,86 @@ pub struct TrialRecord {
     /// absent). `verifier` then holds the task's reward per `multi_step_reward_strategy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
+    /// What went through the egress allowlist proxy (`network_mode = "allowlist"`), when a
+    /// phase of the trial had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkRecord>,
     pub started_at: String,
     pub finished_at: String,
+}
+
+/// The connections the trial's phases tried through the egress allowlist proxy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkRecord {
+    /// Each attempt, in order, up to [`EGRESS_CAP`].
+    pub egress: Vec<EgressAttempt>,
+    /// Attempts past the cap, counted but not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_dropped: u64,
+}
+
+/// At most this many egress attempts are listed in a record.
+pub const EGRESS_CAP: usize = 200;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One connection attempt through the proxy, and the phase that made it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EgressAttempt {
+    /// `agent` or `verify`.
+    pub phase: Phase,
+    #[serde(flatten)]
+    pub event: crate::gateway::EgressEvent,
+}
+
+impl NetworkRecord {
+    /// One line for a report (the trial page can show it as an "egress" row:
+    /// `serde_json::from_value::<NetworkRecord>(rec["network"].clone())?.summary()`):
+    /// `3 attempts · admitted: 127.0.0.1:8080 (agent) · refused: example.invalid:80 (agent) ×2`.
+    pub fn summary(&self) -> String {
+        let total = self.egress.len() as u64 + self.egress_dropped;
+        if total == 0 {
+            return "proxy in place, no attempts".to_string();
+        }
+        let mut out = format!("{total} attempt{}", if total == 1 { "" } else { "s" });
+        for (label, allowed) in [("admitted", true), ("refused", false)] {
+            let mut seen: Vec<(String, usize)> = Vec::new();
+            for a in self.egress.iter().filter(|a| a.event.allowed == allowed) {
+                let mut key = format!("{}:{} ({})", a.event.host, a.event.port, a.phase);
+                if let Some(e) = &a.event.error {
+                    key.push_str(&format!(" unreachable: {e}"));
+                }
+                match seen.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, n)) => *n += 1,
+                    None => seen.push((key, 1)),
+                }
+            }
+            if !seen.is_empty() {
+                let items: Vec<String> = seen
+                    .into_iter()
+                    .map(|(k, n)| if n > 1 { format!("{k} ×{n}") } else { k })
+                    .collect();
+                out.push_str(&format!(" · {label}: {}", items.join(", ")));
+            }
+        }
+        if self.egress_dropped > 0 {
+            out.push_str(&format!(" · {} not listed", self.egress_dropped));
+        }
+        out
+    }
+
+    /// Append `phase`'s attempts, listing up to the cap and counting the rest.
+    pub fn add(&mut self, phase: Phase, events: Vec<crate::gateway::EgressEvent>) {
+        for event in events {
+            if self.egress.len() < EGRESS_CAP {
+                self.egress.push(EgressAttempt { phase, event });
+            } else {
+                self.egress_dropped += 1;
+            }
+        }
+    }
 }
 
 /// One Harbor step of a multi-step trial.

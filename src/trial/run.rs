@@ -57,16 +57,27 @@ pub async fn run<S: Sandbox>(
     let mut rec = initial_record(plan);
     let mut secrets = plan.settings.model_secrets.clone();
     let mut token = None;
+    let mut egress = phases::egress::Proxies::default();
     let result = match phases::environment::register_model(plan) {
         Ok(t) => {
             token = t;
             if let Some(t) = &token {
                 secrets.push(t.as_str().to_string());
             }
-            phases(&ctx, &mut rec, &mut secrets, &mut token, on_phase).await
+            phases(
+                &ctx,
+                &mut rec,
+                &mut secrets,
+                &mut token,
+                &mut egress,
+                on_phase,
+            )
+            .await
         }
         Err(failure) => Err(failure),
     };
+    // A trial that failed before its agent phase ended still holds its proxy: stop it.
+    egress.finish(&mut rec).await;
     // A trial that ended before its agent phase did still holds its token: end it.
     if let (Some(t), Some(gateway)) = (token.take(), &plan.settings.gateway) {
         match gateway.finish_trial(&t).await {
@@ -104,6 +115,7 @@ async fn phases<S: Sandbox>(
     rec: &mut TrialRecord,
     secrets: &mut Vec<String>,
     token: &mut Option<crate::gateway::TrialToken>,
+    egress: &mut phases::egress::Proxies,
     on_phase: &(dyn Fn(Phase) + Send + Sync),
 ) -> Result<Option<CompletionRecord>, Infra> {
     let trial = ctx.plan;
@@ -125,7 +137,8 @@ async fn phases<S: Sandbox>(
 
     on_phase(Phase::Environment);
     let started = Instant::now();
-    let env = phases::environment::run(ctx, token.as_ref()).await?;
+    let mut env = phases::environment::run(ctx, token.as_ref()).await?;
+    egress.agent = env.egress.take();
     rec.image = Some(env.image.to_string());
     rec.harness_overrides = env.agent.harness_overrides.clone();
     secrets.extend(env.agent.secrets.iter().cloned());
@@ -145,7 +158,7 @@ async fn phases<S: Sandbox>(
     let (done, steps) = if views.is_empty() {
         (phases::agent::run(ctx, &env).await?, None)
     } else {
-        let run = phases::steps::run(ctx, trial, &views, &env).await?;
+        let run = phases::steps::run(ctx, trial, &views, &env, &egress.verifier).await?;
         rec.steps = run.records.clone();
         (run.done.clone(), Some(run))
     };
@@ -158,6 +171,10 @@ async fn phases<S: Sandbox>(
     rec.output = done.output.clone();
     rec.agent_deadline_epoch = done.deadline_epoch;
     time(rec, Phase::Agent, started);
+    // The agent's way out ends with its run.
+    if let Some(proxy) = egress.agent.take() {
+        proxy.finish(rec, Phase::Agent).await;
+    }
     // The agent's model calls end with its run: the token is refused from here on.
     if let (Some(t), Some(gateway)) = (token.take(), &settings.gateway) {
         let usage = gateway
@@ -242,6 +259,7 @@ async fn phases<S: Sandbox>(
         timeout_multiplier: settings.verifier_timeout_multiplier,
         log_cap_bytes: settings.log_cap_bytes,
         grace: settings.kill_grace,
+        egress: egress.for_verifier(task),
     };
     let has_validation = task
         .completion
@@ -417,7 +435,7 @@ pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
             cpus: env.cpus,
             memory_mb: env.memory_mb,
             pids_limit: env.pids_limit,
-            network: env.network,
+            network: phases::egress::agent_network(plan).0,
             storage_mb: env.storage_mb,
             storage_enforced: false,
             storage_limit_mb: env.storage_mb.unwrap_or(DEFAULT_STORAGE_LIMIT_MB),
@@ -439,6 +457,7 @@ pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
         verifier_history: Vec::new(),
         regrade: None,
         steps: Vec::new(),
+        network: None,
         started_at: now_rfc3339(),
         finished_at: String::new(),
     }

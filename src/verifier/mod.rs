@@ -20,7 +20,7 @@ mod validation;
 
 pub(crate) use clean::{at_or_under, delete_paths, left_out, prepare as prepare_clean};
 pub use outcome::{VerifierOutcome, VerifierStatus, judge};
-pub(crate) use phase::{Target, VerifyError, VerifyInput, verify};
+pub(crate) use phase::{Target, VerifierEgress, VerifyError, VerifyInput, verify};
 pub use reward::{Reward, RewardError, parse_reward, primary_value};
 pub(crate) use separate::{artifact_paths, prepare as prepare_separate};
 pub(crate) use validation::validate;

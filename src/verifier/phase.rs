@@ -40,6 +40,15 @@ pub(crate) struct VerifyInput<'a> {
     pub timeout_multiplier: f64,
     pub log_cap_bytes: u64,
     pub grace: Duration,
+    /// `[verifier] network_mode = "allowlist"`: the egress proxy served on the verifier's
+    /// container while its tests run (`None`: no proxy).
+    pub egress: Option<VerifierEgress<'a>>,
+}
+
+/// The verifier's `allowed_hosts`, and where the attempts through its proxy are left.
+pub(crate) struct VerifierEgress<'a> {
+    pub hosts: &'a [String],
+    pub events: &'a std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
 }
 
 /// A failure of the harness or engine while verifying (never the agent's doing).
@@ -49,6 +58,8 @@ pub(crate) enum VerifyError {
     Sandbox(#[from] SandboxError),
     #[error(transparent)]
     Env(#[from] EnvError),
+    #[error("{0}")]
+    Egress(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -171,7 +182,31 @@ pub(crate) async fn verify<S: Sandbox>(
     );
     // Harbor's `[environment] env` under `[verifier] env` (harbor-run, issue 13).
     spec.env = resolve_env(&task.verifier_exec_env())?;
-    let out = sb.exec(&id, &spec).await?;
+    let proxy = match &input.egress {
+        Some(egress) => {
+            // In the agent's own container (`live`) the agent's proxy may still hold the port.
+            let port = match target {
+                Target::Live(_) => 0,
+                _ => crate::gateway::PROXY_PORT,
+            };
+            let handle = serve_egress(sb, &id, egress.hosts, port).await?;
+            let proxy_env = crate::gateway::proxy_env(handle.addr.port());
+            spec.env
+                .retain(|(k, _)| !proxy_env.iter().any(|(p, _)| p == k));
+            spec.env.extend(proxy_env);
+            Some((handle, egress.events))
+        }
+        None => None,
+    };
+    let out = sb.exec(&id, &spec).await;
+    if let Some((handle, events)) = proxy {
+        let seen = handle.shutdown().await;
+        events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(seen);
+    }
+    let out = out?;
     if out.end == ExecEnd::TimedOut {
         return Ok(VerifierOutcome::error(
             mode,
@@ -222,6 +257,25 @@ pub(crate) async fn verify<S: Sandbox>(
         out.end.exit_code(),
         input.pass_threshold,
     ))
+}
+
+/// The egress allowlist proxy for `hosts` on the verifier container's own loopback.
+async fn serve_egress<S: Sandbox>(
+    sb: &S,
+    id: &ContainerId,
+    hosts: &[String],
+    port: u16,
+) -> Result<crate::gateway::ProxyHandle, VerifyError> {
+    let allowlist =
+        crate::gateway::Allowlist::parse(hosts).map_err(|e| VerifyError::Egress(e.to_string()))?;
+    let listener = sb.loopback_listener(id, port).await.map_err(|e| match e {
+        SandboxError::Cancelled => VerifyError::Sandbox(e),
+        e => VerifyError::Egress(format!(
+            "cannot serve the egress allowlist proxy in the verifier's container: {e}"
+        )),
+    })?;
+    crate::gateway::serve_allowlist(listener, allowlist)
+        .map_err(|e| VerifyError::Egress(format!("egress allowlist proxy: {e}")))
 }
 
 /// The engine refused to create a container because the working dir in the agent's

@@ -80,6 +80,8 @@ impl Agent {
         };
         Some(Agent {
             name: name.to_string(),
+            network: None,
+            allowed_hosts: Vec::new(),
             kind: match kind {
                 PresetKind::ClaudeCode => AgentKind::ClaudeCode(config),
                 PresetKind::Codex => AgentKind::Codex(config),

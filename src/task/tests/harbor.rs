@@ -276,7 +276,6 @@ fn harbor_keys_are_parsed_into_the_model() {
         vec![
             "tasks/foo/task.toml:agent.network_mode: \"allowlist\" with no allowed_hosts: no host is reachable",
             "tasks/foo/task.toml:environment.gpu_types: has no effect with gpus = 0 (no GPU is requested)",
-            "tasks/foo/task.toml:network_mode: allowlist networking: the agent phase runs without network until arbiter's egress proxy (SPEC §11) is in place",
         ]
     );
 }

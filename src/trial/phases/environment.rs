@@ -11,6 +11,7 @@ use crate::sandbox::{
 
 use super::super::control;
 use super::{Ctx, Infra, infra, sandbox_network};
+use crate::task::NetworkMode;
 use crate::trial::plan::Phase;
 use crate::trial::record::{ArtifactEntry, ArtifactStatus};
 
@@ -23,6 +24,9 @@ pub(crate) struct EnvReady {
     pub control_dir: Option<PathBuf>,
     /// The compose sidecars, running in the agent container's network namespace.
     pub sidecars: super::sidecars::Sidecars,
+    /// The egress allowlist proxy of the agent's container (`network_mode = "allowlist"`):
+    /// the caller takes it and finishes it when the agent phase ends.
+    pub egress: Option<super::egress::Egress>,
 }
 
 /// Host path of a trial's control root (removed by the trial's cleanup on every path).
@@ -125,6 +129,10 @@ pub(crate) async fn run<S: Sandbox>(
             .env
             .extend(wired_env.into_iter().map(|(k, v)| (k.to_string(), v)));
     }
+    let (network, allowed_hosts) = super::egress::agent_network(plan);
+    agent
+        .harness_overrides
+        .extend(super::egress::network_overrides(plan));
     let settings = &plan.settings;
     if let Some(run) = agent.run.as_mut() {
         run.argv.extend(plan.args.iter().cloned());
@@ -164,7 +172,7 @@ pub(crate) async fn run<S: Sandbox>(
         owner: ctx.scope.owner(Role::Agent),
         env,
         limits: ctx.limits(),
-        network: sandbox_network(task.environment.network),
+        network: sandbox_network(network),
         workdir: task.environment.workdir.clone(),
         mounts,
         // Harbor: the image's ENTRYPOINT runs, with the keep-alive as its arguments.
@@ -229,6 +237,22 @@ pub(crate) async fn run<S: Sandbox>(
             }
         }
     }
+    // After the gateway's port rewrite: the proxy's own URL names its port already.
+    let egress = match network {
+        NetworkMode::Allowlist => {
+            let egress = super::egress::start(
+                ctx.sb,
+                &container,
+                &allowed_hosts,
+                Phase::Environment,
+                "the agent's container",
+            )
+            .await?;
+            super::egress::set_env(&mut agent.env, egress.env());
+            Some(egress)
+        }
+        _ => None,
+    };
     let base = files_to_tar(&[
         TarEntry {
             path: "arbiter/",
@@ -273,6 +297,7 @@ pub(crate) async fn run<S: Sandbox>(
         agent,
         control_dir,
         sidecars,
+        egress,
     })
 }
 

@@ -7,6 +7,7 @@
 pub(crate) mod agent;
 pub(crate) mod changes;
 pub(crate) mod collect;
+pub(crate) mod egress;
 pub(crate) mod environment;
 pub(crate) mod sidecars;
 pub(crate) mod steps;
@@ -123,7 +124,7 @@ pub(crate) fn sandbox_network(mode: NetworkMode) -> Network {
         NetworkMode::NoNetwork => Network::None,
         NetworkMode::Host => Network::Host,
         NetworkMode::Bridge => Network::Bridge,
-        // No egress proxy yet (the loader warns): never more network than the task asked for.
+        // No network but the egress allowlist proxy on the container's loopback (`egress`).
         NetworkMode::Allowlist => Network::None,
     }
 }

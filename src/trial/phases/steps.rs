@@ -148,6 +148,7 @@ pub(crate) async fn run<S: Sandbox>(
     trial: &TrialPlan,
     views: &[TrialPlan],
     env: &EnvReady,
+    verifier_egress: &std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
 ) -> Result<StepsRun, Infra> {
     let mut records: Vec<StepRecord> = Vec::new();
     let mut previous: Option<(AgentDone, usize, Instant)> = None;
@@ -228,7 +229,7 @@ pub(crate) async fn run<S: Sandbox>(
         let settings = &ctx.plan.settings;
         let termination =
             done.termination(None, settings.kill_grace, view.task.environment.memory_mb);
-        let verifier = verify_step(&sctx, &env_k.container, &step_dir).await?;
+        let verifier = verify_step(&sctx, &env_k.container, &step_dir, verifier_egress).await?;
         let artifacts = step_artifacts(&sctx, &env_k.container, &step_dir).await?;
         let stopped = gate(step, &verifier);
         records.push(step_record(
@@ -424,6 +425,8 @@ fn next_env(first: &TrialPlan, view: &TrialPlan, env: &EnvReady) -> Result<EnvRe
         agent,
         control_dir: env.control_dir.clone(),
         sidecars: env.sidecars.clone(),
+        // The first step's proxy serves every step: the trial holds it.
+        egress: None,
     })
 }
 
@@ -631,6 +634,7 @@ async fn verify_step<S: Sandbox>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     step_dir: &Path,
+    egress: &std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
 ) -> Result<VerifierOutcome, Infra> {
     let task = &ctx.plan.task;
     let settings = &ctx.plan.settings;
@@ -643,6 +647,12 @@ async fn verify_step<S: Sandbox>(
         timeout_multiplier: settings.verifier_timeout_multiplier,
         log_cap_bytes: settings.log_cap_bytes,
         grace: settings.kill_grace,
+        egress: (task.verifier.network == crate::task::NetworkMode::Allowlist).then(|| {
+            crate::verifier::VerifierEgress {
+                hosts: &task.verifier.allowed_hosts,
+                events: egress,
+            }
+        }),
     };
     let before = ctx.scope.held();
     let target = if task.verifier.mode == VerifierMode::Live {
