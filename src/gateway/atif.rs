@@ -1,0 +1,1256 @@
+//! ATIF export of the gateway's ledger: `agent/model-calls.jsonl` → `agent/trajectory.atif.json`.
+//!
+//! The Agent Trajectory Interchange Format is Harbor's (RFC 0001; schema `ATIF-v1.7`, as JSON
+//! Schema in docs/atif.schema.json). [`trajectory`] is pure: ledger lines in, an ATIF JSON value
+//! out. It reads what the gateway saw, so every fact in it was measured by the harness, not
+//! reported by the agent:
+//!
+//! - a `system` step for the system prompt (again whenever a call's system prompt changes);
+//! - a `user` step for each user message new in a call's request — "new" meaning after the
+//!   last assistant turn the request replays, since agents resend their history;
+//! - an `agent` step per call: the reply's text, reasoning and tool calls (streams reassembled
+//!   from their events), the call's tokens and cost as `metrics`, its ledger facts in `extra`;
+//! - tool results (found in a later request, in each protocol's own shape) as the
+//!   `observation` of the agent step that made the call, as ATIF requires; a result whose call
+//!   is not in the trajectory goes to a `system` step with `source_call_id: null`;
+//! - `final_metrics` summed over the calls the way the record's `usage` is.
+//!
+//! Bodies are kept in the ledger up to 64 KiB: a request cut there cannot be read (its new
+//! messages are missing from the trajectory), a cut stream is reassembled as far as it goes;
+//! either is marked in the step's `extra` and counted in `notes`. Token counts never depend on
+//! bodies (they come from the ledger's own fields), so the totals stay exact.
+//!
+//! [`export_trial`] is the one call the trial makes after the gateway has closed the ledger.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use super::ledger::{BODY_CAP, CallOutcome, CallRecord, LEDGER_SCHEMA};
+use super::usage::Protocol;
+
+/// The ATIF version written.
+pub const ATIF_SCHEMA_VERSION: &str = "ATIF-v1.7";
+/// The export, under the trial's `agent/`.
+pub const TRAJECTORY_FILE: &str = "trajectory.atif.json";
+/// The ledger it is built from, under the trial's `agent/`.
+pub const LEDGER_FILE: &str = "model-calls.jsonl";
+
+/// A failure reading the ledger or writing the export.
+#[derive(Debug, thiserror::Error)]
+pub enum AtifError {
+    #[error("cannot read the model-call ledger {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot write the ATIF trajectory {path}: {message}")]
+    Write { path: String, message: String },
+}
+
+/// The ATIF `agent` object: who the trajectory is of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AtifAgent {
+    /// The agent's name in the job.
+    pub name: String,
+    /// The preset's version, or `unknown` for a `command` agent.
+    pub version: String,
+    /// The agent kind (`command`, `claude-code`, …).
+    pub kind: String,
+}
+
+impl AtifAgent {
+    pub fn of(agent: &crate::agent::Agent) -> Self {
+        use crate::agent::AgentKind;
+        let kind = match &agent.kind {
+            AgentKind::Oracle => "oracle".to_string(),
+            AgentKind::Nop => "nop".to_string(),
+            AgentKind::Command(_) => "command".to_string(),
+            AgentKind::Aworld(_) => "aworld".to_string(),
+            other => other
+                .preset()
+                .map(|(k, _)| k.name().to_string())
+                .unwrap_or_else(|| "unknown".to_string()),
+        };
+        let version = agent
+            .kind
+            .preset()
+            .map(|(k, p)| p.version_or_pinned(k).to_string())
+            .unwrap_or_else(|| "unknown".to_string());
+        AtifAgent {
+            name: agent.name.clone(),
+            version,
+            kind,
+        }
+    }
+}
+
+/// Write `agent_dir/trajectory.atif.json` from `agent_dir/model-calls.jsonl`, atomically.
+/// Nothing is written (and `Ok(None)` returned) when the ledger is absent or has no call.
+pub fn export(
+    agent_dir: &Path,
+    session_id: &str,
+    agent: &AtifAgent,
+) -> Result<Option<PathBuf>, AtifError> {
+    let ledger = agent_dir.join(LEDGER_FILE);
+    let Some((calls, unreadable)) = read_ledger(&ledger)? else {
+        return Ok(None);
+    };
+    let Some(value) = trajectory(&calls, unreadable, session_id, agent) else {
+        return Ok(None);
+    };
+    let path = agent_dir.join(TRAJECTORY_FILE);
+    let write_err = |message: String| AtifError::Write {
+        path: path.display().to_string(),
+        message,
+    };
+    let bytes = serde_json::to_vec_pretty(&value).map_err(|e| write_err(e.to_string()))?;
+    crate::job::write_atomic(&path, &bytes).map_err(|e| write_err(e.to_string()))?;
+    Ok(Some(path))
+}
+
+/// The trial's one call, once the gateway has finished the trial (its ledger closed): export
+/// `<trial dir>/agent/trajectory.atif.json`. A failure is logged, never the trial's.
+pub fn export_trial(trial_dir: &Path, trial_id: &str, agent: &crate::agent::Agent) {
+    match export(&trial_dir.join("agent"), trial_id, &AtifAgent::of(agent)) {
+        Ok(Some(path)) => {
+            tracing::debug!(trial = trial_id, path = %path.display(), "ATIF trajectory written")
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(trial = trial_id, "{e}"),
+    }
+}
+
+/// The ledger's calls and the number of lines that could not be read; `None` when there is
+/// no ledger file.
+pub fn read_ledger(path: &Path) -> Result<Option<(Vec<CallRecord>, usize)>, AtifError> {
+    let read_err = |source| AtifError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_err(e)),
+    };
+    let mut calls = Vec::new();
+    let mut unreadable = 0;
+    for line in io::BufReader::new(file).lines() {
+        let line = line.map_err(read_err)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<CallRecord>(&line) {
+            Ok(c) => calls.push(c),
+            Err(_) => unreadable += 1,
+        }
+    }
+    Ok(Some((calls, unreadable)))
+}
+
+/// What Harbor's `Trajectory` validators check beyond the JSON Schema (docs/atif.schema.json
+/// cannot state them): `step_id`s run 1, 2, … and every observation result's `source_call_id`
+/// names a `tool_call_id` of its own step. Empty when both hold.
+pub fn invariant_errors(trajectory: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let steps = trajectory
+        .get("steps")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (i, step) in steps.iter().enumerate() {
+        if step.get("step_id").and_then(Value::as_u64) != Some(i as u64 + 1) {
+            out.push(format!("steps[{i}].step_id: expected {}", i + 1));
+        }
+        let ids: Vec<&str> = step
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("tool_call_id").and_then(Value::as_str))
+            .collect();
+        for r in step
+            .pointer("/observation/results")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(id) = r.get("source_call_id").and_then(Value::as_str)
+                && !ids.contains(&id)
+            {
+                out.push(format!(
+                    "steps[{i}]: source_call_id {id:?} is not a tool call of this step"
+                ));
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The conversion
+
+/// One item of a request's conversation, whatever the protocol.
+#[derive(Debug, Clone, PartialEq)]
+enum Input {
+    System(String),
+    User(String),
+    /// A replayed assistant turn (text, tool call, reasoning item): history.
+    Assistant,
+    ToolResult {
+        call_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+/// A request as read for the trajectory.
+#[derive(Debug, Default)]
+struct Request {
+    inputs: Vec<Input>,
+    /// Tool definitions, in OpenAI's function-calling shape (ATIF `agent.tool_definitions`).
+    tools: Vec<Value>,
+}
+
+/// One tool call of a reply.
+#[derive(Debug, Clone, PartialEq)]
+struct Call {
+    id: String,
+    name: String,
+    /// Always an object; see `raw`.
+    arguments: Value,
+    /// The arguments as sent when they were not a JSON object.
+    raw: Option<String>,
+}
+
+/// A reply as reassembled.
+#[derive(Debug, Default, PartialEq)]
+struct Reply {
+    text: String,
+    reasoning: String,
+    calls: Vec<Call>,
+    model: Option<String>,
+}
+
+/// The ATIF trajectory of `calls` (ledger lines, in any order: sorted by `seq` here), or
+/// `None` when there is no call. `unreadable` ledger lines are counted in `notes`.
+pub fn trajectory(
+    calls: &[CallRecord],
+    unreadable: usize,
+    session_id: &str,
+    agent: &AtifAgent,
+) -> Option<Value> {
+    if calls.is_empty() {
+        return None;
+    }
+    let mut calls: Vec<&CallRecord> = calls.iter().collect();
+    calls.sort_by_key(|c| c.seq);
+
+    let mut b = Builder::default();
+    let mut tools: Option<Vec<Value>> = None;
+    let mut last_system: Option<String> = None;
+    let mut last_new: Option<Vec<Input>> = None;
+    let mut truncated_requests = 0usize;
+    let mut truncated_responses = 0usize;
+
+    for call in &calls {
+        let mut extra = call_extra(call);
+        let request = parse_request(call);
+        match &request {
+            Ok(req) => {
+                if tools.is_none() && !req.tools.is_empty() {
+                    tools = Some(req.tools.clone());
+                }
+                let system: Vec<&str> = req
+                    .inputs
+                    .iter()
+                    .filter_map(|i| match i {
+                        Input::System(s) => Some(s.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                if !system.is_empty() {
+                    let system = system.join("\n\n");
+                    if last_system.as_deref() != Some(system.as_str()) {
+                        b.system(&call.time, system.clone(), None);
+                        last_system = Some(system);
+                    }
+                }
+                let after = req
+                    .inputs
+                    .iter()
+                    .rposition(|i| *i == Input::Assistant)
+                    .map_or(0, |p| p + 1);
+                let new: Vec<Input> = req.inputs[after..]
+                    .iter()
+                    .filter(|i| !matches!(i, Input::System(_)))
+                    .cloned()
+                    .collect();
+                // The same new messages as the call before: the agent asked again (a retry, a
+                // refused call resent), not a new turn.
+                if last_new.as_ref() != Some(&new) {
+                    for input in &new {
+                        b.input(&call.time, input);
+                    }
+                }
+                last_new = Some(new);
+            }
+            Err(why) => {
+                if call.request.truncated {
+                    truncated_requests += 1;
+                    extra.insert("request_truncated".into(), json!(true));
+                }
+                extra.insert("request_unreadable".into(), json!(why));
+                last_new = None;
+            }
+        }
+        let reply = parse_response(call);
+        if call.response.truncated {
+            truncated_responses += 1;
+            extra.insert("response_truncated".into(), json!(true));
+        }
+        let reply = match reply {
+            Ok(r) => r,
+            Err(why) => {
+                if call.outcome == CallOutcome::Ok || !call.response.body.is_empty() {
+                    extra.insert("response_unreadable".into(), json!(why));
+                }
+                Reply::default()
+            }
+        };
+        b.agent(call, reply, extra);
+    }
+
+    let steps = b.steps;
+    let totals = Totals::of(&calls);
+    let mut notes = vec![format!(
+        "Built by arbiter from its model gateway's ledger (agent/{LEDGER_FILE}, {LEDGER_SCHEMA}): one agent step per model call the agent made, in the order calls started; tokens and cost as the gateway counted them."
+    )];
+    if truncated_requests > 0 {
+        notes.push(format!(
+            "{truncated_requests} request body(ies) were cut at {BODY_CAP} bytes in the ledger and could not be read: the messages new in those calls (user turns, tool results) are missing; their steps say request_truncated."
+        ));
+    }
+    if truncated_responses > 0 {
+        notes.push(format!(
+            "{truncated_responses} response body(ies) were cut at {BODY_CAP} bytes: those replies are shown as far as they could be read; their steps say response_truncated."
+        ));
+    }
+    if unreadable > 0 {
+        notes.push(format!(
+            "{unreadable} ledger line(s) could not be read and are not in this trajectory."
+        ));
+    }
+    let first = calls[0];
+    let mut agent_obj = Map::new();
+    agent_obj.insert("name".into(), json!(agent.name));
+    agent_obj.insert("version".into(), json!(agent.version));
+    if let Some(m) = calls.iter().find_map(|c| c.model.clone()) {
+        agent_obj.insert("model_name".into(), json!(m));
+    }
+    if let Some(t) = tools {
+        agent_obj.insert("tool_definitions".into(), Value::Array(t));
+    }
+    agent_obj.insert(
+        "extra".into(),
+        json!({"kind": agent.kind, "provider": first.provider, "api": first.api.as_str()}),
+    );
+    let total_steps = steps.len();
+    Some(json!({
+        "schema_version": ATIF_SCHEMA_VERSION,
+        "session_id": session_id,
+        "agent": agent_obj,
+        "steps": steps,
+        "notes": notes.join(" "),
+        "final_metrics": totals.final_metrics(total_steps),
+        "extra": {
+            "source": "arbiter model gateway",
+            "ledger": format!("agent/{LEDGER_FILE}"),
+            "ledger_schema": LEDGER_SCHEMA,
+            "calls": calls.len(),
+            "unreadable_ledger_lines": unreadable,
+            "truncated_requests": truncated_requests,
+            "truncated_responses": truncated_responses,
+        },
+    }))
+}
+
+/// The ledger facts of a call, for its agent step's `extra`.
+fn call_extra(call: &CallRecord) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("seq".into(), json!(call.seq));
+    m.insert("api".into(), json!(call.api.as_str()));
+    m.insert("provider".into(), json!(call.provider));
+    m.insert("stream".into(), json!(call.stream));
+    m.insert("status".into(), json!(call.status));
+    m.insert("outcome".into(), json!(call.outcome));
+    m.insert("attempts".into(), json!(call.attempts));
+    m.insert("latency_ms".into(), json!(call.latency_ms));
+    if let Some(s) = &call.stop_reason {
+        m.insert("stop_reason".into(), json!(s));
+    }
+    if !call.upstream_errors.is_empty() {
+        m.insert("upstream_errors".into(), json!(call.upstream_errors));
+    }
+    if let Some(d) = &call.detail {
+        m.insert("detail".into(), json!(d));
+    }
+    m
+}
+
+/// Sums over the calls, as [`super::ledger::Usage::add`] makes them.
+#[derive(Debug, Default)]
+struct Totals {
+    requests: u64,
+    refused: u64,
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
+    cost: Option<f64>,
+}
+
+impl Totals {
+    fn of(calls: &[&CallRecord]) -> Self {
+        let mut t = Totals::default();
+        for c in calls {
+            if c.outcome == CallOutcome::BudgetExhausted {
+                t.refused += 1;
+                continue;
+            }
+            t.requests += 1;
+            if let Some(k) = &c.tokens {
+                t.input += k.input;
+                t.output += k.output;
+                t.cache_read += k.cache_read;
+                t.cache_write += k.cache_write;
+            }
+            if let Some(cost) = c.cost_usd {
+                *t.cost.get_or_insert(0.0) += cost;
+            }
+        }
+        t
+    }
+
+    fn final_metrics(&self, steps: usize) -> Value {
+        let mut m = json!({
+            "total_prompt_tokens": self.input + self.cache_read + self.cache_write,
+            "total_completion_tokens": self.output,
+            "total_cached_tokens": self.cache_read,
+            "total_steps": steps,
+            "extra": {
+                "requests": self.requests,
+                "refused": self.refused,
+                "input_tokens": self.input,
+                "output_tokens": self.output,
+                "cache_read_tokens": self.cache_read,
+                "cache_write_tokens": self.cache_write,
+            },
+        });
+        if let Some(c) = self.cost {
+            m["total_cost_usd"] = json!(c);
+        }
+        m
+    }
+}
+
+/// Steps as they are made; tool results find the step of their call.
+#[derive(Default)]
+struct Builder {
+    steps: Vec<Value>,
+    /// tool_call_id → index of the agent step that made the call.
+    calls: HashMap<String, usize>,
+    /// Index of the current system step collecting results without a known call.
+    orphans: Option<usize>,
+}
+
+impl Builder {
+    fn push(&mut self, mut step: Map<String, Value>) -> usize {
+        let i = self.steps.len();
+        let mut ordered = Map::new();
+        ordered.insert("step_id".into(), json!(i + 1));
+        ordered.append(&mut step);
+        self.steps.push(Value::Object(ordered));
+        self.orphans = None;
+        i
+    }
+
+    fn system(&mut self, time: &str, message: String, observation: Option<Value>) -> usize {
+        let mut s = Map::new();
+        s.insert("timestamp".into(), json!(time));
+        s.insert("source".into(), json!("system"));
+        s.insert("message".into(), json!(message));
+        if let Some(o) = observation {
+            s.insert("observation".into(), o);
+        }
+        self.push(s)
+    }
+
+    fn input(&mut self, time: &str, input: &Input) {
+        match input {
+            Input::User(text) => {
+                let mut s = Map::new();
+                s.insert("timestamp".into(), json!(time));
+                s.insert("source".into(), json!("user"));
+                s.insert("message".into(), json!(text));
+                self.push(s);
+            }
+            Input::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => {
+                let mut result = Map::new();
+                let known = self.calls.get(call_id).copied();
+                result.insert(
+                    "source_call_id".into(),
+                    known.map_or(Value::Null, |_| json!(call_id)),
+                );
+                result.insert("content".into(), json!(content));
+                let mut extra = Map::new();
+                if known.is_none() {
+                    extra.insert("tool_call_id".into(), json!(call_id));
+                }
+                if *is_error {
+                    extra.insert("is_error".into(), json!(true));
+                }
+                if !extra.is_empty() {
+                    result.insert("extra".into(), Value::Object(extra));
+                }
+                let at = match known.or(self.orphans) {
+                    Some(i) => i,
+                    None => {
+                        let i = self.system(
+                            time,
+                            "Tool results for calls not in this trajectory.".into(),
+                            None,
+                        );
+                        self.orphans = Some(i);
+                        i
+                    }
+                };
+                let step = &mut self.steps[at];
+                let results = step
+                    .as_object_mut()
+                    .map(|s| {
+                        s.entry("observation")
+                            .or_insert_with(|| json!({"results": []}))
+                    })
+                    .and_then(|o| o.get_mut("results"))
+                    .and_then(Value::as_array_mut);
+                if let Some(results) = results {
+                    results.push(Value::Object(result));
+                }
+            }
+            Input::System(_) | Input::Assistant => {}
+        }
+    }
+
+    fn agent(&mut self, call: &CallRecord, reply: Reply, extra: Map<String, Value>) {
+        let mut s = Map::new();
+        s.insert("timestamp".into(), json!(call.time));
+        s.insert("source".into(), json!("agent"));
+        if let Some(m) = reply.model.clone().or_else(|| call.model.clone()) {
+            s.insert("model_name".into(), json!(m));
+        }
+        s.insert("message".into(), json!(reply.text));
+        // Did the call reach a model? A refused or unreachable call is not an inference.
+        let inferred = !matches!(
+            call.outcome,
+            CallOutcome::BudgetExhausted | CallOutcome::Unavailable
+        );
+        if inferred && !reply.reasoning.is_empty() {
+            s.insert("reasoning_content".into(), json!(reply.reasoning));
+        }
+        let mut ids = Vec::new();
+        if !reply.calls.is_empty() {
+            let calls: Vec<Value> = reply
+                .calls
+                .iter()
+                .map(|c| {
+                    ids.push(c.id.clone());
+                    let mut v = json!({
+                        "tool_call_id": c.id,
+                        "function_name": c.name,
+                        "arguments": c.arguments,
+                    });
+                    if let Some(raw) = &c.raw {
+                        v["extra"] = json!({"raw_arguments": raw});
+                    }
+                    v
+                })
+                .collect();
+            s.insert("tool_calls".into(), Value::Array(calls));
+        }
+        if inferred && let Some(m) = metrics(call) {
+            s.insert("metrics".into(), m);
+        }
+        s.insert("llm_call_count".into(), json!(u8::from(inferred)));
+        s.insert("extra".into(), Value::Object(extra));
+        let i = self.push(s);
+        for id in ids {
+            self.calls.insert(id, i);
+        }
+    }
+}
+
+/// ATIF `metrics` of a call: prompt tokens include the cached and cache-write ones.
+fn metrics(call: &CallRecord) -> Option<Value> {
+    let t = call.tokens?;
+    let mut m = json!({
+        "prompt_tokens": t.input + t.cache_read + t.cache_write,
+        "completion_tokens": t.output,
+        "cached_tokens": t.cache_read,
+        "extra": {"input_tokens": t.input, "cache_write_tokens": t.cache_write},
+    });
+    if let Some(c) = call.cost_usd {
+        m["cost_usd"] = json!(c);
+    }
+    Some(m)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+fn parse_request(call: &CallRecord) -> Result<Request, String> {
+    let v: Value = serde_json::from_str(&call.request.body).map_err(|e| {
+        if call.request.truncated {
+            format!(
+                "request body cut at {} of {} bytes",
+                call.request.body.len(),
+                call.request.bytes
+            )
+        } else {
+            format!("request body is not JSON: {e}")
+        }
+    })?;
+    Ok(match call.api {
+        Protocol::AnthropicMessages => anthropic_request(&v),
+        Protocol::ChatCompletions => chat_request(&v),
+        Protocol::Responses => responses_request(&v),
+    })
+}
+
+/// The text of a content value: a string, or the text parts of an array (other parts named).
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => {
+                    match o.get("text").and_then(Value::as_str) {
+                        Some(t) => Some(t.to_string()),
+                        // Images, files, documents: named, not carried.
+                        None => o
+                            .get("type")
+                            .and_then(Value::as_str)
+                            .map(|t| format!("[{t}]")),
+                    }
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn anthropic_request(v: &Value) -> Request {
+    let mut inputs = Vec::new();
+    if let Some(system) = v.get("system") {
+        let s = text_of(system);
+        if !s.is_empty() {
+            inputs.push(Input::System(s));
+        }
+    }
+    for m in v
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let content = m.get("content").unwrap_or(&Value::Null);
+        match str_of(m, "role") {
+            "assistant" => inputs.push(Input::Assistant),
+            _ => match content {
+                Value::Array(blocks) => {
+                    let mut text = Vec::new();
+                    for block in blocks {
+                        if str_of(block, "type") == "tool_result" {
+                            inputs.push(Input::ToolResult {
+                                call_id: str_of(block, "tool_use_id").to_string(),
+                                content: text_of(block.get("content").unwrap_or(&Value::Null)),
+                                is_error: block
+                                    .get("is_error")
+                                    .and_then(Value::as_bool)
+                                    .unwrap_or(false),
+                            });
+                        } else {
+                            text.push(block.clone());
+                        }
+                    }
+                    if !text.is_empty() {
+                        inputs.push(Input::User(text_of(&Value::Array(text))));
+                    }
+                }
+                other => inputs.push(Input::User(text_of(other))),
+            },
+        }
+    }
+    let tools = v
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|t| match t.get("input_schema") {
+            Some(schema) => json!({"type": "function", "function": {
+                "name": str_of(t, "name"),
+                "description": t.get("description").cloned().unwrap_or(Value::Null),
+                "parameters": schema,
+            }}),
+            None => t.clone(),
+        })
+        .collect();
+    Request { inputs, tools }
+}
+
+fn chat_request(v: &Value) -> Request {
+    let mut inputs = Vec::new();
+    for m in v
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let content = m.get("content").unwrap_or(&Value::Null);
+        match str_of(m, "role") {
+            "system" | "developer" => inputs.push(Input::System(text_of(content))),
+            "assistant" => inputs.push(Input::Assistant),
+            "tool" => inputs.push(Input::ToolResult {
+                call_id: str_of(m, "tool_call_id").to_string(),
+                content: text_of(content),
+                is_error: false,
+            }),
+            // The legacy `function` role names the function, not a call id.
+            "function" => inputs.push(Input::ToolResult {
+                call_id: str_of(m, "name").to_string(),
+                content: text_of(content),
+                is_error: false,
+            }),
+            _ => inputs.push(Input::User(text_of(content))),
+        }
+    }
+    let tools = v
+        .get("tools")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    Request { inputs, tools }
+}
+
+fn responses_request(v: &Value) -> Request {
+    let mut inputs = Vec::new();
+    if let Some(s) = v.get("instructions").and_then(Value::as_str)
+        && !s.is_empty()
+    {
+        inputs.push(Input::System(s.to_string()));
+    }
+    match v.get("input") {
+        Some(Value::String(s)) => inputs.push(Input::User(s.clone())),
+        Some(Value::Array(items)) => {
+            for item in items {
+                let kind = str_of(item, "type");
+                match kind {
+                    "function_call_output"
+                    | "custom_tool_call_output"
+                    | "local_shell_call_output" => {
+                        let output = item.get("output").unwrap_or(&Value::Null);
+                        inputs.push(Input::ToolResult {
+                            call_id: str_of(item, "call_id").to_string(),
+                            content: text_of(output),
+                            is_error: false,
+                        });
+                    }
+                    "" | "message" => {
+                        let content = item.get("content").unwrap_or(&Value::Null);
+                        match str_of(item, "role") {
+                            "assistant" => inputs.push(Input::Assistant),
+                            "system" | "developer" => inputs.push(Input::System(text_of(content))),
+                            _ => inputs.push(Input::User(text_of(content))),
+                        }
+                    }
+                    // function_call, reasoning, item_reference, *_call: the model's own items.
+                    _ => inputs.push(Input::Assistant),
+                }
+            }
+        }
+        _ => {}
+    }
+    let tools = v
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            if str_of(t, "type") == "function" && t.get("function").is_none() {
+                json!({"type": "function", "function": {
+                    "name": str_of(t, "name"),
+                    "description": t.get("description").cloned().unwrap_or(Value::Null),
+                    "parameters": t.get("parameters").cloned().unwrap_or(Value::Null),
+                }})
+            } else {
+                t.clone()
+            }
+        })
+        .collect();
+    Request { inputs, tools }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responses
+
+fn parse_response(call: &CallRecord) -> Result<Reply, String> {
+    let body = &call.response.body;
+    if body.trim().is_empty() {
+        return Err("no response body".into());
+    }
+    let is_sse = call.stream && !body.trim_start().starts_with('{');
+    if is_sse {
+        let events = sse_events(body);
+        if events.is_empty() {
+            return Err("no event could be read from the stream".into());
+        }
+        return Ok(match call.api {
+            Protocol::AnthropicMessages => anthropic_stream(&events),
+            Protocol::ChatCompletions => chat_stream(&events),
+            Protocol::Responses => responses_stream(&events),
+        });
+    }
+    let v: Value = serde_json::from_str(body).map_err(|e| {
+        if call.response.truncated {
+            format!(
+                "response body cut at {} of {} bytes",
+                body.len(),
+                call.response.bytes
+            )
+        } else {
+            format!("response body is not JSON: {e}")
+        }
+    })?;
+    if v.get("error").is_some_and(|e| !e.is_null()) && call.status >= 400 {
+        return Err(format!("the upstream answered {}", call.status));
+    }
+    Ok(match call.api {
+        Protocol::AnthropicMessages => anthropic_reply(&v),
+        Protocol::ChatCompletions => chat_reply(&v),
+        Protocol::Responses => responses_reply(&v),
+    })
+}
+
+/// The JSON data of each complete server-sent event (`[DONE]` and unreadable ones skipped).
+fn sse_events(body: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut data = String::new();
+    let flush = |data: &mut String, out: &mut Vec<Value>| {
+        if !data.is_empty() {
+            if let Ok(v) = serde_json::from_str::<Value>(data) {
+                out.push(v);
+            }
+            data.clear();
+        }
+    };
+    for line in body.lines() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            flush(&mut data, &mut out);
+        } else if let Some(d) = line.strip_prefix("data:") {
+            let d = d.strip_prefix(' ').unwrap_or(d);
+            if d != "[DONE]" {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(d);
+            }
+        }
+    }
+    // A last event without its blank line is kept only if it parses (a cut one does not).
+    flush(&mut data, &mut out);
+    out
+}
+
+/// Arguments given as a JSON string: an object, or `{}` with the text kept.
+fn arguments_of(s: &str) -> (Value, Option<String>) {
+    match serde_json::from_str::<Value>(s) {
+        Ok(v @ Value::Object(_)) => (v, None),
+        _ if s.trim().is_empty() => (json!({}), None),
+        _ => (json!({}), Some(s.to_string())),
+    }
+}
+
+/// Arguments given as a JSON value.
+fn arguments_value(v: Option<&Value>) -> (Value, Option<String>) {
+    match v {
+        Some(v @ Value::Object(_)) => (v.clone(), None),
+        Some(Value::String(s)) => arguments_of(s),
+        None | Some(Value::Null) => (json!({}), None),
+        Some(other) => (json!({}), Some(other.to_string())),
+    }
+}
+
+fn push_text(into: &mut String, s: &str) {
+    if s.is_empty() {
+        return;
+    }
+    if !into.is_empty() {
+        into.push('\n');
+    }
+    into.push_str(s);
+}
+
+fn model_of(v: &Value) -> Option<String> {
+    v.get("model").and_then(Value::as_str).map(str::to_string)
+}
+
+fn anthropic_block(reply: &mut Reply, block: &Value) {
+    match str_of(block, "type") {
+        "text" => push_text(&mut reply.text, str_of(block, "text")),
+        "thinking" => push_text(&mut reply.reasoning, str_of(block, "thinking")),
+        "redacted_thinking" => push_text(&mut reply.reasoning, "[redacted thinking]"),
+        "tool_use" | "server_tool_use" => {
+            let (arguments, raw) = arguments_value(block.get("input"));
+            reply.calls.push(Call {
+                id: str_of(block, "id").to_string(),
+                name: str_of(block, "name").to_string(),
+                arguments,
+                raw,
+            });
+        }
+        _ => {}
+    }
+}
+
+fn anthropic_reply(v: &Value) -> Reply {
+    let mut reply = Reply {
+        model: model_of(v),
+        ..Reply::default()
+    };
+    for block in v
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        anthropic_block(&mut reply, block);
+    }
+    reply
+}
+
+fn anthropic_stream(events: &[Value]) -> Reply {
+    // Blocks by index: the start block and the deltas' text (or partial JSON input).
+    let mut blocks: Vec<(u64, Value, String)> = Vec::new();
+    let mut model = None;
+    for e in events {
+        match str_of(e, "type") {
+            "message_start" => model = e.get("message").and_then(model_of),
+            "content_block_start" => {
+                let index = e.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let block = e.get("content_block").cloned().unwrap_or(Value::Null);
+                blocks.push((index, block, String::new()));
+            }
+            "content_block_delta" => {
+                let index = e.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let delta = e.get("delta").unwrap_or(&Value::Null);
+                let piece = match str_of(delta, "type") {
+                    "text_delta" => str_of(delta, "text"),
+                    "thinking_delta" => str_of(delta, "thinking"),
+                    "input_json_delta" => str_of(delta, "partial_json"),
+                    _ => "",
+                };
+                if let Some(b) = blocks.iter_mut().rev().find(|b| b.0 == index) {
+                    b.2.push_str(piece);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut reply = Reply {
+        model,
+        ..Reply::default()
+    };
+    for (_, mut block, acc) in blocks {
+        match str_of(&block, "type") {
+            "text" => block["text"] = json!(format!("{}{acc}", str_of(&block, "text"))),
+            "thinking" => block["thinking"] = json!(format!("{}{acc}", str_of(&block, "thinking"))),
+            "tool_use" | "server_tool_use" if !acc.is_empty() => block["input"] = json!(acc),
+            _ => {}
+        }
+        anthropic_block(&mut reply, &block);
+    }
+    reply
+}
+
+fn chat_reply(v: &Value) -> Reply {
+    let mut reply = Reply {
+        model: model_of(v),
+        ..Reply::default()
+    };
+    let Some(msg) = v.pointer("/choices/0/message") else {
+        return reply;
+    };
+    reply.text = text_of(msg.get("content").unwrap_or(&Value::Null));
+    if let Some(r) = msg
+        .get("reasoning_content")
+        .or_else(|| msg.get("reasoning"))
+        .and_then(Value::as_str)
+    {
+        reply.reasoning = r.to_string();
+    }
+    for c in msg
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let (arguments, raw) = arguments_value(c.pointer("/function/arguments"));
+        reply.calls.push(Call {
+            id: str_of(c, "id").to_string(),
+            name: c
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            arguments,
+            raw,
+        });
+    }
+    if let Some(f) = msg.get("function_call") {
+        let (arguments, raw) = arguments_value(f.get("arguments"));
+        reply.calls.push(Call {
+            id: str_of(f, "name").to_string(),
+            name: str_of(f, "name").to_string(),
+            arguments,
+            raw,
+        });
+    }
+    reply
+}
+
+fn chat_stream(events: &[Value]) -> Reply {
+    let mut reply = Reply::default();
+    // Tool calls by index: id, name, argument text.
+    let mut calls: Vec<(u64, String, String, String)> = Vec::new();
+    for e in events {
+        if reply.model.is_none() {
+            reply.model = model_of(e);
+        }
+        let Some(delta) = e.pointer("/choices/0/delta") else {
+            continue;
+        };
+        reply.text.push_str(str_of(delta, "content"));
+        reply.reasoning.push_str(
+            delta
+                .get("reasoning_content")
+                .or_else(|| delta.get("reasoning"))
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        );
+        for c in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let at = match calls.iter().position(|k| k.0 == index) {
+                Some(i) => i,
+                None => {
+                    calls.push((index, String::new(), String::new(), String::new()));
+                    calls.len() - 1
+                }
+            };
+            let entry = &mut calls[at];
+            if let Some(id) = c.get("id").and_then(Value::as_str) {
+                entry.1 = id.to_string();
+            }
+            if let Some(name) = c.pointer("/function/name").and_then(Value::as_str) {
+                entry.2.push_str(name);
+            }
+            if let Some(args) = c.pointer("/function/arguments").and_then(Value::as_str) {
+                entry.3.push_str(args);
+            }
+        }
+    }
+    for (_, id, name, args) in calls {
+        let (arguments, raw) = arguments_of(&args);
+        reply.calls.push(Call {
+            id,
+            name,
+            arguments,
+            raw,
+        });
+    }
+    reply
+}
+
+fn responses_item(reply: &mut Reply, item: &Value) {
+    match str_of(item, "type") {
+        "message" => {
+            for part in item
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                match str_of(part, "type") {
+                    "output_text" => push_text(&mut reply.text, str_of(part, "text")),
+                    "refusal" => push_text(&mut reply.text, str_of(part, "refusal")),
+                    _ => {}
+                }
+            }
+        }
+        "reasoning" => {
+            for key in ["summary", "content"] {
+                for part in item
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    push_text(&mut reply.reasoning, str_of(part, "text"));
+                }
+            }
+        }
+        "function_call" => {
+            let (arguments, raw) = arguments_value(item.get("arguments"));
+            reply.calls.push(Call {
+                id: str_of(item, "call_id").to_string(),
+                name: str_of(item, "name").to_string(),
+                arguments,
+                raw,
+            });
+        }
+        "custom_tool_call" => reply.calls.push(Call {
+            id: str_of(item, "call_id").to_string(),
+            name: str_of(item, "name").to_string(),
+            arguments: json!({"input": str_of(item, "input")}),
+            raw: None,
+        }),
+        "local_shell_call" => reply.calls.push(Call {
+            id: str_of(item, "call_id").to_string(),
+            name: "local_shell".to_string(),
+            arguments: item.get("action").cloned().unwrap_or_else(|| json!({})),
+            raw: None,
+        }),
+        _ => {}
+    }
+}
+
+fn responses_reply(v: &Value) -> Reply {
+    let mut reply = Reply {
+        model: model_of(v),
+        ..Reply::default()
+    };
+    for item in v
+        .get("output")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        responses_item(&mut reply, item);
+    }
+    reply
+}
+
+fn responses_stream(events: &[Value]) -> Reply {
+    // The final response object says it all when the stream got that far.
+    for e in events.iter().rev() {
+        if matches!(
+            str_of(e, "type"),
+            "response.completed" | "response.incomplete" | "response.failed"
+        ) && let Some(r) = e.get("response")
+            && r.get("output").and_then(Value::as_array).is_some()
+        {
+            return responses_reply(r);
+        }
+    }
+    // Else the items as far as they went: each `output_item.added`, grown by its deltas,
+    // replaced by its `output_item.done`.
+    let mut items: Vec<(u64, Value)> = Vec::new();
+    let mut model = None;
+    for e in events {
+        let index = e.get("output_index").and_then(Value::as_u64).unwrap_or(0);
+        let slot = |items: &mut Vec<(u64, Value)>| -> usize {
+            match items.iter().position(|i| i.0 == index) {
+                Some(i) => i,
+                None => {
+                    items.push((index, json!({})));
+                    items.len() - 1
+                }
+            }
+        };
+        match str_of(e, "type") {
+            "response.created" | "response.in_progress" => {
+                model = e.get("response").and_then(model_of);
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                let i = slot(&mut items);
+                items[i].1 = e.get("item").cloned().unwrap_or_else(|| json!({}));
+            }
+            "response.output_text.delta" => {
+                let i = slot(&mut items);
+                let item = &mut items[i].1;
+                item["type"] = json!("message");
+                let text = format!(
+                    "{}{}",
+                    item.pointer("/content/0/text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    str_of(e, "delta")
+                );
+                item["content"] = json!([{"type": "output_text", "text": text}]);
+            }
+            "response.function_call_arguments.delta" => {
+                let i = slot(&mut items);
+                let item = &mut items[i].1;
+                let args = format!("{}{}", str_of(item, "arguments"), str_of(e, "delta"));
+                item["arguments"] = json!(args);
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                let i = slot(&mut items);
+                let item = &mut items[i].1;
+                item["type"] = json!("reasoning");
+                let text = format!(
+                    "{}{}",
+                    item.pointer("/summary/0/text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    str_of(e, "delta")
+                );
+                item["summary"] = json!([{"type": "summary_text", "text": text}]);
+            }
+            _ => {}
+        }
+    }
+    let mut reply = Reply {
+        model,
+        ..Reply::default()
+    };
+    items.sort_by_key(|i| i.0);
+    for (_, item) in &items {
+        responses_item(&mut reply, item);
+    }
+    reply
+}
+
+#[cfg(test)]
+mod tests;
