@@ -7,7 +7,8 @@
 //!
 //! - a `system` step for the system prompt (again whenever a call's system prompt changes);
 //! - a `user` step for each user message new in a call's request — "new" meaning after the
-//!   last assistant turn the request replays, since agents resend their history;
+//!   last assistant turn the request replays, since agents resend their history (and not
+//!   again when the call before already had it: a retry);
 //! - an `agent` step per call: the reply's text, reasoning and tool calls (streams reassembled
 //!   from their events), the call's tokens and cost as `metrics`, its ledger facts in `extra`;
 //! - tool results (found in a later request, in each protocol's own shape) as the
@@ -252,7 +253,8 @@ pub fn trajectory(
     let mut b = Builder::default();
     let mut tools: Option<Vec<Value>> = None;
     let mut last_system: Option<String> = None;
-    let mut last_new: Option<Vec<Input>> = None;
+    // The new messages of the call before, with the assistant turns its request replayed.
+    let mut last_new: Option<(usize, Vec<Input>)> = None;
     let mut truncated_requests = 0usize;
     let mut truncated_responses = 0usize;
 
@@ -289,14 +291,21 @@ pub fn trajectory(
                     .filter(|i| !matches!(i, Input::System(_)))
                     .cloned()
                     .collect();
-                // The same new messages as the call before: the agent asked again (a retry, a
-                // refused call resent), not a new turn.
-                if last_new.as_ref() != Some(&new) {
-                    for input in &new {
-                        b.input(&call.time, input);
-                    }
+                // What the call before had already shown is not new again: the same messages
+                // are a retry (or a refused call resent); a longer list adds only its tail.
+                let turns = req
+                    .inputs
+                    .iter()
+                    .filter(|i| **i == Input::Assistant)
+                    .count();
+                let seen = match &last_new {
+                    Some((t, prev)) if *t == turns && new.starts_with(prev) => prev.len(),
+                    _ => 0,
+                };
+                for input in &new[seen..] {
+                    b.input(&call.time, input);
                 }
-                last_new = Some(new);
+                last_new = Some((turns, new));
             }
             Err(why) => {
                 if call.request.truncated {

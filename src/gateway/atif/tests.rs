@@ -556,3 +556,65 @@ fn the_schema_and_invariants_reject_what_harbor_rejects() {
     bad["steps"] = json!([]);
     assert!(!problems(&bad).is_empty());
 }
+
+#[test]
+fn a_cut_stream_and_an_unreachable_upstream_are_steps_that_say_so() {
+    let script =
+        Script::parse(r#"{"turns": [{"say": "Partial answer here.", "fault": {"cut": true}}]}"#)
+            .unwrap();
+    let req =
+        json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "go"}]});
+    let r = respond(&script, Protocol::ChatCompletions, &req, |_| 0);
+    let served = r.cut_after.expect("a cut stream");
+    assert!(served < r.chunks.len());
+    let mut cut = record(
+        1,
+        Protocol::ChatCompletions,
+        true,
+        &req,
+        &r.chunks[..served].concat(),
+    );
+    cut.outcome = CallOutcome::StreamCut;
+    cut.upstream_errors = vec!["stream_cut".into()];
+    let mut down = with_reply(
+        Protocol::ChatCompletions,
+        false,
+        json!({"messages": [{"role": "user", "content": "go"}, {"role": "user", "content": "again"}]}),
+        r#"{"error": {"type": "model_unavailable", "message": "connect refused"}}"#,
+    );
+    down.seq = 2;
+    down.outcome = CallOutcome::Unavailable;
+    down.status = 502;
+    down.tokens = None;
+    let v = trajectory(&[cut, down], 0, "t", &agent()).unwrap();
+    valid(&v);
+    let s = steps(&v);
+    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
+    assert_eq!(sources, ["user", "agent", "user", "agent"], "{v:#}");
+    assert_eq!(s[1]["extra"]["outcome"], "stream_cut");
+    assert_eq!(s[1]["extra"]["upstream_errors"], json!(["stream_cut"]));
+    let text = s[1]["message"].as_str().unwrap();
+    assert!("Partial answer here.".starts_with(text), "{text:?}");
+    assert_eq!(s[2]["message"], "again");
+    assert_eq!(s[3]["llm_call_count"], 0);
+    assert_eq!(s[3]["extra"]["outcome"], "unavailable");
+    assert_eq!(s[3]["message"], "");
+}
+
+#[test]
+fn the_same_user_message_in_a_later_turn_is_a_new_step() {
+    let first = json!({"messages": [{"role": "user", "content": "continue"}]});
+    let second = json!({"messages": [{"role": "user", "content": "continue"},
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "continue"}]});
+    let reply = r#"{"choices": [{"message": {"content": "ok"}}]}"#;
+    let a = with_reply(Protocol::ChatCompletions, false, first, reply);
+    let mut b = with_reply(Protocol::ChatCompletions, false, second, reply);
+    b.seq = 2;
+    let v = trajectory(&[a, b], 0, "t", &agent()).unwrap();
+    valid(&v);
+    let sources: Vec<&str> = steps(&v)
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["user", "agent", "user", "agent"], "{v:#}");
+}
