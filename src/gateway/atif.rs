@@ -16,9 +16,10 @@
 //!   is not in the trajectory goes to a `system` step with `source_call_id: null`;
 //! - `final_metrics` summed over the calls the way the record's `usage` is.
 //!
-//! Bodies are kept in the ledger up to 64 KiB: a request cut there cannot be read (its new
-//! messages are missing from the trajectory), a cut stream is reassembled as far as it goes;
-//! either is marked in the step's `extra` and counted in `notes`. Token counts never depend on
+//! Bodies are kept in the ledger up to 64 KiB: a request cut there is read from the fields
+//! whole before the cut (often the conversation; else its new messages are missing), a cut
+//! stream is reassembled as far as it goes; either is marked in the step's `extra` and counted
+//! in `notes`. Token counts never depend on
 //! bodies (they come from the ledger's own fields), so the totals stay exact.
 //!
 //! [`export_trial`] is the one call the trial makes after the gateway has closed the ledger.
@@ -256,13 +257,24 @@ pub fn trajectory(
     // The new messages of the call before, with the assistant turns its request replayed.
     let mut last_new: Option<(usize, Vec<Input>)> = None;
     let mut truncated_requests = 0usize;
+    let mut salvaged_requests = 0usize;
     let mut truncated_responses = 0usize;
 
     for call in &calls {
         let mut extra = call_extra(call);
-        let request = parse_request(call);
-        match &request {
-            Ok(req) => {
+        if call.request.truncated {
+            truncated_requests += 1;
+            extra.insert("request_truncated".into(), json!(true));
+        }
+        match parse_request(call) {
+            Ok(Read {
+                request: req,
+                salvaged,
+            }) => {
+                if let Some(fields) = salvaged {
+                    salvaged_requests += 1;
+                    extra.insert("request_salvaged".into(), json!(fields));
+                }
                 if tools.is_none() && !req.tools.is_empty() {
                     tools = Some(req.tools.clone());
                 }
@@ -308,10 +320,6 @@ pub fn trajectory(
                 last_new = Some((turns, new));
             }
             Err(why) => {
-                if call.request.truncated {
-                    truncated_requests += 1;
-                    extra.insert("request_truncated".into(), json!(true));
-                }
                 extra.insert("request_unreadable".into(), json!(why));
                 last_new = None;
             }
@@ -340,7 +348,7 @@ pub fn trajectory(
     )];
     if truncated_requests > 0 {
         notes.push(format!(
-            "{truncated_requests} request body(ies) were cut at {BODY_CAP} bytes in the ledger and could not be read: the messages new in those calls (user turns, tool results) are missing; their steps say request_truncated."
+            "{truncated_requests} request body(ies) were cut at {BODY_CAP} bytes in the ledger ({salvaged_requests} read from the fields whole before the cut, their steps say request_salvaged; the messages new in the others — user turns, tool results — are missing, their steps say request_unreadable)."
         ));
     }
     if truncated_responses > 0 {
@@ -382,6 +390,7 @@ pub fn trajectory(
             "calls": calls.len(),
             "unreadable_ledger_lines": unreadable,
             "truncated_requests": truncated_requests,
+            "salvaged_requests": salvaged_requests,
             "truncated_responses": truncated_responses,
         },
     }))
@@ -624,23 +633,106 @@ fn metrics(call: &CallRecord) -> Option<Value> {
 // ---------------------------------------------------------------------------------------------
 // Requests
 
-fn parse_request(call: &CallRecord) -> Result<Request, String> {
-    let v: Value = serde_json::from_str(&call.request.body).map_err(|e| {
-        if call.request.truncated {
-            format!(
+/// A request read in full, or — when its body was cut at the cap — from the fields that lie
+/// whole before the cut (`salvaged` names them).
+struct Read {
+    request: Request,
+    salvaged: Option<Vec<&'static str>>,
+}
+
+fn parse_request(call: &CallRecord) -> Result<Read, String> {
+    let body = &call.request.body;
+    let (v, salvaged) = match serde_json::from_str::<Value>(body) {
+        Ok(v) => (v, None),
+        Err(e) if !call.request.truncated => return Err(format!("request body is not JSON: {e}")),
+        Err(_) => {
+            let cut = format!(
                 "request body cut at {} of {} bytes",
-                call.request.body.len(),
+                body.len(),
                 call.request.bytes
-            )
-        } else {
-            format!("request body is not JSON: {e}")
+            );
+            let (conversation, others): (&str, &[&'static str]) = match call.api {
+                Protocol::AnthropicMessages => ("messages", &["system", "tools"]),
+                Protocol::ChatCompletions => ("messages", &["tools"]),
+                Protocol::Responses => ("input", &["instructions", "tools"]),
+            };
+            let mut v = Map::new();
+            let mut names = Vec::new();
+            for key in std::iter::once(&conversation).chain(others) {
+                if let Some(field) = salvage(body, key) {
+                    v.insert((*key).to_string(), field);
+                    names.push(*key);
+                }
+            }
+            if !v.contains_key(conversation) {
+                return Err(cut);
+            }
+            (Value::Object(v), Some(names))
         }
-    })?;
-    Ok(match call.api {
+    };
+    let request = match call.api {
         Protocol::AnthropicMessages => anthropic_request(&v),
         Protocol::ChatCompletions => chat_request(&v),
         Protocol::Responses => responses_request(&v),
-    })
+    };
+    Ok(Read { request, salvaged })
+}
+
+/// The value of the first `"key":` in `body` when it ends before the body does: clients
+/// often send the conversation before a long system prompt or tool list, so a request cut at
+/// the cap may still hold it whole.
+fn salvage(body: &str, key: &str) -> Option<Value> {
+    let needle = format!("\"{key}\"");
+    let mut from = 0;
+    while let Some(at) = body[from..].find(&needle) {
+        let after = from + at + needle.len();
+        from = after;
+        let rest = body[after..].trim_start();
+        let Some(rest) = rest.strip_prefix(':') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let start = body.len() - rest.len();
+        let end = start + json_value_len(rest)?;
+        return serde_json::from_str(&body[start..end]).ok();
+    }
+    None
+}
+
+/// Length of the JSON value `s` starts with (a string, array or object), if it ends in `s`.
+fn json_value_len(s: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => {
+                    in_string = false;
+                    if depth == 0 {
+                        return Some(i + 1);
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '[' | '{' => depth += 1,
+            ']' | '}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ if depth == 0 => return None,
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The text of a content value: a string, or the text parts of an array (other parts named).

@@ -618,3 +618,37 @@ fn the_same_user_message_in_a_later_turn_is_a_new_step() {
         .collect();
     assert_eq!(sources, ["user", "agent", "user", "agent"], "{v:#}");
 }
+
+#[test]
+fn a_cut_request_is_read_from_the_fields_whole_before_the_cut() {
+    let mut calls = conversation(Protocol::AnthropicMessages, false);
+    // A long tool list after the conversation (keys in this order: messages, …, system, tools).
+    let mut big = serde_json::from_str::<Value>(&calls[1].request.body).unwrap();
+    big["tools"][0]["description"] = json!("d".repeat(BODY_CAP));
+    let body = big.to_string();
+    assert!(body.find("\"messages\"").unwrap() < body.find("\"tools\"").unwrap());
+    calls[1].request = BodyRecord::of(body.as_bytes());
+    assert!(calls[1].request.truncated);
+    let v = trajectory(&calls, 0, "t", &agent()).unwrap();
+    valid(&v);
+    let s = steps(&v);
+    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
+    assert_eq!(sources, ["system", "user", "agent", "agent"], "{v:#}");
+    // The tool result (only in the cut request) is still found.
+    assert_eq!(s[2]["observation"]["results"][0]["content"], OUTPUT);
+    assert_eq!(s[3]["extra"]["request_truncated"], true);
+    assert_eq!(
+        s[3]["extra"]["request_salvaged"],
+        json!(["messages", "system"])
+    );
+    assert!(s[3]["extra"].get("request_unreadable").is_none());
+    assert_eq!(v["extra"]["salvaged_requests"], 1);
+
+    assert_eq!(json_value_len(r#""a\"b" rest"#), Some(6));
+    assert_eq!(json_value_len(r#"[1, "]", {"a": [2]}], "x""#), Some(20));
+    assert_eq!(json_value_len(r#"[1, 2"#), None);
+    assert_eq!(
+        salvage(r#"{"x": "\"messages\": 1", "messages": [3]}"#, "messages"),
+        Some(json!([3]))
+    );
+}
