@@ -1,8 +1,9 @@
+use super::request::{json_value_len, salvage};
 use super::*;
 use crate::gateway::config::Price;
 use crate::gateway::ledger::BodyRecord;
 use crate::gateway::scripted::{Script, respond};
-use crate::gateway::usage::{SseMeter, Tokens, meter_json};
+use crate::gateway::usage::{Protocol, SseMeter, Tokens, meter_json};
 
 const SCHEMA: &str = include_str!("../../../docs/atif.schema.json");
 
