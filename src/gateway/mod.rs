@@ -18,6 +18,7 @@
 //! This module knows nothing about tasks, trials' phases or verifiers.
 
 pub mod allowlist;
+pub mod atif;
 pub mod config;
 pub mod ledger;
 pub mod netns;

@@ -81,7 +81,10 @@ pub async fn run<S: Sandbox>(
     // A trial that ended before its agent phase did still holds its token: end it.
     if let (Some(t), Some(gateway)) = (token.take(), &plan.settings.gateway) {
         match gateway.finish_trial(&t).await {
-            Ok(usage) => rec.usage = Some(usage),
+            Ok(usage) => {
+                rec.usage = Some(usage);
+                crate::gateway::atif::export_trial(&plan.dir, &plan.id, &plan.agent);
+            }
             Err(e) => tracing::warn!(trial = plan.id, "finishing the trial's model calls: {e}"),
         }
     }
@@ -183,6 +186,7 @@ async fn phases<S: Sandbox>(
             .map_err(infra(Phase::Agent))?;
         let unavailable = usage.unavailable.clone();
         rec.usage = Some(usage);
+        crate::gateway::atif::export_trial(&trial.dir, &trial.id, &trial.agent);
         if let Some(why) = unavailable {
             // The model could not be reached: the harness's failure, never the agent's.
             return Err(Infra {

@@ -1,0 +1,461 @@
+//! Replies as the trajectory reads them: text, reasoning and tool calls from each protocol's
+//! body, streams reassembled from their server-sent events (as far as they go when cut).
+
+use serde_json::{Value, json};
+
+use super::request::{str_of, text_of};
+use crate::gateway::ledger::CallRecord;
+use crate::gateway::usage::Protocol;
+
+/// One tool call of a reply.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Call {
+    pub(super) id: String,
+    pub(super) name: String,
+    /// Always an object; see `raw`.
+    pub(super) arguments: Value,
+    /// The arguments as sent when they were not a JSON object.
+    pub(super) raw: Option<String>,
+}
+
+/// A reply as reassembled.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Reply {
+    pub(super) text: String,
+    pub(super) reasoning: String,
+    pub(super) calls: Vec<Call>,
+    pub(super) model: Option<String>,
+}
+
+pub(super) fn parse_response(call: &CallRecord) -> Result<Reply, String> {
+    let body = &call.response.body;
+    if body.trim().is_empty() {
+        return Err("no response body".into());
+    }
+    let is_sse = call.stream && !body.trim_start().starts_with('{');
+    if is_sse {
+        let events = sse_events(body);
+        if events.is_empty() {
+            return Err("no event could be read from the stream".into());
+        }
+        return Ok(match call.api {
+            Protocol::AnthropicMessages => anthropic_stream(&events),
+            Protocol::ChatCompletions => chat_stream(&events),
+            Protocol::Responses => responses_stream(&events),
+        });
+    }
+    let v: Value = serde_json::from_str(body).map_err(|e| {
+        if call.response.truncated {
+            format!(
+                "response body cut at {} of {} bytes",
+                body.len(),
+                call.response.bytes
+            )
+        } else {
+            format!("response body is not JSON: {e}")
+        }
+    })?;
+    if v.get("error").is_some_and(|e| !e.is_null()) && call.status >= 400 {
+        return Err(format!("the upstream answered {}", call.status));
+    }
+    Ok(match call.api {
+        Protocol::AnthropicMessages => anthropic_reply(&v),
+        Protocol::ChatCompletions => chat_reply(&v),
+        Protocol::Responses => responses_reply(&v),
+    })
+}
+
+/// The JSON data of each complete server-sent event (`[DONE]` and unreadable ones skipped).
+fn sse_events(body: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut data = String::new();
+    let flush = |data: &mut String, out: &mut Vec<Value>| {
+        if !data.is_empty() {
+            if let Ok(v) = serde_json::from_str::<Value>(data) {
+                out.push(v);
+            }
+            data.clear();
+        }
+    };
+    for line in body.lines() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() {
+            flush(&mut data, &mut out);
+        } else if let Some(d) = line.strip_prefix("data:") {
+            let d = d.strip_prefix(' ').unwrap_or(d);
+            if d != "[DONE]" {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(d);
+            }
+        }
+    }
+    // A last event without its blank line is kept only if it parses (a cut one does not).
+    flush(&mut data, &mut out);
+    out
+}
+
+/// Arguments given as a JSON string: an object, or `{}` with the text kept.
+fn arguments_of(s: &str) -> (Value, Option<String>) {
+    match serde_json::from_str::<Value>(s) {
+        Ok(v @ Value::Object(_)) => (v, None),
+        _ if s.trim().is_empty() => (json!({}), None),
+        _ => (json!({}), Some(s.to_string())),
+    }
+}
+
+/// Arguments given as a JSON value.
+fn arguments_value(v: Option<&Value>) -> (Value, Option<String>) {
+    match v {
+        Some(v @ Value::Object(_)) => (v.clone(), None),
+        Some(Value::String(s)) => arguments_of(s),
+        None | Some(Value::Null) => (json!({}), None),
+        Some(other) => (json!({}), Some(other.to_string())),
+    }
+}
+
+fn push_text(into: &mut String, s: &str) {
+    if s.is_empty() {
+        return;
+    }
+    if !into.is_empty() {
+        into.push('\n');
+    }
+    into.push_str(s);
+}
+
+fn model_of(v: &Value) -> Option<String> {
+    v.get("model").and_then(Value::as_str).map(str::to_string)
+}
+
+fn anthropic_block(reply: &mut Reply, block: &Value) {
+    match str_of(block, "type") {
+        "text" => push_text(&mut reply.text, str_of(block, "text")),
+        "thinking" => push_text(&mut reply.reasoning, str_of(block, "thinking")),
+        "redacted_thinking" => push_text(&mut reply.reasoning, "[redacted thinking]"),
+        "tool_use" | "server_tool_use" => {
+            let (arguments, raw) = arguments_value(block.get("input"));
+            reply.calls.push(Call {
+                id: str_of(block, "id").to_string(),
+                name: str_of(block, "name").to_string(),
+                arguments,
+                raw,
+            });
+        }
+        _ => {}
+    }
+}
+
+fn anthropic_reply(v: &Value) -> Reply {
+    let mut reply = Reply {
+        model: model_of(v),
+        ..Reply::default()
+    };
+    for block in v
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        anthropic_block(&mut reply, block);
+    }
+    reply
+}
+
+fn anthropic_stream(events: &[Value]) -> Reply {
+    // Blocks by index: the start block and the deltas' text (or partial JSON input).
+    let mut blocks: Vec<(u64, Value, String)> = Vec::new();
+    let mut model = None;
+    for e in events {
+        match str_of(e, "type") {
+            "message_start" => model = e.get("message").and_then(model_of),
+            "content_block_start" => {
+                let index = e.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let block = e.get("content_block").cloned().unwrap_or(Value::Null);
+                blocks.push((index, block, String::new()));
+            }
+            "content_block_delta" => {
+                let index = e.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let delta = e.get("delta").unwrap_or(&Value::Null);
+                let piece = match str_of(delta, "type") {
+                    "text_delta" => str_of(delta, "text"),
+                    "thinking_delta" => str_of(delta, "thinking"),
+                    "input_json_delta" => str_of(delta, "partial_json"),
+                    _ => "",
+                };
+                if let Some(b) = blocks.iter_mut().rev().find(|b| b.0 == index) {
+                    b.2.push_str(piece);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut reply = Reply {
+        model,
+        ..Reply::default()
+    };
+    for (_, mut block, acc) in blocks {
+        match str_of(&block, "type") {
+            "text" => block["text"] = json!(format!("{}{acc}", str_of(&block, "text"))),
+            "thinking" => block["thinking"] = json!(format!("{}{acc}", str_of(&block, "thinking"))),
+            "tool_use" | "server_tool_use" if !acc.is_empty() => block["input"] = json!(acc),
+            _ => {}
+        }
+        anthropic_block(&mut reply, &block);
+    }
+    reply
+}
+
+fn chat_reply(v: &Value) -> Reply {
+    let mut reply = Reply {
+        model: model_of(v),
+        ..Reply::default()
+    };
+    let Some(msg) = v.pointer("/choices/0/message") else {
+        return reply;
+    };
+    reply.text = text_of(msg.get("content").unwrap_or(&Value::Null));
+    if let Some(r) = msg
+        .get("reasoning_content")
+        .or_else(|| msg.get("reasoning"))
+        .and_then(Value::as_str)
+    {
+        reply.reasoning = r.to_string();
+    }
+    for c in msg
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let (arguments, raw) = arguments_value(c.pointer("/function/arguments"));
+        reply.calls.push(Call {
+            id: str_of(c, "id").to_string(),
+            name: c
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            arguments,
+            raw,
+        });
+    }
+    if let Some(f) = msg.get("function_call") {
+        let (arguments, raw) = arguments_value(f.get("arguments"));
+        reply.calls.push(Call {
+            id: str_of(f, "name").to_string(),
+            name: str_of(f, "name").to_string(),
+            arguments,
+            raw,
+        });
+    }
+    reply
+}
+
+fn chat_stream(events: &[Value]) -> Reply {
+    let mut reply = Reply::default();
+    // Tool calls by index: id, name, argument text.
+    let mut calls: Vec<(u64, String, String, String)> = Vec::new();
+    for e in events {
+        if reply.model.is_none() {
+            reply.model = model_of(e);
+        }
+        let Some(delta) = e.pointer("/choices/0/delta") else {
+            continue;
+        };
+        reply.text.push_str(str_of(delta, "content"));
+        reply.reasoning.push_str(
+            delta
+                .get("reasoning_content")
+                .or_else(|| delta.get("reasoning"))
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        );
+        for c in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let at = match calls.iter().position(|k| k.0 == index) {
+                Some(i) => i,
+                None => {
+                    calls.push((index, String::new(), String::new(), String::new()));
+                    calls.len() - 1
+                }
+            };
+            let entry = &mut calls[at];
+            if let Some(id) = c.get("id").and_then(Value::as_str) {
+                entry.1 = id.to_string();
+            }
+            if let Some(name) = c.pointer("/function/name").and_then(Value::as_str) {
+                entry.2.push_str(name);
+            }
+            if let Some(args) = c.pointer("/function/arguments").and_then(Value::as_str) {
+                entry.3.push_str(args);
+            }
+        }
+    }
+    for (_, id, name, args) in calls {
+        let (arguments, raw) = arguments_of(&args);
+        reply.calls.push(Call {
+            id,
+            name,
+            arguments,
+            raw,
+        });
+    }
+    reply
+}
+
+fn responses_item(reply: &mut Reply, item: &Value) {
+    match str_of(item, "type") {
+        "message" => {
+            for part in item
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                match str_of(part, "type") {
+                    "output_text" => push_text(&mut reply.text, str_of(part, "text")),
+                    "refusal" => push_text(&mut reply.text, str_of(part, "refusal")),
+                    _ => {}
+                }
+            }
+        }
+        "reasoning" => {
+            for key in ["summary", "content"] {
+                for part in item
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    push_text(&mut reply.reasoning, str_of(part, "text"));
+                }
+            }
+        }
+        "function_call" => {
+            let (arguments, raw) = arguments_value(item.get("arguments"));
+            reply.calls.push(Call {
+                id: str_of(item, "call_id").to_string(),
+                name: str_of(item, "name").to_string(),
+                arguments,
+                raw,
+            });
+        }
+        "custom_tool_call" => reply.calls.push(Call {
+            id: str_of(item, "call_id").to_string(),
+            name: str_of(item, "name").to_string(),
+            arguments: json!({"input": str_of(item, "input")}),
+            raw: None,
+        }),
+        "local_shell_call" => reply.calls.push(Call {
+            id: str_of(item, "call_id").to_string(),
+            name: "local_shell".to_string(),
+            arguments: item.get("action").cloned().unwrap_or_else(|| json!({})),
+            raw: None,
+        }),
+        _ => {}
+    }
+}
+
+fn responses_reply(v: &Value) -> Reply {
+    let mut reply = Reply {
+        model: model_of(v),
+        ..Reply::default()
+    };
+    for item in v
+        .get("output")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        responses_item(&mut reply, item);
+    }
+    reply
+}
+
+fn responses_stream(events: &[Value]) -> Reply {
+    // The final response object says it all when the stream got that far.
+    for e in events.iter().rev() {
+        if matches!(
+            str_of(e, "type"),
+            "response.completed" | "response.incomplete" | "response.failed"
+        ) && let Some(r) = e.get("response")
+            && r.get("output").and_then(Value::as_array).is_some()
+        {
+            return responses_reply(r);
+        }
+    }
+    // Else the items as far as they went: each `output_item.added`, grown by its deltas,
+    // replaced by its `output_item.done`.
+    let mut items: Vec<(u64, Value)> = Vec::new();
+    let mut model = None;
+    for e in events {
+        let index = e.get("output_index").and_then(Value::as_u64).unwrap_or(0);
+        let slot = |items: &mut Vec<(u64, Value)>| -> usize {
+            match items.iter().position(|i| i.0 == index) {
+                Some(i) => i,
+                None => {
+                    items.push((index, json!({})));
+                    items.len() - 1
+                }
+            }
+        };
+        match str_of(e, "type") {
+            "response.created" | "response.in_progress" => {
+                model = e.get("response").and_then(model_of);
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                let i = slot(&mut items);
+                items[i].1 = e.get("item").cloned().unwrap_or_else(|| json!({}));
+            }
+            "response.output_text.delta" => {
+                let i = slot(&mut items);
+                let item = &mut items[i].1;
+                item["type"] = json!("message");
+                let text = format!(
+                    "{}{}",
+                    item.pointer("/content/0/text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    str_of(e, "delta")
+                );
+                item["content"] = json!([{"type": "output_text", "text": text}]);
+            }
+            "response.function_call_arguments.delta" => {
+                let i = slot(&mut items);
+                let item = &mut items[i].1;
+                let args = format!("{}{}", str_of(item, "arguments"), str_of(e, "delta"));
+                item["arguments"] = json!(args);
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                let i = slot(&mut items);
+                let item = &mut items[i].1;
+                item["type"] = json!("reasoning");
+                let text = format!(
+                    "{}{}",
+                    item.pointer("/summary/0/text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    str_of(e, "delta")
+                );
+                item["summary"] = json!([{"type": "summary_text", "text": text}]);
+            }
+            _ => {}
+        }
+    }
+    let mut reply = Reply {
+        model,
+        ..Reply::default()
+    };
+    items.sort_by_key(|i| i.0);
+    for (_, item) in &items {
+        responses_item(&mut reply, item);
+    }
+    reply
+}
