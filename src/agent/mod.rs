@@ -21,7 +21,7 @@ use crate::task::Task;
 
 pub use aworld::{
     AWORLD_OUTCOME_PATH, AWORLD_TRAJECTORY_PATH, AworldAgent, CONTROL_ROOT, DEADLINE_ENV,
-    HarnessOverride, ModelConfig, REQUIRED_FLAG,
+    HarnessOverride, ModelConfig, REQUIRED_FLAG, gateway_env as aworld_gateway_env,
 };
 pub use env::{EnvError, is_secret_key, redact_env, resolve_env};
 pub use mounts::{MountError, resolve_mounts};
@@ -74,7 +74,8 @@ impl AgentKind {
             | AgentKind::Codex(p)
             | AgentKind::MiniSweAgent(p)
             | AgentKind::Aider(p) => p.model.as_ref().map(|m| (m, p.budget.as_ref())),
-            AgentKind::Oracle | AgentKind::Nop | AgentKind::Aworld(_) => None,
+            AgentKind::Aworld(aw) => aw.gateway(),
+            AgentKind::Oracle | AgentKind::Nop => None,
         }
     }
 
@@ -86,7 +87,8 @@ impl AgentKind {
             | AgentKind::Codex(p)
             | AgentKind::MiniSweAgent(p)
             | AgentKind::Aider(p) => p.model.is_none() && p.budget.is_some(),
-            AgentKind::Oracle | AgentKind::Nop | AgentKind::Aworld(_) => false,
+            AgentKind::Aworld(aw) => aw.gateway().is_none() && aw.budget.is_some(),
+            AgentKind::Oracle | AgentKind::Nop => false,
         }
     }
 
