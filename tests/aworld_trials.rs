@@ -580,3 +580,106 @@ fn llm_api_key_reaches_the_agent_but_no_file_and_no_argv() {
         assert!(found.is_empty(), "{needle} written to {found:?}");
     }
 }
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The recommended form: `model: {provider: <models: entry>, name}`. The stand-in (mode
+/// `model`) follows the scripted provider's tool calls over Chat Completions at
+/// `LLM_BASE_URL` — the gateway on the container's own loopback, the task on network `none`
+/// — and solves an example task with its reference solution; usage is exact and the host's
+/// key is nowhere.
+#[test]
+fn a_gateway_model_solves_a_task_on_network_none_with_exact_usage_and_no_host_key() {
+    if !docker_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        tmp.path().join("script.json"),
+        r#"{"turns": [
+            {"run": "bash /opt/solution/solve.sh >/dev/null", "usage": {"input_tokens": 150, "output_tokens": 15}},
+            {"say": "Done: /app/out/report.txt is written.", "usage": {"input_tokens": 400, "output_tokens": 40}}
+        ]}"#,
+    )
+    .expect("script");
+    let task = repo().join("tasks/exact-deliverable");
+    let config = tmp.path().join("job.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tasks: [{task}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - name: aw\n    kind: aworld\n    binary: /opt/aworld-standin/aworld-cli\n    model: {{provider: fake, name: scripted-model}}\n    budget: {{max_requests: 10}}\n    mounts:\n      - {{host: {standin}, container: /opt/aworld-standin}}\n      - {{host: {solution}, container: /opt/solution}}\n    env: {{STANDIN_BEHAVIOR: model}}\n",
+            task = task.display(),
+            standin = standin_dir().display(),
+            solution = task.join("solution").display(),
+        ),
+    )
+    .expect("job.yaml");
+    // The host holds a real-looking key under the names an agent would read; none may travel.
+    let host_key = format!("sk-host-real-key-{}", std::process::id());
+    let job_dir = tmp.path().join("job-aw-gateway");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args(["run", "--quiet", "--job-dir"])
+        .arg(&job_dir)
+        .arg("-c")
+        .arg(&config)
+        .env("LLM_API_KEY", &host_key)
+        .env("OPENAI_API_KEY", &host_key)
+        .output()
+        .expect("run arbiter");
+    assert_no_leftovers(&job_dir);
+    let trial = "exact-deliverable__aw__default__1";
+    let r = result(&job_dir, trial);
+    assert_eq!(out.status.code(), Some(0), "{} {r:#}", stderr(&out));
+    assert_eq!(r["limits"]["network"], "no-network", "{r:#}");
+    assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+    assert_eq!(r["claim"]["source"], "file", "{r:#}");
+    assert_eq!(r["claim"]["semantic_status"], "succeeded", "{r:#}");
+    assert_eq!(r["audit"]["verdict"], "certified", "{r:#}");
+    // Usage is what the script served: two calls, their tokens exactly.
+    let usage = &r["usage"];
+    assert_eq!(usage["requests"], 2, "{r:#}");
+    assert_eq!(usage["input_tokens"], 550, "{r:#}");
+    assert_eq!(usage["output_tokens"], 55, "{r:#}");
+    assert_eq!(usage["budget"]["max_requests"], 10, "{r:#}");
+    let ledger = trial_file(&job_dir, trial, "agent/model-calls.jsonl");
+    assert_eq!(ledger.lines().count(), 2, "{ledger}");
+    // The claim's own count agrees with the gateway's, so the audit has nothing to say on it.
+    let evidence = r["audit"]["evidence"].to_string();
+    assert!(!evidence.contains("model calls"), "{evidence}");
+
+    // What the stand-in saw: the gateway on its loopback, a per-trial token, the model name.
+    let seen: Value = serde_json::from_str(&trial_file(
+        &job_dir,
+        trial,
+        "agent/control/state/env-seen.json",
+    ))
+    .expect("env-seen.json");
+    assert_eq!(seen["base_url"], "http://127.0.0.1:4141/v1", "{seen:#}");
+    assert_eq!(seen["provider"], "openai");
+    assert_eq!(seen["model"], "scripted-model");
+    assert_eq!(seen["api_key_shape"], "arb-<52 chars>", "{seen:#}");
+    let host_digest = sha256_hex(&host_key);
+    assert_ne!(seen["api_key_sha256"], host_digest.as_str());
+    let env_digests = seen["env_value_sha256"].as_array().expect("digests");
+    assert!(
+        !env_digests.iter().any(|d| d == host_digest.as_str()),
+        "the host's key is in the agent's environment"
+    );
+    let found = files_containing(&job_dir, host_key.as_bytes());
+    assert!(found.is_empty(), "the host's key is written to {found:?}");
+    // Nor is the trial token (arb-<48 hex>) kept in any file.
+    for file in files_under(&job_dir) {
+        let text = String::from_utf8_lossy(&std::fs::read(&file).expect("read")).into_owned();
+        let holds = text
+            .split("arb-")
+            .skip(1)
+            .any(|rest| rest.len() >= 48 && rest[..48].chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(!holds, "{} holds a trial token", file.display());
+    }
+}
