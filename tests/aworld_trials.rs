@@ -81,6 +81,7 @@ fn verdicts_claim_sources_and_the_exit_zero_without_record_rule() {
             vec![
                 ("STANDIN_BEHAVIOR", "succeed".to_string()),
                 ("STANDIN_OLD_CLI", "1".to_string()),
+                ("STANDIN_WORK", HELLO.to_string()),
             ],
         ),
     ];
@@ -96,7 +97,7 @@ fn verdicts_claim_sources_and_the_exit_zero_without_record_rule() {
     assert_eq!(
         out.status.code(),
         Some(3),
-        "omit and oldcli are infra errors → exit 3: {}",
+        "omit is an infra error → exit 3: {}",
         stderr(&out)
     );
     let r = |agent: &str| result(&job_dir, &format!("aw-plain__{agent}__default__1"));
@@ -241,18 +242,22 @@ fn verdicts_claim_sources_and_the_exit_zero_without_record_rule() {
         "the trajectory is kept"
     );
 
+    // An aworld-cli without --outcome-output (every release so far) runs without the output
+    // flags: no claim, with the reason; the verifier's result stands (not an infra error that
+    // would retry every trial of such a CLI).
     let old = r("oldcli");
-    assert_eq!(old["termination"]["kind"], "infra_error", "{old:#}");
-    let message = old["infra_error"]["message"].as_str().unwrap_or_default();
+    assert!(old["infra_error"].is_null(), "{old:#}");
+    assert_eq!(old["termination"]["kind"], "exited", "{old:#}");
+    assert_eq!(old["termination"]["exit_code"], 0);
+    assert_eq!(old["claim"]["status"], "missing", "{old:#}");
+    let why = old["claim"]["error"].as_str().unwrap_or_default();
+    assert!(why.contains("has no --outcome-output"), "{why}");
+    assert_eq!(old["verifier"]["status"], "passed", "{old:#}");
+    assert_eq!(old["audit"]["verdict"], "unclaimed_success", "{old:#}");
+    let stdout_log = trial_file(&job_dir, "aw-plain__oldcli__default__1", "agent/stdout.log");
     assert!(
-        message.contains("does not support --outcome-output") && message.contains("upgrade"),
-        "{message}"
-    );
-    assert!(
-        !job_dir
-            .join("trials/aw-plain__oldcli__default__1/agent/stdout.log")
-            .exists(),
-        "the agent must not run after a failed pre-flight check"
+        stdout_log.contains("final answer"),
+        "it ran without the flags it would refuse: {stdout_log}"
     );
 
     // The verifier never sees a control root.

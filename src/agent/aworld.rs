@@ -314,6 +314,12 @@ impl AworldAgent {
 
     /// The headless invocation.
     pub(crate) fn run_argv(&self, task: &Task) -> Vec<String> {
+        self.argv_with(task, true)
+    }
+
+    /// The invocation with or without `--trajectory-output` / `--outcome-output` (an older
+    /// aworld-cli refuses flags it does not know, exiting 0 without doing anything).
+    fn argv_with(&self, task: &Task, outputs: bool) -> Vec<String> {
         let mut argv = vec![self.binary.clone()];
         argv.extend(self.global_args.iter().cloned());
         argv.push("run".to_string());
@@ -323,18 +329,25 @@ impl AworldAgent {
             self.env_file.clone(),
             "--task".to_string(),
             task.instruction.clone(),
-            "--trajectory-output".to_string(),
-            AWORLD_TRAJECTORY_PATH.to_string(),
-            "--outcome-output".to_string(),
-            AWORLD_OUTCOME_PATH.to_string(),
         ]);
+        if outputs {
+            argv.extend([
+                "--trajectory-output".to_string(),
+                AWORLD_TRAJECTORY_PATH.to_string(),
+                "--outcome-output".to_string(),
+                AWORLD_OUTCOME_PATH.to_string(),
+            ]);
+        }
         argv.extend(self.extra_args.iter().cloned());
         argv
     }
 
-    /// The pre-flight check: `<binary> <global args> run --help` must mention
-    /// [`REQUIRED_FLAG`].
-    pub(crate) fn cli_check(&self) -> super::CliCheck {
+    /// The pre-flight check: `<binary> <global args> run --help` should mention
+    /// [`REQUIRED_FLAG`]. A CLI that does not (every aworld-cli released so far, see README
+    /// "Evaluating AWorld") runs without the output flags: its claim is `missing`, with the
+    /// reason, and the verifier's result stands on its own — not an infrastructure error, which
+    /// would retry every trial of such a CLI in vain.
+    pub(crate) fn cli_check(&self, task: &Task) -> super::CliCheck {
         let mut argv = vec![self.binary.clone()];
         argv.extend(self.global_args.iter().cloned());
         argv.extend(["run".to_string(), "--help".to_string()]);
@@ -343,6 +356,10 @@ impl AworldAgent {
             required: REQUIRED_FLAG.to_string(),
             not_installed: "is aworld-cli installed in the task container (agent `install:` or a read-only `mounts:` entry, see docker/agents/aworld/README.md)? Output in agent/cli-check.stderr.log".to_string(),
             unsupported: format!("the installed aworld-cli does not support {REQUIRED_FLAG} (`{{shown}}` does not mention it); arbiter needs {REQUIRED_FLAG} to read the aworld.run.outcome.v1 record — upgrade aworld-cli to a release that has it (pip install -U aworld-cli, or rebuild docker/agents/aworld with a newer AWORLD_PIP_SPEC)"),
+            fallback: Some(super::CliFallback {
+                argv: self.argv_with(task, false),
+                note: format!("no claim: the installed aworld-cli has no {REQUIRED_FLAG} (its `run --help` does not mention it), so it was run without {REQUIRED_FLAG} and --trajectory-output and writes no aworld.run.outcome.v1 record; its exit code (0 even on failure) is not a claim — see agent/stdout.log for its final answer"),
+            }),
         }
     }
 
@@ -401,9 +418,46 @@ mod tests {
     #[test]
     fn defaults_follow_the_documented_direct_run() {
         let a = agent("name: aw\nkind: aworld\n");
-        let help = a.cli_check().argv;
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tasks/quick");
+        let task = crate::task::load(&dir).expect("task loads");
+        let check = a.cli_check(&task);
+        let help = check.argv.clone();
         assert_eq!(help, ["aworld-cli", "--no-banner", "run", "--help"]);
         assert!(a.check_cli);
+        // A CLI without --outcome-output runs without the output flags, with a reason.
+        let end = crate::sandbox::ExecEnd::Exited(0);
+        let old = check
+            .judge(
+                end,
+                Duration::from_secs(1),
+                "usage: aworld-cli run [--task TASK]",
+            )
+            .expect("falls back")
+            .expect("a fallback");
+        assert!(
+            !old.argv.iter().any(|a| a.ends_with("-output")),
+            "{:?}",
+            old.argv
+        );
+        assert_eq!(
+            &old.argv[..a.run_argv(&task).len() - 4],
+            &a.run_argv(&task)[..a.run_argv(&task).len() - 4]
+        );
+        assert!(old.note.contains("no --outcome-output"), "{}", old.note);
+        let new = check
+            .judge(end, Duration::from_secs(1), "[--outcome-output PATH]")
+            .expect("supported");
+        assert!(new.is_none());
+        assert!(
+            check
+                .judge(
+                    crate::sandbox::ExecEnd::Exited(127),
+                    Duration::from_secs(1),
+                    "not found"
+                )
+                .is_err()
+        );
     }
 
     #[test]

@@ -10,12 +10,20 @@
 # (default arbiter/debian:bookworm) with network none, for IMAGE's python3. The tree runs in
 # task images that have the same python3 at the same path (`/usr/bin/python3.11` for
 # bookworm). Needs: python3 with pip on the host, docker, PyPI access (GitHub is not needed).
+#
+# AWORLD_CONSTRAINTS=<file>: pip constraints for the dependencies (default: constraints.txt
+# next to this script — AWorld's requirements leave some upper bounds open, and today's
+# releases of those break it at import).
 set -eu
 src=${1:?usage: build-from-source.sh AWORLD_SRC_DIR OUT_DIR [IMAGE]}
 out=${2:?usage: build-from-source.sh AWORLD_SRC_DIR OUT_DIR [IMAGE]}
 image=${3:-arbiter/debian:bookworm}
 [ -f "$src/setup.py" ] && [ -d "$src/aworld" ] && [ -f "$src/aworld-cli/pyproject.toml" ] || {
     echo "$src is not an AWorld source tree (want setup.py, aworld/, aworld-cli/pyproject.toml)" >&2
+    exit 2
+}
+[ -d "$src/aworld_gateway" ] || {
+    echo "$src has no aworld_gateway/: aworld-cli imports it (without it every plugin command, run included, is missing); use the whole checkout" >&2
     exit 2
 }
 src=$(cd "$src" && pwd)
@@ -25,6 +33,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 wheels="$work/wheels"
 mkdir -p "$wheels"
+here=$(cd "$(dirname "$0")" && pwd)
+constraints=${AWORLD_CONSTRAINTS:-$here/constraints.txt}
+cp "$constraints" "$wheels/constraints.txt"
 
 py=$(docker run --rm --network none --label arbiter.managed=true "$image" \
     python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -40,7 +51,7 @@ set -- --platform manylinux_2_36_x86_64 --platform manylinux_2_35_x86_64 \
     --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 \
     --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64
 python3 -m pip download --disable-pip-version-check --dest "$wheels" --only-binary=:all: \
-    --implementation cp --python-version "$py" "$@" \
+    --implementation cp --python-version "$py" "$@" -c "$wheels/constraints.txt" \
     "$wheels"/aworld-*.whl "$wheels"/aworld_cli-*.whl pip >&2
 
 # 3. The venv, built where it will be mounted (its scripts carry absolute shebangs).
@@ -51,7 +62,8 @@ rm -rf /opt/aworld/* 2>/dev/null || true
 python3 -m venv --without-pip /opt/aworld
 pip_wheel=$(ls /wheels/pip-*.whl | head -n 1)
 /opt/aworld/bin/python "$pip_wheel/pip" install --no-index --find-links /wheels \
-    --no-cache-dir --disable-pip-version-check --no-warn-script-location aworld-cli aworld
+    --no-cache-dir --disable-pip-version-check --no-warn-script-location \
+    -c /wheels/constraints.txt aworld-cli aworld
 /opt/aworld/bin/python "$pip_wheel/pip" freeze --path /opt/aworld/lib/python*/site-packages \
     > /opt/aworld/requirements.lock
 /opt/aworld/bin/python -m compileall -q -j 0 /opt/aworld/lib >/dev/null 2>&1 || true
