@@ -26,6 +26,10 @@ image=${3:-arbiter/debian:bookworm}
     echo "$src has no aworld_gateway/: aworld-cli imports it (without it every plugin command, run included, is missing); use the whole checkout" >&2
     exit 2
 }
+[ -f "$src/examples/gaia/mcp_collections/tools/terminal.py" ] && [ -f "$src/examples/gaia/utils.py" ] || {
+    echo "$src has no examples/gaia/mcp_collections/tools/terminal.py (or examples/gaia/utils.py): the Aworld agent's shell is that MCP server (python -m examples.gaia.mcp_collections.tools.terminal); without it the agent has no tool that runs commands" >&2
+    exit 2
+}
 src=$(cd "$src" && pwd)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -55,8 +59,15 @@ python3 -m pip download --disable-pip-version-check --dest "$wheels" --only-bina
     "$wheels"/aworld-*.whl "$wheels"/aworld_cli-*.whl pip >&2
 
 # 3. The venv, built where it will be mounted (its scripts carry absolute shebangs).
+# The terminal MCP server the Aworld agent starts is not in either package: it is imported
+# as `examples.gaia.mcp_collections...` from the source tree; the venv gets just that part.
+mkdir -p "$work/examples/gaia"
+cp "$src/examples/__init__.py" "$work/examples/" 2>/dev/null || : > "$work/examples/__init__.py"
+cp "$src/examples/gaia/__init__.py" "$work/examples/gaia/" 2>/dev/null || : > "$work/examples/gaia/__init__.py"
+cp "$src/examples/gaia/utils.py" "$work/examples/gaia/"
+cp -R "$src/examples/gaia/mcp_collections" "$work/examples/gaia/"
 docker run --rm --network none --label arbiter.managed=true \
-    -v "$wheels:/wheels:ro" -v "$out:/opt/aworld" "$image" sh -c '
+    -v "$wheels:/wheels:ro" -v "$work/examples:/examples:ro" -v "$out:/opt/aworld" "$image" sh -c '
 set -eu
 rm -rf /opt/aworld/* 2>/dev/null || true
 python3 -m venv --without-pip /opt/aworld
@@ -66,6 +77,7 @@ pip_wheel=$(ls /wheels/pip-*.whl | head -n 1)
     -c /wheels/constraints.txt aworld-cli aworld
 /opt/aworld/bin/python "$pip_wheel/pip" freeze --path /opt/aworld/lib/python*/site-packages \
     > /opt/aworld/requirements.lock
+cp -R /examples /opt/aworld/lib/python*/site-packages/
 /opt/aworld/bin/python -m compileall -q -j 0 /opt/aworld/lib >/dev/null 2>&1 || true
 chmod -R a+rX /opt/aworld
 '
