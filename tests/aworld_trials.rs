@@ -782,3 +782,26 @@ fn the_real_aworld_cli_solves_a_task_through_the_gateway() {
     let found = files_containing(&job_dir, host_key.as_bytes());
     assert!(found.is_empty(), "the host's key is written to {found:?}");
 }
+
+/// A `model:` naming a `models:` entry and also carrying a key is refused before anything
+/// runs, naming the field (no engine needed).
+#[test]
+fn a_gateway_model_with_a_literal_key_is_a_config_error_naming_the_field() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    std::fs::write(tmp.path().join("s.json"), r#"{"turns": []}"#).expect("script");
+    let config = tmp.path().join("job.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: s.json}}\nagents:\n  - name: aw\n    kind: aworld\n    model: {{provider: fake, name: m, api_key: sk-literal}}\n",
+            fixture("aw-plain").display()
+        ),
+    )
+    .expect("job.yaml");
+    let out = arbiter(&["run", "--quiet", "-c", config.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("agents[0].model.api_key"), "{err}");
+    assert!(err.contains("gateway"), "{err}");
+    assert!(!err.contains("sk-literal"), "{err}");
+}
