@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::task::Task;
 
-use super::{AgentError, Mount, default_install_timeout, redact_env};
+use super::{
+    AgentConfigError, AgentError, ModelWiring, Mount, default_install_timeout, redact_env,
+};
+use crate::gateway::{AgentModel, Budget, ModelConfig as JobModel, ProviderApi};
 
 /// Container path of the per-trial control root.
 pub const CONTROL_ROOT: &str = "/arbiter/control";
@@ -50,8 +53,18 @@ pub struct AworldAgent {
     /// Appended after the wired-in flags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_args: Vec<String>,
+    /// The model: `{provider: <a job models: entry>, name}` reaches it through arbiter's
+    /// gateway (recommended; the task may stay on network `none`), or the literal form
+    /// `{name, provider, base_url, api_key}` passed to aworld-cli as is.
     #[serde(default)]
     pub model: ModelConfig,
+    /// Per-trial limits on the model calls (needs a gateway model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// Set by [`AworldAgent::route_model`] when `model` names a job `models:` entry: the
+    /// trial is admitted to the gateway and `LLM_*` point at it ([`gateway_env`]).
+    #[serde(skip)]
+    pub(crate) gateway_model: Option<AgentModel>,
     /// More environment; values may reference the harness's environment as `${NAME}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
@@ -74,7 +87,8 @@ pub struct AworldAgent {
     pub check_cli: bool,
 }
 
-/// Model access, passed as `LLM_MODEL_NAME`, `LLM_PROVIDER`, `LLM_API_KEY`, `LLM_BASE_URL`.
+/// Model access, passed as `LLM_MODEL_NAME`, `LLM_PROVIDER`, `LLM_API_KEY`, `LLM_BASE_URL`
+/// (the literal form), or a gateway model's `{provider, name}` (see [`AworldAgent::route_model`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -121,7 +135,95 @@ pub struct HarnessOverride {
     pub source: String,
 }
 
+/// `LLM_*` keys arbiter sets from the gateway for a gateway model; a config's `env:` may not
+/// set them (the real key never enters a container).
+pub const GATEWAY_ENV: [&str; 4] = [
+    "LLM_BASE_URL",
+    "LLM_API_KEY",
+    "LLM_MODEL_NAME",
+    "LLM_PROVIDER",
+];
+
+/// The env an `aworld` agent with a gateway model gets: aworld-cli's OpenAI-compatible
+/// provider pointed at the gateway on the container's loopback, the per-trial token as its key.
+/// The environment phase puts these over everything else in the run's env.
+pub fn gateway_env(w: &ModelWiring) -> [(&'static str, String); 4] {
+    [
+        ("LLM_BASE_URL", w.openai_base_url.clone()),
+        ("LLM_API_KEY", w.token.clone()),
+        ("LLM_MODEL_NAME", w.model.clone()),
+        ("LLM_PROVIDER", "openai".to_string()),
+    ]
+}
+
 impl AworldAgent {
+    /// The gateway model and budget, when `model` names a job `models:` entry.
+    pub(crate) fn gateway(&self) -> Option<(&AgentModel, Option<&Budget>)> {
+        self.gateway_model
+            .as_ref()
+            .map(|m| (m, self.budget.as_ref()))
+    }
+
+    /// Decide which form `model:` is, against the job's `models:` (called by `job::resolve`
+    /// before the model is validated). It is a gateway model when it has no `base_url` and no
+    /// `api_key` and its `provider` names a `models:` entry; otherwise the literal form, passed
+    /// as is. Fields in errors are relative to the agent entry.
+    pub(crate) fn route_model(&mut self, models: &[JobModel]) -> Result<(), AgentConfigError> {
+        let err = |field: &str, message: String| AgentConfigError {
+            field: field.to_string(),
+            message,
+        };
+        let m = &self.model;
+        let entry = m
+            .provider
+            .as_ref()
+            .and_then(|p| models.iter().find(|e| &e.name == p));
+        let Some(entry) = entry else {
+            self.gateway_model = None;
+            return Ok(());
+        };
+        if m.base_url.is_some() || m.api_key.is_some() {
+            let which = if m.base_url.is_some() {
+                "base_url"
+            } else {
+                "api_key"
+            };
+            return Err(err(
+                &format!("model.{which}"),
+                format!(
+                    "provider {:?} is a models: entry, reached through arbiter's gateway: drop base_url and api_key (the gateway holds the key), or name a provider that is not a models: entry for the literal form",
+                    entry.name
+                ),
+            ));
+        }
+        let Some(name) = m.name.clone() else {
+            return Err(err(
+                "model.name",
+                format!("required: the model to ask provider {:?} for", entry.name),
+            ));
+        };
+        if entry.api == ProviderApi::Anthropic {
+            return Err(err(
+                "model.provider",
+                format!(
+                    "provider {:?} speaks only Anthropic Messages; aworld-cli reaches its model over OpenAI Chat Completions (use an api: openai or scripted provider)",
+                    entry.name
+                ),
+            ));
+        }
+        if let Some(key) = GATEWAY_ENV.iter().find(|k| self.env.contains_key(**k)) {
+            return Err(err(
+                &format!("env.{key}"),
+                "set by arbiter from the gateway for a gateway model; remove it".to_string(),
+            ));
+        }
+        self.gateway_model = Some(AgentModel {
+            provider: entry.name.clone(),
+            name,
+        });
+        Ok(())
+    }
+
     /// The environment before overrides and the deadline: preset defaults, model, completion
     /// contract, then the config's own `env` (unresolved).
     pub(crate) fn base_env(&self, task: &Task) -> Result<BTreeMap<String, String>, AgentError> {
@@ -135,9 +237,12 @@ impl AworldAgent {
             ("LLM_API_KEY", &self.model.api_key),
             ("LLM_BASE_URL", &self.model.base_url),
         ];
-        for (key, value) in model {
-            if let Some(value) = value {
-                env.insert(key.to_string(), value.clone());
+        // A gateway model's `LLM_*` come from the gateway when the container runs.
+        if self.gateway_model.is_none() {
+            for (key, value) in model {
+                if let Some(value) = value {
+                    env.insert(key.to_string(), value.clone());
+                }
             }
         }
         if let Some(completion) = &task.completion {
@@ -209,6 +314,12 @@ impl AworldAgent {
 
     /// The headless invocation.
     pub(crate) fn run_argv(&self, task: &Task) -> Vec<String> {
+        self.argv_with(task, true)
+    }
+
+    /// The invocation with or without `--trajectory-output` / `--outcome-output` (an older
+    /// aworld-cli refuses flags it does not know, exiting 0 without doing anything).
+    fn argv_with(&self, task: &Task, outputs: bool) -> Vec<String> {
         let mut argv = vec![self.binary.clone()];
         argv.extend(self.global_args.iter().cloned());
         argv.push("run".to_string());
@@ -218,18 +329,25 @@ impl AworldAgent {
             self.env_file.clone(),
             "--task".to_string(),
             task.instruction.clone(),
-            "--trajectory-output".to_string(),
-            AWORLD_TRAJECTORY_PATH.to_string(),
-            "--outcome-output".to_string(),
-            AWORLD_OUTCOME_PATH.to_string(),
         ]);
+        if outputs {
+            argv.extend([
+                "--trajectory-output".to_string(),
+                AWORLD_TRAJECTORY_PATH.to_string(),
+                "--outcome-output".to_string(),
+                AWORLD_OUTCOME_PATH.to_string(),
+            ]);
+        }
         argv.extend(self.extra_args.iter().cloned());
         argv
     }
 
-    /// The pre-flight check: `<binary> <global args> run --help` must mention
-    /// [`REQUIRED_FLAG`].
-    pub(crate) fn cli_check(&self) -> super::CliCheck {
+    /// The pre-flight check: `<binary> <global args> run --help` should mention
+    /// [`REQUIRED_FLAG`]. A CLI that does not (every aworld-cli released so far, see README
+    /// "Evaluating AWorld") runs without the output flags: its claim is `missing`, with the
+    /// reason, and the verifier's result stands on its own — not an infrastructure error, which
+    /// would retry every trial of such a CLI in vain.
+    pub(crate) fn cli_check(&self, task: &Task) -> super::CliCheck {
         let mut argv = vec![self.binary.clone()];
         argv.extend(self.global_args.iter().cloned());
         argv.extend(["run".to_string(), "--help".to_string()]);
@@ -238,6 +356,10 @@ impl AworldAgent {
             required: REQUIRED_FLAG.to_string(),
             not_installed: "is aworld-cli installed in the task container (agent `install:` or a read-only `mounts:` entry, see docker/agents/aworld/README.md)? Output in agent/cli-check.stderr.log".to_string(),
             unsupported: format!("the installed aworld-cli does not support {REQUIRED_FLAG} (`{{shown}}` does not mention it); arbiter needs {REQUIRED_FLAG} to read the aworld.run.outcome.v1 record — upgrade aworld-cli to a release that has it (pip install -U aworld-cli, or rebuild docker/agents/aworld with a newer AWORLD_PIP_SPEC)"),
+            fallback: Some(super::CliFallback {
+                argv: self.argv_with(task, false),
+                note: format!("no claim: the installed aworld-cli has no {REQUIRED_FLAG} (its `run --help` does not mention it), so it was run without {REQUIRED_FLAG} and --trajectory-output and writes no aworld.run.outcome.v1 record; its exit code (0 even on failure) is not a claim — see agent/stdout.log for its final answer"),
+            }),
         }
     }
 
@@ -296,9 +418,46 @@ mod tests {
     #[test]
     fn defaults_follow_the_documented_direct_run() {
         let a = agent("name: aw\nkind: aworld\n");
-        let help = a.cli_check().argv;
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tasks/quick");
+        let task = crate::task::load(&dir).expect("task loads");
+        let check = a.cli_check(&task);
+        let help = check.argv.clone();
         assert_eq!(help, ["aworld-cli", "--no-banner", "run", "--help"]);
         assert!(a.check_cli);
+        // A CLI without --outcome-output runs without the output flags, with a reason.
+        let end = crate::sandbox::ExecEnd::Exited(0);
+        let old = check
+            .judge(
+                end,
+                Duration::from_secs(1),
+                "usage: aworld-cli run [--task TASK]",
+            )
+            .expect("falls back")
+            .expect("a fallback");
+        assert!(
+            !old.argv.iter().any(|a| a.ends_with("-output")),
+            "{:?}",
+            old.argv
+        );
+        assert_eq!(
+            &old.argv[..a.run_argv(&task).len() - 4],
+            &a.run_argv(&task)[..a.run_argv(&task).len() - 4]
+        );
+        assert!(old.note.contains("no --outcome-output"), "{}", old.note);
+        let new = check
+            .judge(end, Duration::from_secs(1), "[--outcome-output PATH]")
+            .expect("supported");
+        assert!(new.is_none());
+        assert!(
+            check
+                .judge(
+                    crate::sandbox::ExecEnd::Exited(127),
+                    Duration::from_secs(1),
+                    "not found"
+                )
+                .is_err()
+        );
     }
 
     #[test]
@@ -346,5 +505,81 @@ mod tests {
                 ("AWORLD_SUCCESS_FIRST_TERMINAL_GATE", "false", "variant"),
             ]
         );
+    }
+
+    fn models(yaml: &str) -> Vec<JobModel> {
+        serde_yaml::from_str(yaml).expect("models parse")
+    }
+
+    #[test]
+    fn a_provider_naming_a_models_entry_is_a_gateway_model() {
+        let jobs =
+            models("[{name: fake, api: scripted, script: s.json}, {name: oai, api: openai}]");
+        let mut a = agent(
+            "name: aw\nkind: aworld\nmodel: {provider: fake, name: m1}\nbudget: {max_requests: 3}\n",
+        );
+        a.route_model(&jobs).expect("routes");
+        let (m, budget) = a.gateway().expect("a gateway model");
+        assert_eq!((m.provider.as_str(), m.name.as_str()), ("fake", "m1"));
+        assert_eq!(budget.and_then(|b| b.max_requests), Some(3));
+        // The literal LLM_* are not passed: the gateway's come in at the environment phase.
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tasks/quick");
+        let task = crate::task::load(&dir).expect("task loads");
+        let env = a.base_env(&task).expect("env");
+        assert!(!env.contains_key("LLM_PROVIDER"), "{env:?}");
+        assert!(!env.contains_key("LLM_MODEL_NAME"), "{env:?}");
+        let mut literal = a.clone();
+        literal.route_model(&[]).expect("literal");
+        let env = literal.base_env(&task).expect("env");
+        assert_eq!(env.get("LLM_PROVIDER").map(String::as_str), Some("fake"));
+        let w = ModelWiring {
+            openai_base_url: "http://127.0.0.1:4141/v1".into(),
+            anthropic_base_url: "http://127.0.0.1:4141".into(),
+            token: "arb-t".into(),
+            model: "m1".into(),
+        };
+        let env: BTreeMap<_, _> = gateway_env(&w).into_iter().collect();
+        assert_eq!(env["LLM_BASE_URL"], "http://127.0.0.1:4141/v1");
+        assert_eq!(env["LLM_API_KEY"], "arb-t");
+        assert_eq!(env["LLM_MODEL_NAME"], "m1");
+        assert_eq!(env["LLM_PROVIDER"], "openai");
+    }
+
+    #[test]
+    fn the_literal_form_stays_literal() {
+        let jobs = models("[{name: fake, api: scripted, script: s.json}]");
+        let mut a = agent(
+            "name: aw\nkind: aworld\nmodel: {provider: openai, name: m, base_url: 'http://h/v1', api_key: '${K}'}\n",
+        );
+        a.route_model(&jobs).expect("literal");
+        assert!(a.gateway().is_none());
+        // No models: at all: literal too, even without a key.
+        let mut a = agent("name: aw\nkind: aworld\nmodel: {provider: fake, name: m}\n");
+        a.route_model(&[]).expect("literal");
+        assert!(a.gateway().is_none());
+    }
+
+    #[test]
+    fn mixed_or_unusable_gateway_models_are_refused_naming_the_field() {
+        let jobs =
+            models("[{name: fake, api: scripted, script: s.json}, {name: ant, api: anthropic}]");
+        let refused = |yaml: &str| agent(yaml).route_model(&jobs).expect_err("refused");
+        let e =
+            refused("name: aw\nkind: aworld\nmodel: {provider: fake, name: m, api_key: sk-x}\n");
+        assert_eq!(e.field, "model.api_key");
+        let e = refused(
+            "name: aw\nkind: aworld\nmodel: {provider: fake, name: m, base_url: 'http://h'}\n",
+        );
+        assert_eq!(e.field, "model.base_url");
+        let e = refused("name: aw\nkind: aworld\nmodel: {provider: fake}\n");
+        assert_eq!(e.field, "model.name");
+        let e = refused("name: aw\nkind: aworld\nmodel: {provider: ant, name: c}\n");
+        assert_eq!(e.field, "model.provider");
+        assert!(e.message.contains("Chat Completions"), "{}", e.message);
+        let e = refused(
+            "name: aw\nkind: aworld\nmodel: {provider: fake, name: m}\nenv: {LLM_API_KEY: '${K}'}\n",
+        );
+        assert_eq!(e.field, "env.LLM_API_KEY");
     }
 }

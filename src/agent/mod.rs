@@ -21,7 +21,7 @@ use crate::task::Task;
 
 pub use aworld::{
     AWORLD_OUTCOME_PATH, AWORLD_TRAJECTORY_PATH, AworldAgent, CONTROL_ROOT, DEADLINE_ENV,
-    HarnessOverride, ModelConfig, REQUIRED_FLAG,
+    HarnessOverride, ModelConfig, REQUIRED_FLAG, gateway_env as aworld_gateway_env,
 };
 pub use env::{EnvError, is_secret_key, redact_env, resolve_env};
 pub use mounts::{MountError, resolve_mounts};
@@ -132,7 +132,8 @@ impl AgentKind {
             | AgentKind::Codex(p)
             | AgentKind::MiniSweAgent(p)
             | AgentKind::Aider(p) => p.model.as_ref().map(|m| (m, p.budget.as_ref())),
-            AgentKind::Oracle | AgentKind::Nop | AgentKind::Aworld(_) => None,
+            AgentKind::Aworld(aw) => aw.gateway(),
+            AgentKind::Oracle | AgentKind::Nop => None,
         }
     }
 
@@ -144,7 +145,8 @@ impl AgentKind {
             | AgentKind::Codex(p)
             | AgentKind::MiniSweAgent(p)
             | AgentKind::Aider(p) => p.model.is_none() && p.budget.is_some(),
-            AgentKind::Oracle | AgentKind::Nop | AgentKind::Aworld(_) => false,
+            AgentKind::Aworld(aw) => aw.gateway().is_none() && aw.budget.is_some(),
+            AgentKind::Oracle | AgentKind::Nop => false,
         }
     }
 
@@ -289,12 +291,31 @@ pub struct CliCheck {
     /// What to tell the user when it runs but does not mention `required` (`{shown}` is
     /// replaced by the command).
     pub unsupported: String,
+    /// Instead of refusing when `required` is not mentioned: run this (the `aworld` kind runs
+    /// a CLI without `--outcome-output` without the flag, and records why there is no claim).
+    pub fallback: Option<CliFallback>,
+}
+
+/// How to run a CLI that lacks the checked flag (see [`CliCheck::fallback`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CliFallback {
+    /// The run step's argv in its place.
+    pub argv: Vec<String>,
+    /// Recorded as the claim's `error` when no claim is read (the claim is `missing`); an
+    /// exit 0 without a record is then the agent's result, not an infrastructure failure.
+    pub note: String,
 }
 
 impl CliCheck {
     /// Judge how the check ended (with its limit `timeout`) and what it said: a help text
-    /// that exits non-zero is fine as long as it mentions `required`.
-    pub fn judge(&self, end: ExecEnd, timeout: Duration, said: &str) -> Result<(), String> {
+    /// that exits non-zero is fine as long as it mentions `required`. `Ok(Some(_))`: it does
+    /// not, and the run goes ahead the fallback's way.
+    pub fn judge(
+        &self,
+        end: ExecEnd,
+        timeout: Duration,
+        said: &str,
+    ) -> Result<Option<CliFallback>, String> {
         let shown = self.argv.join(" ");
         let mentions = said.contains(&self.required);
         let failed = match end {
@@ -309,8 +330,11 @@ impl CliCheck {
                 "pre-flight `{shown}` {why} — {}",
                 self.not_installed
             )),
-            None if !mentions => Err(self.unsupported.replace("{shown}", &shown)),
-            None => Ok(()),
+            None if !mentions => match &self.fallback {
+                Some(fallback) => Ok(Some(fallback.clone())),
+                None => Err(self.unsupported.replace("{shown}", &shown)),
+            },
+            None => Ok(None),
         }
     }
 }
@@ -506,7 +530,7 @@ impl Agent {
                     template: aw.control_template.clone(),
                 });
                 plan.deadline_env = Some(DEADLINE_ENV.to_string());
-                plan.cli_check = aw.check_cli.then(|| aw.cli_check());
+                plan.cli_check = aw.check_cli.then(|| aw.cli_check(task));
                 plan.record_required = Some(aworld::missing_record_message());
                 plan.harness_overrides = aw.harness_overrides(overrides);
             }

@@ -663,6 +663,11 @@ fn resolve_agents(
         agent
             .validate()
             .map_err(|e| field(config_name, format!("agents[{i}].{}", e.field), e.message))?;
+        if let AgentKind::Aworld(aw) = &mut agent.kind {
+            // Gateway model (names a `models:` entry) or the literal base_url/api_key form.
+            aw.route_model(&config.models)
+                .map_err(|e| field(config_name, format!("agents[{i}].{}", e.field), e.message))?;
+        }
         check_model(&agent, &config.models, config_name, i)?;
         if let Some((kind, _)) = agent.kind.preset() {
             if agent.kind.model().is_none() {

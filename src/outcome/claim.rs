@@ -35,7 +35,8 @@ pub struct Claim {
     /// The record verbatim (unknown fields kept).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record: Option<Value>,
-    /// Why an `invalid` record was rejected.
+    /// Why an `invalid` record was rejected, or why none could be read (`missing`: an
+    /// aworld-cli without `--outcome-output`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Last `AWORLD_AGENT_TERMINATION=` payload on stderr, if any.

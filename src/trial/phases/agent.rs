@@ -76,6 +76,8 @@ pub(crate) struct AgentDone {
     pub storage: Storage,
     /// The first `log_cap_bytes` of the run step's stderr (where a claim may be).
     pub stderr: Vec<u8>,
+    /// The CLI check's fallback ran (`CliFallback::note`): why no claim can be read.
+    pub claim_note: Option<String>,
 }
 
 impl AgentDone {
@@ -178,6 +180,7 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady) -> Result<
             });
         }
     }
+    let mut fallback = None;
     if let Some(check) = &plan.cli_check {
         let user = plan.run.as_ref().and_then(|r| r.user.clone());
         let mut spec = ctx.exec_spec(
@@ -193,7 +196,7 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady) -> Result<
             &ctx.path("agent/cli-check.stderr.log"),
             1024 * 1024,
         ));
-        check
+        fallback = check
             .judge(out.end, CLI_CHECK_TIMEOUT, &String::from_utf8_lossy(&said))
             .map_err(|message| Infra {
                 phase: Phase::Agent,
@@ -208,10 +211,11 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady) -> Result<
             deadline_epoch: None,
             storage,
             stderr: Vec::new(),
+            claim_note: None,
         });
     };
     let mut spec = ctx.exec_spec(
-        step.argv.clone(),
+        fallback.as_ref().map_or(&step.argv, |f| &f.argv).clone(),
         step.user.clone(),
         step.timeout,
         Some(("agent/stdout.log", "agent/stderr.log")),
@@ -245,6 +249,7 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady) -> Result<
         timeout: step.timeout,
         deadline_epoch,
         storage,
+        claim_note: fallback.map(|f| f.note),
     })
 }
 

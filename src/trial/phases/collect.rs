@@ -122,7 +122,13 @@ pub(crate) async fn run<S: Sandbox>(
     std::fs::write(ctx.path("artifacts/manifest.json"), manifest).map_err(infra(Phase::Collect))?;
     out.control_root = save_control_root(ctx, env)?;
 
+    if let Some(note) = &done.claim_note
+        && out.claim.status == ClaimStatus::Missing
+    {
+        out.claim.error = Some(note.clone());
+    }
     if let Some(message) = &plan.record_required
+        && done.claim_note.is_none()
         && done.end == Some(ExecEnd::Exited(0))
         && out.claim.status == ClaimStatus::Missing
     {

@@ -120,8 +120,12 @@ pub(crate) async fn run<S: Sandbox>(
         .agent
         .plan_in(task, &plan.overrides, &context)
         .map_err(infra(Phase::Environment))?;
-    if let (Some(w), AgentKind::Command(_)) = (&wired, &plan.agent.kind) {
-        let wired_env = command_model_env(w);
+    let wired_env = match (&wired, &plan.agent.kind) {
+        (Some(w), AgentKind::Command(_)) => command_model_env(w).to_vec(),
+        (Some(w), AgentKind::Aworld(_)) => crate::agent::aworld_gateway_env(w).to_vec(),
+        _ => Vec::new(),
+    };
+    if !wired_env.is_empty() {
         agent
             .env
             .retain(|(k, _)| !wired_env.iter().any(|(w, _)| w == k));
