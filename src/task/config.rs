@@ -92,6 +92,7 @@ const ENVIRONMENT_KEYS: &[&str] = &[
     "allow_internet",
     "workdir",
     "storage_mb",
+    "max_files",
     "env",
     "memory",
     "storage",
@@ -169,6 +170,7 @@ pub(crate) struct EnvConfig {
     pub allowed_hosts: Vec<String>,
     pub workdir: Option<String>,
     pub storage_mb: Option<u64>,
+    pub max_files: Option<u64>,
     pub env: BTreeMap<String, String>,
     pub gpus: u32,
     pub gpu_types: Vec<String>,
@@ -187,6 +189,7 @@ impl Default for EnvConfig {
             allowed_hosts: Vec::new(),
             workdir: None,
             storage_mb: None,
+            max_files: None,
             env: BTreeMap::new(),
             gpus: 0,
             gpu_types: Vec::new(),
@@ -213,6 +216,7 @@ impl EnvConfig {
             network,
             workdir: self.workdir,
             storage_mb: self.storage_mb,
+            max_files: self.max_files,
             env: self.env,
             allowed_hosts: if network == NetworkMode::Allowlist {
                 allowed_hosts

@@ -27,14 +27,16 @@ mod tests_gateway;
 #[cfg(test)]
 mod tests_harbor;
 #[cfg(test)]
+mod tests_limits;
+#[cfg(test)]
 mod tests_steps;
 
 pub(crate) use phases::sandbox_network;
 pub use plan::{Phase, TrialPlan, TrialSettings};
 pub use record::{
-    ArtifactEntry, ArtifactStatus, ControlRootInfo, InfraError, Limits, OutputStats, PhaseTime,
-    StepRecord, TRIAL_SCHEMA, Termination, TerminationKind, TrialRecord, VerifierOutcome,
-    VerifierStatus,
+    ArtifactEntry, ArtifactStatus, ControlRootInfo, FilesCounted, InfraError, Limits, OutputStats,
+    PhaseTime, StepRecord, TRIAL_SCHEMA, Termination, TerminationKind, TrialRecord,
+    VerifierOutcome, VerifierStatus,
 };
 pub(crate) use run::audit_of;
 #[cfg(test)]
