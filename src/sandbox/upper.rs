@@ -127,9 +127,15 @@ pub(super) async fn layer_usage(
     }))
 }
 
+/// Path bytes of directories waiting to be read, at most: past it the walk gives up (the
+/// backend then measures through the engine) rather than hold the names of a hostile tree.
+const MAX_PENDING_BYTES: usize = 64 * 1024 * 1024;
+
 /// Walk `root` without following symlinks: apparent bytes of every non-directory (a hard link
 /// once) and the number of entries below it, stopping once the count is above `count_files_to`.
-/// Entries that vanish mid-walk are skipped; an unreadable `root` is an error.
+/// Entries that vanish or are replaced mid-walk are skipped. Anything else that keeps a
+/// directory from being read (a path past `PATH_MAX`, permissions, too many pending
+/// directories) is an error, never a lower count: the caller then asks the engine instead.
 pub(super) fn walk(root: &Path, count_files_to: u64) -> std::io::Result<DiskUsage> {
     let top = std::fs::symlink_metadata(root)?;
     let mut bytes = 0u64;
@@ -138,18 +144,21 @@ pub(super) fn walk(root: &Path, count_files_to: u64) -> std::io::Result<DiskUsag
     // Each directory with the identity it had when listed: one that is no longer that
     // directory (replaced mid-walk) is skipped rather than followed.
     let mut stack: Vec<(PathBuf, (u64, u64))> = vec![(root.to_path_buf(), (top.dev(), top.ino()))];
+    let mut pending = root.as_os_str().len();
     let mut first = true;
     while let Some((dir, identity)) = stack.pop() {
+        pending = pending.saturating_sub(dir.as_os_str().len());
         if !first {
             match std::fs::symlink_metadata(&dir) {
                 Ok(m) if m.is_dir() && (m.dev(), m.ino()) == identity => {}
+                Err(e) if !vanished(&e) => return Err(e),
                 _ => continue,
             }
         }
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(e) if first => return Err(e),
-            Err(_) => continue,
+            Err(e) if !first && vanished(&e) => continue,
+            Err(e) => return Err(e),
         };
         first = false;
         for entry in entries {
@@ -164,7 +173,14 @@ pub(super) fn walk(root: &Path, count_files_to: u64) -> std::io::Result<DiskUsag
             // `fstatat` on the listed directory, not following a symlink.
             let Ok(meta) = entry.metadata() else { continue };
             if meta.is_dir() {
-                stack.push((entry.path(), (meta.dev(), meta.ino())));
+                let path = entry.path();
+                pending += path.as_os_str().len();
+                if pending > MAX_PENDING_BYTES {
+                    return Err(std::io::Error::other(
+                        "too many directories waiting to be read",
+                    ));
+                }
+                stack.push((path, (meta.dev(), meta.ino())));
                 continue;
             }
             if meta.len() == 0 || (meta.nlink() > 1 && !linked.insert((meta.dev(), meta.ino()))) {
@@ -177,6 +193,14 @@ pub(super) fn walk(root: &Path, count_files_to: u64) -> std::io::Result<DiskUsag
         bytes,
         files: Some(files),
     })
+}
+
+/// A walk that races the agent finds paths gone or replaced: skipped, not an error.
+fn vanished(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP)
+    )
 }
 
 #[cfg(test)]
@@ -220,6 +244,34 @@ mod tests {
         }
         assert_eq!(walk(root.path(), 10).unwrap().files, Some(11));
         assert_eq!(walk(root.path(), 100).unwrap().files, Some(100));
+    }
+
+    #[test]
+    fn a_directory_past_path_max_is_an_error_not_a_lower_count() {
+        let root = tempfile::tempdir().unwrap();
+        // Created relative to each level (a full path this long cannot be used).
+        let name = "d".repeat(250);
+        let mut dir = std::fs::File::open(root.path()).unwrap();
+        use std::os::fd::AsRawFd;
+        for _ in 0..20 {
+            let c = std::ffi::CString::new(name.clone()).unwrap();
+            // SAFETY: valid fd and NUL-terminated name.
+            let made = unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) };
+            assert_eq!(made, 0, "mkdirat");
+            // SAFETY: valid fd and NUL-terminated name; the result is checked.
+            let fd = unsafe {
+                libc::openat(
+                    dir.as_raw_fd(),
+                    c.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                )
+            };
+            assert!(fd >= 0, "openat");
+            // SAFETY: a fresh fd we own.
+            dir = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        }
+        let err = walk(root.path(), u64::MAX).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENAMETOOLONG), "{err}");
     }
 
     #[test]
