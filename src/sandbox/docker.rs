@@ -639,6 +639,8 @@ impl DockerSandbox {
             .inspect_container(id, None)
             .await
             .map_err(SandboxError::engine("container inspect"))?;
+        // The same reply names the writable layer: the storage watchdog needs no inspect of its own.
+        self.upper.prime(id, info.graph_driver.as_ref());
         Ok(info.state.unwrap_or_default())
     }
 }

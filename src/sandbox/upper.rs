@@ -42,6 +42,18 @@ impl UpperDirs {
         }
     }
 
+    /// Learn a container's layer from an inspect made for another reason (its `GraphDriver`),
+    /// so that its first measurement needs no inspect of its own. A layer already known (or
+    /// known to be unreadable) is kept.
+    pub(super) fn prime(&self, id: &str, driver: Option<&bollard::models::DriverData>) {
+        if self.get(id).is_some() || !engine_is_local() {
+            return;
+        }
+        if let Some(dir) = upper_dir_of(driver) {
+            self.set(id, Some(dir));
+        }
+    }
+
     /// The container is gone: forget its layer.
     pub(super) fn forget(&self, id: &str) {
         if let Ok(mut dirs) = self.dirs.lock() {
