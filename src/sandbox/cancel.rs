@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{
-    Change, ContainerId, ContainerSpec, ExecOutcome, ExecSpec, Fetched, FrozenId, ImageRef,
-    ImageSpec, Listed, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
+    Change, ContainerId, ContainerSpec, DiskUsage, ExecOutcome, ExecSpec, Fetched, FrozenId,
+    ImageRef, ImageSpec, Listed, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 pub struct Cancellable<S> {
@@ -105,9 +105,13 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.stop(id).await
     }
 
-    async fn disk_usage(&self, id: &ContainerId) -> Result<Option<u64>, SandboxError> {
+    async fn disk_usage(
+        &self,
+        id: &ContainerId,
+        count_files_to: u64,
+    ) -> Result<Option<DiskUsage>, SandboxError> {
         self.check()?;
-        self.inner.disk_usage(id).await
+        self.inner.disk_usage(id, count_files_to).await
     }
 
     async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {

@@ -12,9 +12,9 @@ use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateImageOptionsBuilder,
-    DownloadFromContainerOptionsBuilder, InspectContainerOptionsBuilder,
-    KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, UploadToContainerOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
+    ListImagesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
+    UploadToContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -52,6 +52,9 @@ pub struct DockerSandbox {
     /// Each named image's config, inspected once: it does not change under a reference during
     /// a run (built environments are named by their content).
     image_facts: Mutex<HashMap<String, ImageFacts>>,
+    /// Each measured container's writable layer on this host (issue 16: storage is measured
+    /// without an engine request each time; see sandbox/upper.rs).
+    upper: super::upper::UpperDirs,
 }
 
 /// The parts of an image's config arbiter uses.
@@ -104,6 +107,7 @@ impl DockerSandbox {
             image_facts: Mutex::new(HashMap::new()),
             toolbox: None,
             handovers: Mutex::new(HashMap::new()),
+            upper: Default::default(),
         })
     }
 
@@ -635,6 +639,8 @@ impl DockerSandbox {
             .inspect_container(id, None)
             .await
             .map_err(SandboxError::engine("container inspect"))?;
+        // The same reply names the writable layer: the storage watchdog needs no inspect of its own.
+        self.upper.prime(id, info.graph_driver.as_ref());
         Ok(info.state.unwrap_or_default())
     }
 }
@@ -900,14 +906,12 @@ impl Sandbox for DockerSandbox {
         })
     }
 
-    async fn disk_usage(&self, id: &ContainerId) -> Result<Option<u64>, SandboxError> {
-        let options = InspectContainerOptionsBuilder::new().size(true).build();
-        let info = self
-            .docker
-            .inspect_container(id.as_str(), Some(options))
-            .await
-            .map_err(SandboxError::engine("container inspect"))?;
-        Ok(info.size_rw.map(|n| n.max(0) as u64))
+    async fn disk_usage(
+        &self,
+        id: &ContainerId,
+        count_files_to: u64,
+    ) -> Result<Option<super::DiskUsage>, SandboxError> {
+        super::upper::layer_usage(&self.docker, &self.upper, id.as_str(), count_files_to).await
     }
 
     async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {
@@ -964,6 +968,7 @@ impl Sandbox for DockerSandbox {
     async fn remove(&self, resource: &Resource) -> Result<(), SandboxError> {
         match resource {
             Resource::Container(id) => {
+                self.upper.forget(id.as_str());
                 let options = RemoveContainerOptionsBuilder::new()
                     .force(true)
                     .v(true)

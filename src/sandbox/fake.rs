@@ -16,9 +16,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{
-    Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, ExecEnd, ExecOutcome,
-    ExecSpec, Fetched, FrozenId, ImageRef, ImageSpec, Listed, Owner, Resource, Sandbox,
-    SandboxError, Selector, Stopped,
+    Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecEnd,
+    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageRef, ImageSpec, Listed, Owner, Resource,
+    Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// The backend operations, for scripting failures and reading the call log.
@@ -78,6 +78,9 @@ pub struct FakeExec {
     pub ignores_term: bool,
     /// The container's disk usage while it runs.
     pub disk_bytes: Option<u64>,
+    /// Paths in the container's writable layer while it runs, as a backend that counts them
+    /// reports (unset: the fake reports no count, like a remote engine).
+    pub disk_files: Option<u64>,
 }
 
 impl Default for FakeExec {
@@ -91,6 +94,7 @@ impl Default for FakeExec {
             oom: false,
             ignores_term: false,
             disk_bytes: None,
+            disk_files: None,
         }
     }
 }
@@ -117,6 +121,13 @@ impl FakeExec {
         self.stderr = bytes.to_vec();
         self
     }
+
+    /// While it runs, its container's writable layer holds `n` paths (as counted by a backend
+    /// that can count them).
+    pub fn files(mut self, n: u64) -> Self {
+        self.disk_files = Some(n);
+        self
+    }
 }
 
 #[derive(Debug)]
@@ -127,6 +138,7 @@ struct Container {
     running: watch::Sender<bool>,
     oom: bool,
     disk_bytes: Option<u64>,
+    disk_files: Option<u64>,
 }
 
 /// A filesystem: path → content.
@@ -434,6 +446,7 @@ impl Sandbox for FakeSandbox {
                 running,
                 oom: false,
                 disk_bytes: None,
+                disk_files: None,
             },
         );
         Ok(ContainerId::new(id))
@@ -474,6 +487,9 @@ impl Sandbox for FakeSandbox {
             }
             if script.disk_bytes.is_some() {
                 container.disk_bytes = script.disk_bytes;
+            }
+            if script.disk_files.is_some() {
+                container.disk_files = script.disk_files;
             }
             (script, container.running.subscribe())
         };
@@ -578,16 +594,26 @@ impl Sandbox for FakeSandbox {
         })
     }
 
-    async fn disk_usage(&self, id: &ContainerId) -> Result<Option<u64>, SandboxError> {
+    async fn disk_usage(
+        &self,
+        id: &ContainerId,
+        count_files_to: u64,
+    ) -> Result<Option<DiskUsage>, SandboxError> {
         self.enter(Op::DiskUsage, id.as_str()).await?;
         let state = self.lock();
         let container = state
             .containers
             .get(id.as_str())
             .ok_or_else(|| missing(Op::DiskUsage, id))?;
-        Ok(Some(container.disk_bytes.unwrap_or_else(|| {
-            container.files.values().map(|f| f.len() as u64).sum()
-        })))
+        Ok(Some(DiskUsage {
+            bytes: container
+                .disk_bytes
+                .unwrap_or_else(|| container.files.values().map(|f| f.len() as u64).sum()),
+            // Like the engine's bounded count: it stops once above the bound.
+            files: container
+                .disk_files
+                .map(|n| n.min(count_files_to.saturating_add(1))),
+        }))
     }
 
     async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {

@@ -26,6 +26,7 @@ mod gpus;
 mod scope;
 mod tarball;
 pub mod toolbox;
+mod upper;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -477,6 +478,16 @@ pub struct Change {
     pub kind: ChangeKind,
 }
 
+/// What a container wrote to its own filesystem ([`Sandbox::disk_usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DiskUsage {
+    /// Apparent size of what it wrote (a sparse file in full; a hard link once).
+    pub bytes: u64,
+    /// Paths in its writable layer (files, directories, links, deletion markers), when the
+    /// backend counts them; `None` when only a full change list could tell.
+    pub files: Option<u64>,
+}
+
 /// The operations a trial needs from a backend. Implementations must be cheap to share (`Arc`).
 pub trait Sandbox: Send + Sync + 'static {
     /// Make an environment image available (build or fetch it unless it already exists).
@@ -512,12 +523,16 @@ pub trait Sandbox: Send + Sync + 'static {
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
     fn stop(&self, id: &ContainerId) -> impl Future<Output = Result<Stopped, SandboxError>> + Send;
-    /// Bytes the container has written to its own filesystem (apparent size: a sparse file
-    /// counts in full, as it would once frozen), when the backend can tell.
+    /// What the container has written to its own filesystem, when the backend can tell:
+    /// bytes (apparent size: a sparse file counts in full, as it would once frozen) and, when
+    /// the backend can count them without listing every change, the paths of its writable
+    /// layer (a count may stop early once above `count_files_to`: it is then a lower bound
+    /// over that figure).
     fn disk_usage(
         &self,
         id: &ContainerId,
-    ) -> impl Future<Output = Result<Option<u64>, SandboxError>> + Send;
+        count_files_to: u64,
+    ) -> impl Future<Output = Result<Option<DiskUsage>, SandboxError>> + Send;
     /// Freeze a stopped container's filesystem so that containers can start from it.
     fn freeze(
         &self,

@@ -93,6 +93,7 @@ const ENVIRONMENT_KEYS: &[&str] = &[
     "allow_internet",
     "workdir",
     "storage_mb",
+    "max_files",
     "env",
     "memory",
     "storage",
@@ -170,6 +171,7 @@ pub(crate) struct EnvConfig {
     pub allowed_hosts: Vec<String>,
     pub workdir: Option<String>,
     pub storage_mb: Option<u64>,
+    pub max_files: Option<u64>,
     pub env: BTreeMap<String, String>,
     pub gpus: u32,
     pub gpu_types: Vec<String>,
@@ -188,6 +190,7 @@ impl Default for EnvConfig {
             allowed_hosts: Vec::new(),
             workdir: None,
             storage_mb: None,
+            max_files: None,
             env: BTreeMap::new(),
             gpus: 0,
             gpu_types: Vec::new(),
@@ -214,6 +217,7 @@ impl EnvConfig {
             network,
             workdir: self.workdir,
             storage_mb: self.storage_mb,
+            max_files: self.max_files,
             env: self.env,
             allowed_hosts: if network == NetworkMode::Allowlist {
                 allowed_hosts

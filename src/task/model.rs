@@ -270,6 +270,10 @@ pub struct EnvironmentSpec {
     pub workdir: Option<String>,
     /// Disk limit where the engine supports it; recorded otherwise.
     pub storage_mb: Option<u64>,
+    /// Paths the agent may create or change in its container's filesystem (`max_files`);
+    /// `None`: arbiter's default bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_files: Option<u64>,
     /// Harbor `[environment] env`: env of the task container in every phase;
     /// `${NAME}` / `${NAME:-default}` left unresolved (resolve with
     /// `agent::resolve_env` at run time; never write the result to a record).

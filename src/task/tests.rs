@@ -256,6 +256,14 @@ fn malformed_inputs_give_exact_one_line_errors() {
             "tasks/foo/task.toml:environment.pids_limit: must be greater than 0 (got -1)",
         ),
         (
+            "[environment]\nmax_files = 0\n",
+            "tasks/foo/task.toml:environment.max_files: must be greater than 0 (got 0)",
+        ),
+        (
+            "[environment]\nmax_files = \"1M\"\n",
+            "tasks/foo/task.toml:environment.max_files: expected an integer, found string",
+        ),
+        (
             "[environment]\nmemory_mb = 1.5\n",
             "tasks/foo/task.toml:environment.memory_mb: expected an integer, found float",
         ),

@@ -27,14 +27,16 @@ mod tests_gateway;
 #[cfg(test)]
 mod tests_harbor;
 #[cfg(test)]
+mod tests_limits;
+#[cfg(test)]
 mod tests_steps;
 
 pub(crate) use phases::sandbox_network;
 pub use plan::{Phase, TrialPlan, TrialSettings};
 pub use record::{
-    ArtifactEntry, ArtifactStatus, ControlRootInfo, EGRESS_CAP, EgressAttempt, InfraError, Limits,
-    NetworkRecord, OutputStats, PhaseTime, StepRecord, TRIAL_SCHEMA, Termination, TerminationKind,
-    TrialRecord, VerifierOutcome, VerifierStatus,
+    ArtifactEntry, ArtifactStatus, ControlRootInfo, EGRESS_CAP, EgressAttempt, FilesCounted,
+    InfraError, Limits, NetworkRecord, OutputStats, PhaseTime, StepRecord, TRIAL_SCHEMA,
+    Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
 };
 pub(crate) use run::audit_of;
 #[cfg(test)]

@@ -86,6 +86,32 @@ pub struct Limits {
     /// The largest size of the agent's writes the watchdog measured (MiB, rounded up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_used_mb: Option<u64>,
+    /// `[environment] max_files`, when the task sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_files: Option<u64>,
+    /// Paths the agent may create, change or delete in its container's filesystem:
+    /// `max_files`, or arbiter's default bound. Over it, its filesystem is not verified.
+    #[serde(default)]
+    pub files_limit: u64,
+    /// The most paths counted in the agent's writable layer (a count stops just above the
+    /// limit), or the paths its change set listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_used: Option<u64>,
+    /// Where `files_used` comes from; absent when nothing was counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_counted: Option<FilesCounted>,
+}
+
+/// How the file bound was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilesCounted {
+    /// Counted in the writable layer while the agent ran (and once after): over the bound,
+    /// the agent was stopped.
+    Watchdog,
+    /// The backend cannot count while the agent runs: the change list, once the agent was
+    /// done, was held to the bound.
+    ChangeSet,
 }
 
 /// Output captured from the agent's run step.

@@ -213,6 +213,7 @@ async fn phases<S: Sandbox>(
     let storage = collected.storage;
     rec.limits.storage_enforced = storage.enforced;
     rec.limits.storage_used_mb = storage.used_mb;
+    (rec.limits.files_used, rec.limits.files_counted) = storage.files_record();
     rec.claim = collected.claim;
     rec.artifacts = collected.artifacts;
     rec.trajectory = collected.trajectory;
@@ -444,6 +445,10 @@ pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
             storage_enforced: false,
             storage_limit_mb: env.storage_mb.unwrap_or(DEFAULT_STORAGE_LIMIT_MB),
             storage_used_mb: None,
+            max_files: env.max_files,
+            files_limit: env.max_files.unwrap_or(phases::agent::DEFAULT_MAX_FILES),
+            files_used: None,
+            files_counted: None,
         },
         output: OutputStats::default(),
         harness_overrides: Vec::new(),

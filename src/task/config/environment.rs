@@ -62,6 +62,20 @@ impl Parser<'_> {
         )?;
         let storage_mb = t.memory_mb("storage_mb", "storage", 1, "")?;
 
+        let max_files = match t.get("max_files") {
+            Some(v) => {
+                let n = integer(&t.ctx, &t.key("max_files"), v)?;
+                if n <= 0 {
+                    return Err(t.ctx.value(
+                        &t.key("max_files"),
+                        format!("must be greater than 0 (got {v})"),
+                    ));
+                }
+                Some(n as u64)
+            }
+            None => None,
+        };
+
         let pids_limit = match t.get("pids_limit") {
             Some(v) => {
                 let n = integer(&t.ctx, &t.key("pids_limit"), v)?;
@@ -181,6 +195,7 @@ impl Parser<'_> {
             allowed_hosts,
             workdir,
             storage_mb,
+            max_files,
             env,
             gpus,
             gpu_types,

@@ -26,9 +26,6 @@ use super::{AgentDone, Ctx, EnvReady, Infra, infra, read_capped, safe_relative};
 const AGENT_LOGS_LIMIT: u64 = 64 * 1024 * 1024;
 const OUTCOME_LIMIT: u64 = 1024 * 1024;
 const ARTIFACT_LIMIT: u64 = 256 * 1024 * 1024;
-/// More changed paths than this and the agent's filesystem is not frozen or verified (the
-/// freeze alone would take minutes): the agent's result, not the harness's failure.
-const MAX_CHANGED_PATHS: usize = 1_000_000;
 /// At most this many extra paths named by a completion record are checked.
 const MAX_OBSERVED_PATHS: usize = 16;
 
@@ -137,29 +134,42 @@ pub(crate) async fn run<S: Sandbox>(
             message: message.clone(),
         });
     }
-    if out.storage.exceeded.is_some() {
+    if out.storage.is_over() {
         // Freezing would copy every byte (sparse files in full) to the backend's disk.
         ctx.sb.stop(id).await.map_err(fail())?;
         return Ok(out);
     }
-    let mut set = changes::record(ctx, &ctx.plan.settings.image_indexes, &env.image, id)
-        .await
-        .map_err(fail())?;
-    if set.listed > MAX_CHANGED_PATHS {
-        out.unverifiable = Some(format!(
-            "not run: the agent changed {} paths in its container's filesystem, over the limit of {MAX_CHANGED_PATHS}, so its filesystem was not snapshotted",
-            set.listed
-        ));
-        crate::regrade::discard_content(
-            &ctx.plan.dir,
-            &mut set.content,
-            "its filesystem was not verified (too many changed paths)",
-        );
+    // Benchmark-only switch (scripts/bench-integrity measures what the change set costs): no
+    // change set, hence no integrity verdict, in snapshot mode only (the other modes need
+    // it). Undocumented on purpose; never set it for scores.
+    let bench_skip = ctx.plan.task.verifier.mode == VerifierMode::Snapshot
+        && std::env::var_os("ARBITER_BENCH_NO_CHANGESET").is_some_and(|v| v == "1");
+    if !bench_skip {
+        let mut set = changes::record(ctx, &ctx.plan.settings.image_indexes, &env.image, id)
+            .await
+            .map_err(fail())?;
+        // The file bound on the change list: the bound itself when the backend could not
+        // count while the agent ran, a second check when it could. More changed paths than
+        // `max_files` and the agent's filesystem is not frozen or verified (the freeze alone
+        // would take minutes): the agent's result, not the harness's failure.
+        let listed = set.listed as u64;
+        out.storage.note_listed(listed);
+        if listed > out.storage.max_files {
+            out.unverifiable = Some(format!(
+                "not run: the agent changed {listed} paths in its container's filesystem, over the file limit of {} (max_files), so its filesystem was not snapshotted",
+                out.storage.max_files
+            ));
+            crate::regrade::discard_content(
+                &ctx.plan.dir,
+                &mut set.content,
+                "its filesystem was not verified (too many changed paths)",
+            );
+            out.changes = Some(set);
+            ctx.sb.stop(id).await.map_err(fail())?;
+            return Ok(out);
+        }
         out.changes = Some(set);
-        ctx.sb.stop(id).await.map_err(fail())?;
-        return Ok(out);
     }
-    out.changes = Some(set);
     out.target = Some(if live {
         Target::Live(id.clone())
     } else {
