@@ -731,6 +731,87 @@ mod tests {
         );
     }
 
+    fn engine_archive(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (path, kind, content) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(*kind);
+            header.set_mode(0o755);
+            header.set_size(content.len() as u64);
+            if kind.is_symlink() {
+                header.set_size(0);
+                builder
+                    .append_link(&mut header, path, "/etc")
+                    .expect("link");
+            } else {
+                builder
+                    .append_data(&mut header, path, *content)
+                    .expect("append");
+            }
+        }
+        builder.into_inner().expect("finish")
+    }
+
+    fn split(archive: &[u8]) -> Option<Vec<Option<Vec<(String, Vec<u8>)>>>> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let src = dir.path().join("logs.tar");
+        std::fs::write(&src, archive).expect("write");
+        let outs = [dir.path().join("a.tar"), dir.path().join("b.tar")];
+        let present =
+            super::split_logs_archive(&src, &["agent", "artifacts"], &outs).expect("split")?;
+        Some(
+            present
+                .into_iter()
+                .zip(&outs)
+                .map(|(there, out)| there.then(|| listing(&std::fs::read(out).expect("part"))))
+                .collect(),
+        )
+    }
+
+    /// An archive of `/logs` becomes one archive per part, named as the engine names an
+    /// archive of that path alone; what else the agent put in `/logs` is in neither.
+    #[test]
+    fn a_logs_archive_splits_into_its_parts() {
+        use tar::EntryType::{Directory, Regular};
+        let archive = engine_archive(&[
+            ("logs/", Directory, b""),
+            ("logs/agent/", Directory, b""),
+            ("logs/agent/outcome.json", Regular, b"{}"),
+            ("logs/verifier/", Directory, b""),
+            ("logs/verifier/reward.txt", Regular, b"1"),
+            ("logs/artifacts/", Directory, b""),
+            ("logs/artifacts/report.txt", Regular, b"done"),
+            ("logs/agentx", Regular, b"not the agent's logs"),
+        ]);
+        let parts = split(&archive).expect("a plain /logs");
+        let names = |part: &Option<Vec<(String, Vec<u8>)>>| -> Vec<String> {
+            part.as_ref()
+                .expect("present")
+                .iter()
+                .map(|(p, _)| p.trim_end_matches('/').to_string())
+                .collect()
+        };
+        assert_eq!(names(&parts[0]), ["agent", "agent/outcome.json"]);
+        assert_eq!(names(&parts[1]), ["artifacts", "artifacts/report.txt"]);
+        assert_eq!(parts[1].as_ref().expect("present")[1].1, b"done");
+        // A part that is not there is missing, as a fetch of it alone would be.
+        let only_agent =
+            engine_archive(&[("logs/", Directory, b""), ("logs/agent/", Directory, b"")]);
+        let parts = split(&only_agent).expect("a plain /logs");
+        assert!(parts[0].is_some());
+        assert!(parts[1].is_none());
+    }
+
+    /// `/logs` replaced by a symlink (or anything but a directory) is not split: a fetch per
+    /// path decides, as before.
+    #[test]
+    fn a_logs_symlink_is_not_split() {
+        use tar::EntryType::Symlink;
+        assert!(split(&engine_archive(&[("logs", Symlink, b"")])).is_none());
+        let elsewhere = engine_archive(&[("other/", tar::EntryType::Directory, b"")]);
+        assert!(split(&elsewhere).is_none());
+    }
+
     /// A part that is not a whole archive is refused, not uploaded half.
     #[test]
     fn a_truncated_part_is_refused() {
