@@ -240,17 +240,18 @@ async fn fetch_logs_together<S: Sandbox>(
     const SLACK: u64 = 1024 * 1024;
     let scratch = ctx.path(".logs.tar");
     let limit = AGENT_LOGS_LIMIT + ARTIFACT_LIMIT + 2 * SLACK;
-    let fetched = match ctx.sb.download(id, "/logs", &scratch, limit).await {
-        Ok(fetched) => fetched,
+    let fetched = ctx.sb.download(id, "/logs", &scratch, limit).await;
+    if !matches!(fetched, Ok(Fetched::Archive { .. })) {
+        let _ = std::fs::remove_file(&scratch);
+    }
+    match fetched {
+        Ok(Fetched::Archive { .. }) => {}
+        Ok(_) => return Ok(None),
         Err(e @ (SandboxError::Cancelled | SandboxError::Io { .. })) => return Err(e),
         Err(e) => {
             tracing::debug!(trial = ctx.plan.id, "fetch of /logs: {e}");
             return Ok(None);
         }
-    };
-    if !matches!(fetched, Fetched::Archive { .. }) {
-        let _ = std::fs::remove_file(&scratch);
-        return Ok(None);
     }
     let parts = [
         ("agent", AGENT_LOGS_LIMIT, logs_dir.to_path_buf()),
@@ -752,7 +753,10 @@ mod tests {
         builder.into_inner().expect("finish")
     }
 
-    fn split(archive: &[u8]) -> Option<Vec<Option<Vec<(String, Vec<u8>)>>>> {
+    /// An archive's (path, content) entries.
+    type Listing = Vec<(String, Vec<u8>)>;
+
+    fn split(archive: &[u8]) -> Option<Vec<Option<Listing>>> {
         let dir = tempfile::tempdir().expect("tempdir");
         let src = dir.path().join("logs.tar");
         std::fs::write(&src, archive).expect("write");
@@ -784,7 +788,7 @@ mod tests {
             ("logs/agentx", Regular, b"not the agent's logs"),
         ]);
         let parts = split(&archive).expect("a plain /logs");
-        let names = |part: &Option<Vec<(String, Vec<u8>)>>| -> Vec<String> {
+        let names = |part: &Option<Listing>| -> Vec<String> {
             part.as_ref()
                 .expect("present")
                 .iter()
