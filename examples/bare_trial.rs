@@ -2,9 +2,14 @@
 //!
 //! `scripts/bench` runs this beside `arbiter run benches/fixtures/trivial --agent oracle` to
 //! measure arbiter's per-trial overhead. It does NOT use arbiter's code: every trial issues the
-//! same Docker API calls, with the same bodies and in the same order, as `src/trial/run.rs` +
-//! `src/sandbox/docker.rs` do for a snapshot-mode oracle trial, and nothing else (no trial
-//! directory, no log files, no fsync, no tar extraction, no record):
+//! Docker API calls a snapshot-mode oracle trial of arbiter issued when issue 16 began, with
+//! the same bodies and in the same order, minus the change set (no `changes` list, no archive
+//! reads of the changed paths, no size inspection), and nothing else (no trial directory, no
+//! log files, no fsync, no tar extraction, no record). It is kept as that fixed reference:
+//! arbiter itself now needs fewer of these (one upload where this makes two, one inspection
+//! after the kill, one archive read of `/logs` for the agent's logs and `/logs/artifacts`, no
+//! inspection of the snapshot image), so a ratio below 1 is arbiter doing less engine work
+//! than this sequence, change set included:
 //!
 //! ```text
 //!  1 POST /containers/create       agent container (init, limits, network none, keep-alive)

@@ -55,6 +55,13 @@ pub struct DockerSandbox {
     /// Each measured container's writable layer on this host (issue 16: storage is measured
     /// without an engine request each time; see sandbox/upper.rs).
     upper: super::upper::UpperDirs,
+    /// The ENTRYPOINT each container of this process was created with, as `ImageFacts`
+    /// reports it (`None`: none, or arbiter's keep-alive), until it is frozen or removed: a
+    /// commit carries its container's config, so this is its frozen filesystem's ENTRYPOINT
+    /// too, and the verifier's create needs no inspection of the frozen image.
+    entrypoints: Mutex<HashMap<String, Option<String>>>,
+    /// Frozen filesystem id → its ENTRYPOINT (from `entrypoints`), until it is removed.
+    frozen_entrypoints: Mutex<HashMap<String, Option<String>>>,
 }
 
 /// The parts of an image's config arbiter uses.
@@ -105,6 +112,8 @@ impl DockerSandbox {
             docker,
             builds: Mutex::new(HashMap::new()),
             image_facts: Mutex::new(HashMap::new()),
+            entrypoints: Mutex::new(HashMap::new()),
+            frozen_entrypoints: Mutex::new(HashMap::new()),
             toolbox: None,
             handovers: Mutex::new(HashMap::new()),
             upper: Default::default(),
@@ -483,8 +492,12 @@ fn handover_probe(keepalive: &[String], tool: impl Fn(&str) -> String) -> String
 }
 
 impl DockerSandbox {
-    /// The image's ENTRYPOINT, as one line, when it has one.
+    /// The image's ENTRYPOINT, as one line, when it has one. A frozen filesystem of this
+    /// process's own container has its container's, known without asking the engine.
     async fn image_entrypoint(&self, image: &str) -> Result<Option<String>, SandboxError> {
+        if let Some(known) = self.frozen_entrypoints.lock().await.get(image) {
+            return Ok(known.clone());
+        }
         Ok(self.image_config(image).await?.entrypoint)
     }
 
@@ -608,8 +621,10 @@ impl DockerSandbox {
     }
 
     /// SIGKILL every process of the container and wait until the engine reports it stopped,
-    /// so that a freeze sees a quiescent filesystem. A container that is not running is fine.
-    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+    /// so that a freeze sees a quiescent filesystem; returns the stopped container's state
+    /// (Docker's kill with SIGKILL answers once the container has stopped, so one inspection
+    /// usually suffices). A container that is not running is fine.
+    async fn kill(&self, id: &str) -> Result<bollard::models::ContainerState, SandboxError> {
         let options = KillContainerOptionsBuilder::new().signal("KILL").build();
         match self.docker.kill_container(id, Some(options)).await {
             Ok(()) => {}
@@ -622,8 +637,9 @@ impl DockerSandbox {
             }
         }
         for _ in 0..100 {
-            if !self.state(id).await?.running.unwrap_or(false) {
-                return Ok(());
+            let state = self.state(id).await?;
+            if !state.running.unwrap_or(false) {
+                return Ok(state);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -723,6 +739,9 @@ impl Sandbox for DockerSandbox {
         };
         let marker = vec![KEEPALIVE_MARKER.to_string()];
         // (entrypoint, cmd, the image's ENTRYPOINT arbiter must wait on at start)
+        // The container's own ENTRYPOINT as `ImageFacts` describes one, when known here
+        // (`Some(None)`: arbiter's keep-alive, or none): what a freeze of it carries.
+        let mut carried: Option<Option<String>> = Some(None);
         let (entrypoint, cmd, handover) = match &spec.start.process {
             Process::Keepalive => (Some(keepalive), Some(marker), None),
             Process::ImageEntrypoint => match self.image_entrypoint(&image).await? {
@@ -730,6 +749,7 @@ impl Sandbox for DockerSandbox {
                 Some(image_entrypoint) => {
                     let mut cmd = keepalive;
                     cmd.extend(marker);
+                    carried = Some(Some(image_entrypoint.clone()));
                     (None, Some(cmd), Some(image_entrypoint))
                 }
                 None => (Some(keepalive), Some(marker), None),
@@ -737,7 +757,11 @@ impl Sandbox for DockerSandbox {
             Process::Service {
                 entrypoint,
                 command,
-            } => (entrypoint.clone(), command.clone(), None),
+            } => {
+                // A service's own ENTRYPOINT, or the image's (not looked up for this).
+                carried = None;
+                (entrypoint.clone(), command.clone(), None)
+            }
         };
         let memory = (spec.limits.memory_mb as i64).saturating_mul(1024 * 1024);
         let network_mode = match &spec.start.join {
@@ -794,6 +818,12 @@ impl Sandbox for DockerSandbox {
                 .lock()
                 .await
                 .insert(created.id.clone(), image_entrypoint);
+        }
+        if let Some(carried) = carried {
+            self.entrypoints
+                .lock()
+                .await
+                .insert(created.id.clone(), carried);
         }
         Ok(ContainerId::new(created.id))
     }
@@ -897,10 +927,10 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
-        self.kill(id.as_str()).await?;
         // An exec'd process killed by the OOM killer leaves the container running with
-        // `OOMKilled` false; once the container has stopped the engine reports it.
-        let state = self.state(id.as_str()).await?;
+        // `OOMKilled` false; once the container has stopped the engine reports it, in the
+        // same inspection that saw it stopped.
+        let state = self.kill(id.as_str()).await?;
         Ok(Stopped {
             oom_killed: state.oom_killed.unwrap_or(false),
         })
@@ -941,6 +971,13 @@ impl Sandbox for DockerSandbox {
                     source: e,
                 },
             })?;
+        // A commit carries the container's config: its ENTRYPOINT is the snapshot's.
+        if let Some(carried) = self.entrypoints.lock().await.get(id.as_str()).cloned() {
+            self.frozen_entrypoints
+                .lock()
+                .await
+                .insert(response.id.clone(), carried);
+        }
         Ok(FrozenId::new(response.id))
     }
 
@@ -969,6 +1006,7 @@ impl Sandbox for DockerSandbox {
         match resource {
             Resource::Container(id) => {
                 self.upper.forget(id.as_str());
+                self.entrypoints.lock().await.remove(id.as_str());
                 let options = RemoveContainerOptionsBuilder::new()
                     .force(true)
                     .v(true)
@@ -987,6 +1025,7 @@ impl Sandbox for DockerSandbox {
                 }
             }
             Resource::Frozen(FrozenId(id)) | Resource::Image(ImageRef(id)) => {
+                self.frozen_entrypoints.lock().await.remove(id);
                 let options = RemoveImageOptionsBuilder::new().force(true).build();
                 match self.docker.remove_image(id, Some(options), None).await {
                     Ok(_) => Ok(()),

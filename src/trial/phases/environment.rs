@@ -285,11 +285,18 @@ pub(crate) async fn run<S: Sandbox>(
         },
     ])
     .map_err(infra(Phase::Environment))?;
+    // requests (issue 16): the base and every upload into `/` go in one archive request,
+    // in the same order as separate requests would apply them.
+    let leading = agent.uploads.iter().take_while(|u| u.dest == "/").count();
+    let (into_root, elsewhere) = agent.uploads.split_at(leading);
+    let mut parts: Vec<&[u8]> = vec![&base];
+    parts.extend(into_root.iter().map(|u| u.tar.as_slice()));
+    let base = super::collect::concat_archives(&parts).map_err(infra(Phase::Environment))?;
     ctx.sb
         .upload(&container, "/", base)
         .await
         .map_err(infra(Phase::Environment))?;
-    for upload in &agent.uploads {
+    for upload in elsewhere {
         ctx.sb
             .upload(&container, &upload.dest, upload.tar.clone())
             .await
@@ -348,9 +355,11 @@ pub(crate) fn base_image_note(dockerfile: &str, build_message: &str) -> Option<S
 /// phase, like an `[artifacts]` path: the entry for the record when the directory held
 /// anything (or could not be read), `None` when it is empty, gone, or already listed in the
 /// task's `artifacts`. Called by the collect phase after the task's own artifacts.
+/// `prefetched`: what the collect phase already fetched of it (with `/logs/agent`).
 pub(crate) async fn collect_logs_artifacts<S: Sandbox>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
+    prefetched: Option<super::FetchResult>,
 ) -> Result<Option<ArtifactEntry>, Infra> {
     if ctx
         .plan
@@ -361,7 +370,10 @@ pub(crate) async fn collect_logs_artifacts<S: Sandbox>(
     {
         return Ok(None);
     }
-    let (entry, report) = super::collect::fetch_artifact(ctx, id, LOGS_ARTIFACTS).await?;
+    let (entry, report) = match prefetched {
+        Some(fetched) => super::collect::artifact_entry(LOGS_ARTIFACTS, Some(fetched)),
+        None => super::collect::fetch_artifact(ctx, id, LOGS_ARTIFACTS).await?,
+    };
     Ok(match (&entry.status, report) {
         (ArtifactStatus::Missing, _) => None,
         (ArtifactStatus::Ok, Some(r)) if r.files.is_empty() && r.skipped.is_empty() => None,
