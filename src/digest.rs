@@ -3,7 +3,7 @@
 use sha2::{Digest, Sha256};
 
 /// Lowercase hex of a byte string.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -13,7 +13,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// SHA-256 of `bytes` as lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 

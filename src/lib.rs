@@ -4,17 +4,17 @@
 
 pub mod agent;
 pub mod cli;
-pub mod digest;
+pub(crate) mod digest;
 pub mod gateway;
 pub mod job;
 pub mod outcome;
-pub mod regrade;
-pub mod report;
+pub(crate) mod regrade;
+pub(crate) mod report;
 pub mod sandbox;
 pub mod task;
-pub mod taskcheck;
+pub(crate) mod taskcheck;
 #[cfg(test)]
 mod testing;
-pub mod timefmt;
-pub mod trial;
+pub(crate) mod timefmt;
+pub(crate) mod trial;
 pub mod verifier;

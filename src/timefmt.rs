@@ -13,7 +13,7 @@ pub(crate) fn fmt_secs(d: Duration) -> String {
 }
 
 /// `2026-11-30T02:31:48Z` for now.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let (date, time) = parts(SystemTime::now());
     format!(
         "{}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
@@ -22,7 +22,7 @@ pub fn now_rfc3339() -> String {
 }
 
 /// `20261130T023148Z` for now (used in default job dir names).
-pub fn now_compact() -> String {
+pub(crate) fn now_compact() -> String {
     let (date, time) = parts(SystemTime::now());
     format!(
         "{}{:02}{:02}T{:02}{:02}{:02}Z",

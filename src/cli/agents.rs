@@ -23,7 +23,7 @@ use super::exit;
 #[command(
     after_help = "Examples:\n  arbiter agents install claude-code codex mini-swe-agent aider\n  arbiter agents install codex@0.171.0 --force\n  arbiter agents list"
 )]
-pub struct AgentsCmd {
+pub(crate) struct AgentsCmd {
     #[command(subcommand)]
     command: AgentsSub,
 }
@@ -83,7 +83,7 @@ impl AgentsError {
 }
 
 /// Run an `agents` subcommand; errors are printed here (one line) and mapped to an exit code.
-pub async fn main(cmd: AgentsCmd) -> u8 {
+pub(crate) async fn main(cmd: AgentsCmd) -> u8 {
     let result = match cmd.command {
         AgentsSub::Install(c) => run_install(c).await,
         AgentsSub::List(c) => run_list(c),

@@ -13,7 +13,7 @@ use crate::report::{
 use super::exit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Md,
     Json,
@@ -22,7 +22,7 @@ pub enum Format {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum By {
+pub(crate) enum By {
     Agent,
     Variant,
 }
@@ -37,7 +37,7 @@ impl From<By> for Grouping {
 }
 
 #[derive(Debug, Args)]
-pub struct ReportCmd {
+pub(crate) struct ReportCmd {
     /// The job directory.
     job_dir: PathBuf,
     /// What to print (all four files are written into the job dir either way).
@@ -60,7 +60,7 @@ pub struct ReportCmd {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Pages {
+pub(crate) enum Pages {
     Changed,
     All,
     None,
@@ -77,7 +77,7 @@ impl From<Pages> for report::PageMode {
 }
 
 #[derive(Debug, Args)]
-pub struct CompareCmd {
+pub(crate) struct CompareCmd {
     /// One job directory (arms compared within it), or two (the first is the control).
     #[arg(required = true, num_args = 1..=2, value_name = "JOB_DIR")]
     job_dirs: Vec<PathBuf>,
@@ -101,7 +101,7 @@ pub struct CompareCmd {
 }
 
 #[derive(Debug, Args)]
-pub struct CheckCmd {
+pub(crate) struct CheckCmd {
     /// The job directory to check.
     job_dir: PathBuf,
     /// A report.json (`arbiter report --format json`) or a job directory.
@@ -117,7 +117,7 @@ pub struct CheckCmd {
 }
 
 /// `--fail-under RATE`: a fraction (0.8) or a percentage (80%).
-pub fn parse_rate(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_rate(s: &str) -> Result<f64, String> {
     let t = s.trim();
     let (num, scale) = match t.strip_suffix('%') {
         Some(n) => (n.trim(), 100.0),
@@ -140,7 +140,7 @@ fn args_error(what: &str, message: &str) -> ReportError {
     }
 }
 
-pub fn report(cmd: ReportCmd) -> Result<u8, ReportError> {
+pub(crate) fn report(cmd: ReportCmd) -> Result<u8, ReportError> {
     if cmd.resamples == 0 {
         return Err(args_error("--resamples", "must be at least 1"));
     }
@@ -191,7 +191,7 @@ pub fn report(cmd: ReportCmd) -> Result<u8, ReportError> {
     Ok(exit::OK)
 }
 
-pub fn compare(cmd: CompareCmd) -> Result<u8, ReportError> {
+pub(crate) fn compare(cmd: CompareCmd) -> Result<u8, ReportError> {
     if cmd.resamples == 0 {
         return Err(args_error("--resamples", "must be at least 1"));
     }
@@ -267,7 +267,7 @@ pub fn compare(cmd: CompareCmd) -> Result<u8, ReportError> {
     Ok(exit::OK)
 }
 
-pub fn check(cmd: CheckCmd) -> Result<u8, ReportError> {
+pub(crate) fn check(cmd: CheckCmd) -> Result<u8, ReportError> {
     if !cmd.max_drop.is_finite() || cmd.max_drop < 0.0 {
         return Err(args_error("--max-drop", "must be a number of points ≥ 0"));
     }
@@ -301,7 +301,10 @@ pub fn check(cmd: CheckCmd) -> Result<u8, ReportError> {
 }
 
 /// The `--fail-under` gate over a finished run's arms: lines to print, and whether it failed.
-pub fn fail_under_lines(arms: &[crate::job::ArmSummary], threshold: f64) -> (Vec<String>, bool) {
+pub(crate) fn fail_under_lines(
+    arms: &[crate::job::ArmSummary],
+    threshold: f64,
+) -> (Vec<String>, bool) {
     let under = gate::fail_under(
         arms.iter()
             .map(|a| (format!("{}/{}", a.agent, a.variant), a.pass_rate())),

@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 use super::exit;
 
 /// Env var naming the dataset cache directory.
-pub const CACHE_ENV: &str = "ARBITER_DATASET_CACHE";
+pub(crate) const CACHE_ENV: &str = "ARBITER_DATASET_CACHE";
 const REGISTRY_FILE: &str = "registry.json";
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -43,7 +43,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 #[command(
     after_help = "Examples:\n  arbiter datasets pull terminal-bench@2.0 --registry registry.json\n  arbiter datasets pull hello-world@1.0 --registry https://example.org/registry.json\n  arbiter run ~/.cache/arbiter/datasets/terminal-bench-2.0 --agent oracle"
 )]
-pub struct DatasetsCmd {
+pub(crate) struct DatasetsCmd {
     #[command(subcommand)]
     command: DatasetsSub,
 }
@@ -172,7 +172,7 @@ pub(crate) enum Pulled {
 }
 
 /// Run a `datasets` subcommand; errors are printed here (one line) and mapped to an exit code.
-pub async fn main(cmd: DatasetsCmd) -> u8 {
+pub(crate) async fn main(cmd: DatasetsCmd) -> u8 {
     let DatasetsSub::Pull(pull_cmd) = cmd.command;
     match run_pull(pull_cmd).await {
         Ok(code) => code,

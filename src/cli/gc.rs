@@ -6,7 +6,7 @@ use crate::job::{LABEL_OWNER, Owner};
 use crate::sandbox::{Resource, Sandbox, SandboxError, Selector};
 
 #[derive(Debug, Default)]
-pub struct GcReport {
+pub(crate) struct GcReport {
     pub dry_run: bool,
     pub containers: usize,
     pub images: usize,
@@ -54,7 +54,10 @@ fn judge(labels: &std::collections::BTreeMap<String, String>, report: &mut GcRep
     }
 }
 
-pub async fn collect<S: Sandbox>(sandbox: &S, dry_run: bool) -> Result<GcReport, SandboxError> {
+pub(crate) async fn collect<S: Sandbox>(
+    sandbox: &S,
+    dry_run: bool,
+) -> Result<GcReport, SandboxError> {
     let mut report = GcReport {
         dry_run,
         ..GcReport::default()

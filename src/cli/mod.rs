@@ -22,13 +22,13 @@ use crate::job::{self, ConfigError, RunArgs, RunError, StoreError};
 use crate::sandbox::{DockerSandbox, Sandbox, SandboxError};
 
 /// Exit codes (SPEC §9).
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const FAILURE: u8 = 1;
-    pub const USAGE: u8 = 2;
-    pub const INFRA: u8 = 3;
-    pub const GATE: u8 = 4;
-    pub const INTERRUPTED: u8 = 130;
+pub(crate) mod exit {
+    pub(crate) const OK: u8 = 0;
+    pub(crate) const FAILURE: u8 = 1;
+    pub(crate) const USAGE: u8 = 2;
+    pub(crate) const INFRA: u8 = 3;
+    pub(crate) const GATE: u8 = 4;
+    pub(crate) const INTERRUPTED: u8 = 130;
 }
 
 #[derive(Debug, Parser)]
@@ -38,7 +38,7 @@ pub mod exit {
     about = "Container-based benchmark harness for AI agents",
     propagate_version = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }

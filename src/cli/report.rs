@@ -7,7 +7,7 @@ use crate::trial::{TerminationKind, TrialRecord, VerifierStatus};
 
 /// Consume the job's events: progress bars on a terminal, plain timestamped lines otherwise,
 /// nothing in quiet mode.
-pub async fn consume(mut events: mpsc::UnboundedReceiver<JobEvent>, quiet: bool, tty: bool) {
+pub(crate) async fn consume(mut events: mpsc::UnboundedReceiver<JobEvent>, quiet: bool, tty: bool) {
     if quiet {
         while events.recv().await.is_some() {}
         return;
@@ -217,7 +217,7 @@ fn clock() -> String {
 }
 
 /// One word for how a trial came out, with the termination when it is notable.
-pub fn outcome_word(r: &TrialRecord) -> String {
+pub(crate) fn outcome_word(r: &TrialRecord) -> String {
     if r.is_infra() {
         let why = r
             .infra_error
@@ -243,7 +243,7 @@ pub fn outcome_word(r: &TrialRecord) -> String {
 }
 
 /// The per-agent summary table.
-pub fn summary_table(arms: &[ArmSummary]) -> String {
+pub(crate) fn summary_table(arms: &[ArmSummary]) -> String {
     let header = [
         "agent",
         "variant",

@@ -113,7 +113,7 @@ pub struct Variant {
 }
 
 impl Variant {
-    pub fn default_variant() -> Self {
+    pub(crate) fn default_variant() -> Self {
         Variant {
             name: "default".to_string(),
             env: BTreeMap::new(),
@@ -176,7 +176,7 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Wait before retry number `n` (1-based).
-    pub fn backoff(&self, n: u32) -> Duration {
+    pub(crate) fn backoff(&self, n: u32) -> Duration {
         let secs = self.backoff_sec * 2f64.powi(n.saturating_sub(1).min(30) as i32);
         Duration::from_secs_f64(secs.min(self.max_backoff_sec).max(0.0))
     }

@@ -15,7 +15,7 @@ use super::events::JobEvent;
 
 /// Why the job is stopping; a later, stronger reason upgrades an earlier one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum CancelReason {
+pub(crate) enum CancelReason {
     /// First Ctrl-C / SIGTERM: start nothing new, let running trials clean up.
     Interrupt,
     /// Second: stop waiting, remove everything of the job at once.

@@ -4,7 +4,7 @@ use crate::trial::{Phase, TrialRecord};
 
 /// What a job reports while it runs. Reporters match every variant.
 #[derive(Debug, Clone)]
-pub enum JobEvent {
+pub(crate) enum JobEvent {
     Started {
         job: String,
         dir: PathBuf,

@@ -12,13 +12,13 @@ use crate::task::Task;
 use super::config::{ConfigError, field};
 
 /// The most GPUs any one task of the job asks for (0: the engine need not be asked).
-pub fn gpus_wanted(tasks: &[Arc<Task>]) -> u32 {
+pub(crate) fn gpus_wanted(tasks: &[Arc<Task>]) -> u32 {
     tasks.iter().map(|t| t.environment.gpus).max().unwrap_or(0)
 }
 
 /// Refuse the first task that wants more GPUs than the engine has (`available`, as
 /// `Sandbox::gpus` answered): one line naming its `task.toml` and `environment.gpus`.
-pub fn check_gpus(tasks: &[Arc<Task>], available: u32) -> Result<(), ConfigError> {
+pub(crate) fn check_gpus(tasks: &[Arc<Task>], available: u32) -> Result<(), ConfigError> {
     let Some(task) = tasks.iter().find(|t| t.environment.gpus > available) else {
         return Ok(());
     };

@@ -11,10 +11,10 @@ use crate::task::Task;
 
 use super::config::{AgentEntry, JobConfig, TimeoutMultipliers};
 
-pub const LOCK_SCHEMA: &str = "arbiter.lock.v1";
+pub(crate) const LOCK_SCHEMA: &str = "arbiter.lock.v1";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Lock {
+pub(crate) struct Lock {
     pub schema: String,
     pub arbiter_version: String,
     pub tasks: BTreeMap<String, LockTask>,
@@ -34,13 +34,13 @@ pub struct Lock {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LockTask {
+pub(crate) struct LockTask {
     pub checksum: String,
     pub image: String,
 }
 
 impl Lock {
-    pub fn new(
+    pub(crate) fn new(
         tasks: &[Task],
         images: &[ImageSpec],
         saved: &JobConfig,
@@ -102,7 +102,7 @@ impl Lock {
 
     /// The first change from `self` (the job as started) to `new` that would alter trials:
     /// `(field, what changed)`. Additions (tasks, agents, variants, attempts) are allowed.
-    pub fn changes_to(&self, new: &Lock) -> Option<(String, String)> {
+    pub(crate) fn changes_to(&self, new: &Lock) -> Option<(String, String)> {
         for (name, old) in &self.tasks {
             match new.tasks.get(name) {
                 None => {

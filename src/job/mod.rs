@@ -29,13 +29,12 @@ mod tests_harbor;
 pub use config::{
     AgentEntry, ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant,
 };
-pub use core::CancelReason;
-pub use events::JobEvent;
-pub use gpus::{check_gpus, gpus_wanted};
-pub use lock::Lock;
-pub use owner::{LABEL_OWNER, Owner};
-pub use plan::{JobSpec, trial_id};
+pub(crate) use core::CancelReason;
+pub(crate) use events::JobEvent;
+pub(crate) use gpus::{check_gpus, gpus_wanted};
+pub(crate) use owner::{LABEL_OWNER, Owner};
+pub(crate) use plan::{JobSpec, trial_id};
 pub use resolve::resolve;
-pub use runner::{JobOutcome, RunError, reap_job, run};
-pub use store::{JobStore, StoreError, write_atomic};
-pub use summary::{ArmSummary, Brief, summarize};
+pub(crate) use runner::{RunError, reap_job, run};
+pub(crate) use store::{JobStore, StoreError, write_atomic};
+pub(crate) use summary::{ArmSummary, summarize};

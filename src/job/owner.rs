@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-pub const LABEL_OWNER: &str = "arbiter.owner";
+pub(crate) const LABEL_OWNER: &str = "arbiter.owner";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub host: String,
     pub pid: u32,
     /// Process start time (clock ticks since boot, /proc/<pid>/stat field 22): guards
@@ -15,7 +15,7 @@ pub struct Owner {
 }
 
 impl Owner {
-    pub fn current() -> Owner {
+    pub(crate) fn current() -> Owner {
         let pid = std::process::id();
         Owner {
             host: hostname(),
@@ -24,15 +24,15 @@ impl Owner {
         }
     }
 
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         format!("{}/{}/{}", self.host, self.pid, self.start)
     }
 
-    pub fn labels(&self) -> BTreeMap<String, String> {
+    pub(crate) fn labels(&self) -> BTreeMap<String, String> {
         BTreeMap::from([(LABEL_OWNER.to_string(), self.label())])
     }
 
-    pub fn parse(label: &str) -> Option<Owner> {
+    pub(crate) fn parse(label: &str) -> Option<Owner> {
         let mut parts = label.rsplitn(3, '/');
         let start = parts.next()?.parse().ok()?;
         let pid = parts.next()?.parse().ok()?;
@@ -41,7 +41,7 @@ impl Owner {
     }
 
     /// `Some(alive)` for an owner on this host; `None` when it ran elsewhere (cannot tell).
-    pub fn is_alive(&self) -> Option<bool> {
+    pub(crate) fn is_alive(&self) -> Option<bool> {
         if self.host != hostname() {
             return None;
         }

@@ -36,7 +36,7 @@ pub struct JobSpec {
     pub retry: RetryPolicy,
     /// The resolved configuration as saved in `job.yaml` (secrets redacted); loadable again.
     pub config_yaml: String,
-    pub lock: Lock,
+    pub(crate) lock: Lock,
     /// The job's `models:`, keys resolved and scripts loaded (empty when no agent has a model).
     pub models: Vec<crate::gateway::ResolvedModel>,
     /// Agents whose trials keep a copy of their frozen filesystem (`arbiter tasks check`).
@@ -44,7 +44,7 @@ pub struct JobSpec {
 }
 
 /// `<task>__<agent>__<variant>__<attempt>`, each part reduced to `[A-Za-z0-9._-]`.
-pub fn trial_id(task: &str, agent: &str, variant: &str, attempt: u32) -> String {
+pub(crate) fn trial_id(task: &str, agent: &str, variant: &str, attempt: u32) -> String {
     format!(
         "{}__{}__{}__{attempt}",
         safe_name(task),
@@ -55,13 +55,13 @@ pub fn trial_id(task: &str, agent: &str, variant: &str, attempt: u32) -> String 
 
 /// The image a task's environment resolves to. Built images are named after a hash of the
 /// build context, so each distinct environment is built once per engine.
-pub fn image_spec(task: &Task, context_digest: Option<&str>, multiplier: f64) -> ImageSpec {
+pub(crate) fn image_spec(task: &Task, context_digest: Option<&str>, multiplier: f64) -> ImageSpec {
     environment_image(&task.name, &task.environment, context_digest, multiplier)
 }
 
 /// The image of a `separate` verifier (`[verifier.environment]` or `tests/Dockerfile`, else
 /// the task's own image), when the task has one.
-pub fn verifier_image_spec(
+pub(crate) fn verifier_image_spec(
     task: &Task,
     context_digest: Option<&str>,
     multiplier: f64,
@@ -126,19 +126,19 @@ fn environment_image(
 
 impl JobSpec {
     /// Label value identifying this job's resources on the engine.
-    pub fn job_label(&self) -> String {
+    pub(crate) fn job_label(&self) -> String {
         let digest = crate::digest::sha256_hex(self.dir.to_string_lossy().as_bytes());
         format!("{}-{}", self.name, &digest[..12])
     }
 
     /// Every trial of the job, interleaved so arms alternate (attempt-major, then task, then
     /// agent × variant): a slow or rate-limited arm never holds up the others for long.
-    pub fn trials(&self, labels: BTreeMap<String, String>) -> Vec<TrialPlan> {
+    pub(crate) fn trials(&self, labels: BTreeMap<String, String>) -> Vec<TrialPlan> {
         self.trials_with(labels, None)
     }
 
     /// The job's model gateway, when any agent has a `model:` (once per job, at job start).
-    pub fn start_gateway(
+    pub(crate) fn start_gateway(
         &self,
     ) -> Result<Option<Arc<crate::gateway::Gateway>>, crate::gateway::GatewayError> {
         if !self.agents.iter().any(|a| a.kind.model().is_some()) {
@@ -148,7 +148,7 @@ impl JobSpec {
     }
 
     /// [`JobSpec::trials`] with the job's gateway (from [`JobSpec::start_gateway`]).
-    pub fn trials_with(
+    pub(crate) fn trials_with(
         &self,
         labels: BTreeMap<String, String>,
         gateway: Option<Arc<crate::gateway::Gateway>>,

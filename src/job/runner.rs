@@ -18,7 +18,7 @@ use super::summary::Brief;
 
 /// What a job run produced.
 #[derive(Debug)]
-pub struct JobOutcome {
+pub(crate) struct JobOutcome {
     /// Every finished trial of the job (including those finished by earlier runs).
     pub records: Vec<Brief>,
     /// The user stopped the job; some trials did not run.
@@ -29,7 +29,7 @@ pub struct JobOutcome {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{dir}: job directory is in use by another arbiter process")]
@@ -40,7 +40,7 @@ pub enum RunError {
 
 /// Run every unfinished trial of `spec`, at most `spec.concurrency` at a time. `cancel`
 /// carries the user's stop requests, strongest last.
-pub async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox>(
     spec: &JobSpec,
     sandbox: Arc<S>,
     events: mpsc::UnboundedSender<JobEvent>,
@@ -185,7 +185,7 @@ async fn run_one<S: Sandbox>(
 /// same job dir, or everything at once after a second interrupt): containers first, then the
 /// frozen filesystems they may have started from. Failures are logged: they must not stop
 /// the job.
-pub async fn reap_job<S: Sandbox>(sandbox: &S, job_label: &str) -> usize {
+pub(crate) async fn reap_job<S: Sandbox>(sandbox: &S, job_label: &str) -> usize {
     let mut found: Vec<Listed> = match sandbox.list(&Selector::Job(job_label.to_string())).await {
         Ok(found) => found,
         Err(e) => {

@@ -10,7 +10,7 @@ use crate::trial::TrialRecord;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {source}")]
-pub struct StoreError {
+pub(crate) struct StoreError {
     pub path: PathBuf,
     #[source]
     pub source: io::Error,
@@ -24,7 +24,7 @@ fn at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
 }
 
 /// Write `bytes` to `path` so that readers see either the old content or all of the new.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(at(path))?;
     tmp.write_all(bytes).map_err(at(path))?;
@@ -41,24 +41,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 
 /// A job directory.
 #[derive(Debug, Clone)]
-pub struct JobStore {
+pub(crate) struct JobStore {
     root: PathBuf,
 }
 
 impl JobStore {
-    pub fn open(root: &Path) -> Result<Self, StoreError> {
+    pub(crate) fn open(root: &Path) -> Result<Self, StoreError> {
         fs::create_dir_all(root.join("trials")).map_err(at(root))?;
         Ok(JobStore {
             root: root.to_path_buf(),
         })
     }
 
-    pub fn trial_dir(&self, id: &str) -> PathBuf {
+    pub(crate) fn trial_dir(&self, id: &str) -> PathBuf {
         self.root.join("trials").join(id)
     }
 
     /// Make an empty directory for a trial about to run, discarding what a killed run left.
-    pub fn fresh_trial_dir(&self, id: &str) -> Result<PathBuf, StoreError> {
+    pub(crate) fn fresh_trial_dir(&self, id: &str) -> Result<PathBuf, StoreError> {
         let dir = self.trial_dir(id);
         if dir.exists() {
             fs::remove_dir_all(&dir).map_err(at(&dir))?;
@@ -68,7 +68,7 @@ impl JobStore {
     }
 
     /// Persist a finished trial: `result.json` first, then its line in `trials.jsonl`.
-    pub fn record(&self, record: &TrialRecord) -> Result<(), StoreError> {
+    pub(crate) fn record(&self, record: &TrialRecord) -> Result<(), StoreError> {
         let dir = self.trial_dir(&record.id);
         let result = dir.join("result.json");
         let pretty = serde_json::to_vec_pretty(record).map_err(|e| StoreError {
@@ -94,7 +94,7 @@ impl JobStore {
 
     /// Take the job dir's exclusive lock (held until the returned file is dropped);
     /// `None` when another process holds it.
-    pub fn lock(&self) -> Result<Option<File>, StoreError> {
+    pub(crate) fn lock(&self) -> Result<Option<File>, StoreError> {
         let path = self.root.join(".arbiter.lock");
         let file = OpenOptions::new()
             .create(true)
@@ -112,7 +112,7 @@ impl JobStore {
     /// Make `trials.jsonl` hold exactly one line per finished record. A run killed between
     /// writing `result.json` and appending its line (or in the middle of a line) is mended
     /// here; `result.json` files are the source of truth.
-    pub fn reconcile_jsonl(&self, finished: &[&str]) -> Result<bool, StoreError> {
+    pub(crate) fn reconcile_jsonl(&self, finished: &[&str]) -> Result<bool, StoreError> {
         #[derive(serde::Deserialize)]
         struct IdOnly {
             id: String,
@@ -147,7 +147,7 @@ impl JobStore {
     /// Write `trials.jsonl` anew from the `result.json` of `finished` (temp file + rename):
     /// readers see the old file or all of the new one. Used after records were updated in
     /// place (`arbiter verify`).
-    pub fn rewrite_jsonl(&self, finished: &[&str]) -> Result<(), StoreError> {
+    pub(crate) fn rewrite_jsonl(&self, finished: &[&str]) -> Result<(), StoreError> {
         let path = self.root.join("trials.jsonl");
         let mut out = Vec::new();
         for id in finished {
@@ -175,7 +175,7 @@ impl JobStore {
 
     /// Replace a finished trial's `result.json` atomically (its `trials.jsonl` line is
     /// rewritten later, with [`JobStore::rewrite_jsonl`]).
-    pub fn update(&self, record: &TrialRecord) -> Result<(), StoreError> {
+    pub(crate) fn update(&self, record: &TrialRecord) -> Result<(), StoreError> {
         let result = self.trial_dir(&record.id).join("result.json");
         let pretty = serde_json::to_vec_pretty(record).map_err(|e| StoreError {
             path: result.clone(),
@@ -185,12 +185,12 @@ impl JobStore {
     }
 
     /// Read a finished trial's record.
-    pub fn load(&self, id: &str) -> Option<TrialRecord> {
+    pub(crate) fn load(&self, id: &str) -> Option<TrialRecord> {
         let bytes = fs::read(self.trial_dir(id).join("result.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
-    pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    pub(crate) fn write_file(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
         write_atomic(&self.root.join(name), bytes)
     }
 }

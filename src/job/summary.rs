@@ -2,7 +2,7 @@ use crate::trial::{TrialRecord, VerifierStatus};
 
 /// Counts for one agent × variant.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ArmSummary {
+pub(crate) struct ArmSummary {
     pub agent: String,
     pub variant: String,
     pub trials: usize,
@@ -17,7 +17,7 @@ pub struct ArmSummary {
 
 impl ArmSummary {
     /// Passed ÷ scored (infra errors excluded); `None` when nothing was scored.
-    pub fn pass_rate(&self) -> Option<f64> {
+    pub(crate) fn pass_rate(&self) -> Option<f64> {
         let scored = self.passed + self.failed;
         (scored > 0).then(|| self.passed as f64 / scored as f64)
     }
@@ -26,7 +26,7 @@ impl ArmSummary {
 /// What the summary needs of one finished trial (kept instead of whole records, so a job's
 /// memory stays flat however many trials it has).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Brief {
+pub(crate) struct Brief {
     pub id: String,
     pub agent: String,
     pub variant: String,
@@ -36,7 +36,7 @@ pub struct Brief {
 }
 
 impl Brief {
-    pub fn of(r: &TrialRecord) -> Brief {
+    pub(crate) fn of(r: &TrialRecord) -> Brief {
         Brief {
             id: r.id.clone(),
             agent: r.agent.clone(),
@@ -52,7 +52,7 @@ impl Brief {
 }
 
 /// One row per agent × variant, in first-seen order.
-pub fn summarize<'a>(records: impl IntoIterator<Item = &'a Brief>) -> Vec<ArmSummary> {
+pub(crate) fn summarize<'a>(records: impl IntoIterator<Item = &'a Brief>) -> Vec<ArmSummary> {
     let mut arms: Vec<ArmSummary> = Vec::new();
     for r in records {
         let idx = match arms

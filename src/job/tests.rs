@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 use crate::sandbox::{FakeExec, FakeSandbox, Op};
 use crate::testing::{job_spec, task_dir};
 
+use super::runner::JobOutcome;
 use super::*;
 
 fn solving() -> Arc<FakeSandbox> {

@@ -16,9 +16,9 @@ use super::model::ChangeContent;
 use crate::verifier::{at_or_under, left_out};
 
 /// The archive, relative to the trial dir.
-pub const CHANGES_TAR: &str = "agent/changes.tar";
+pub(crate) const CHANGES_TAR: &str = "agent/changes.tar";
 /// Default `change_content_cap_mb`.
-pub const DEFAULT_CONTENT_CAP_MB: u64 = 256;
+pub(crate) const DEFAULT_CONTENT_CAP_MB: u64 = 256;
 /// Bytes of tar per entry header (one block; long names add more, counted as they come).
 const BLOCK: u64 = 512;
 

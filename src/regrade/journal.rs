@@ -13,13 +13,13 @@ use serde::{Deserialize, Serialize};
 use crate::task::VerifierMode;
 use crate::trial::{TerminationKind, TrialRecord};
 
-pub const REGRADE_SCHEMA: &str = "arbiter.regrade.v1";
+pub(crate) const REGRADE_SCHEMA: &str = "arbiter.regrade.v1";
 /// The journal's directory inside the job dir.
 pub(crate) const REGRADE_DIR: &str = "regrade";
 
 /// `regrade/<id>.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RegradePlan {
+pub(crate) struct RegradePlan {
     pub schema: String,
     pub id: String,
     pub created_at: String,

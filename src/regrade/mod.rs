@@ -26,10 +26,9 @@ mod run;
 mod tests;
 
 pub(crate) use content::ContentWriter;
-pub use content::{CHANGES_TAR, DEFAULT_CONTENT_CAP_MB};
-pub use journal::{REGRADE_SCHEMA, RegradePlan};
-pub use model::{ChangeContent, RegradeMark, RegradeStatus, VerifierRun, VerifierSource};
-pub use run::{RegradeArgs, RegradeError, RegradeOutcome, RowStatus, TrialRow, regrade};
+pub(crate) use content::DEFAULT_CONTENT_CAP_MB;
+pub(crate) use model::{ChangeContent, RegradeMark, VerifierRun};
+pub(crate) use run::{RegradeArgs, RegradeError, RegradeOutcome, RowStatus, regrade};
 
 /// After the trial's files were scrubbed of secrets (`scrubbed`: the files changed): an archive
 /// in which a secret was replaced no longer unpacks, so it is removed and the record says why.

@@ -10,7 +10,7 @@ use crate::verifier::VerifierOutcome;
 /// The record's `change_content`: whether the content of the agent's changed files was kept
 /// (`agent/changes.tar`), so the trial can be regraded after its frozen filesystem is gone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChangeContent {
+pub(crate) struct ChangeContent {
     pub regradable: bool,
     /// The archive, relative to the trial dir (absent when nothing was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -30,7 +30,7 @@ pub struct ChangeContent {
 
 impl ChangeContent {
     /// Nothing was kept, because of `reason`.
-    pub fn not_kept(cap_bytes: u64, reason: String) -> Self {
+    pub(crate) fn not_kept(cap_bytes: u64, reason: String) -> Self {
         ChangeContent {
             regradable: false,
             file: None,
@@ -45,25 +45,16 @@ impl ChangeContent {
 /// What a verifier ran on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum VerifierSource {
+pub(crate) enum VerifierSource {
     /// The trial's own verify phase (`arbiter run`).
     Original,
     /// The original environment image with the recorded change set applied.
     ChangeSet,
 }
 
-impl VerifierSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerifierSource::Original => "original",
-            VerifierSource::ChangeSet => "change_set",
-        }
-    }
-}
-
 /// One entry of the record's `verifier_history`: a verifier outcome with its provenance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VerifierRun {
+pub(crate) struct VerifierRun {
     /// When it was recorded (RFC 3339, UTC).
     pub at: String,
     /// The regrade that produced it (absent for the original run).
@@ -94,7 +85,7 @@ pub struct VerifierRun {
 /// Whether a regrade regraded a trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum RegradeStatus {
+pub(crate) enum RegradeStatus {
     Regraded,
     NotRegradable,
 }
@@ -102,7 +93,7 @@ pub enum RegradeStatus {
 /// The record's `regrade`: the last regrade that reached this trial. It is written in the
 /// same atomic update as the new verdict, which is what makes a resumed regrade skip it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RegradeMark {
+pub(crate) struct RegradeMark {
     pub id: String,
     pub at: String,
     pub status: RegradeStatus,

@@ -34,7 +34,7 @@ use super::model::{RegradeMark, RegradeStatus, VerifierRun, VerifierSource};
 
 /// What `arbiter verify` was asked to do.
 #[derive(Debug, Clone)]
-pub struct RegradeArgs {
+pub(crate) struct RegradeArgs {
     /// A replacement tests dir for every selected trial.
     pub tests: Option<PathBuf>,
     /// Trial ids to regrade (default: every finished trial).
@@ -47,7 +47,7 @@ pub struct RegradeArgs {
 
 /// How one trial fared.
 #[derive(Debug, Clone, PartialEq)]
-pub enum RowStatus {
+pub(crate) enum RowStatus {
     Regraded {
         before: VerifierStatus,
         before_reward: Option<f64>,
@@ -68,14 +68,14 @@ pub enum RowStatus {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct TrialRow {
+pub(crate) struct TrialRow {
     pub id: String,
     pub status: RowStatus,
 }
 
 /// What a regrade did.
 #[derive(Debug)]
-pub struct RegradeOutcome {
+pub(crate) struct RegradeOutcome {
     pub id: String,
     /// It continued an unfinished regrade with the same arguments.
     pub resumed: bool,
@@ -86,7 +86,7 @@ pub struct RegradeOutcome {
 }
 
 impl RegradeOutcome {
-    pub fn infra(&self) -> usize {
+    pub(crate) fn infra(&self) -> usize {
         self.rows
             .iter()
             .filter(|r| matches!(r.status, RowStatus::InfraError(_)))
@@ -95,7 +95,7 @@ impl RegradeOutcome {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum RegradeError {
+pub(crate) enum RegradeError {
     /// Bad arguments (exit 2): the path or flag, the field, what is wrong.
     #[error("{path}: {field}: {message}")]
     Usage {
@@ -167,7 +167,7 @@ struct Verifier {
 }
 
 /// Regrade the finished trials of `spec` (the job as resolved from its `job.yaml`).
-pub async fn regrade<S: Sandbox>(
+pub(crate) async fn regrade<S: Sandbox>(
     spec: &JobSpec,
     args: &RegradeArgs,
     sandbox: Arc<S>,

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
+use super::content::CHANGES_TAR;
+use super::model::{RegradeStatus, VerifierSource};
 use crate::job::{self, JobSpec};
 use crate::sandbox::{FakeExec, FakeSandbox, Op};
 use crate::testing::{job_spec, task_dir};

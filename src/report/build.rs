@@ -13,7 +13,7 @@ use super::model::*;
 use super::stats;
 
 /// Build the per-task cells: `[task][arm]`.
-pub fn task_cells(job: &JobData) -> Vec<Vec<Cell>> {
+pub(crate) fn task_cells(job: &JobData) -> Vec<Vec<Cell>> {
     let mut cells = vec![vec![Cell::default(); job.arms.len()]; job.tasks.len()];
     for t in &job.trials {
         let cell = &mut cells[t.task as usize][t.arm as usize];
@@ -32,7 +32,7 @@ pub fn task_cells(job: &JobData) -> Vec<Vec<Cell>> {
 
 /// Harbor multi-step tasks: per task, step (in run order) and arm, the scored trials that ran
 /// the step, how many passed it and its mean reward. Empty when no trial has steps.
-pub fn step_rows(job: &JobData) -> Vec<StepRow> {
+pub(crate) fn step_rows(job: &JobData) -> Vec<StepRow> {
     // (task, step order within the task, arm) → row
     let mut order: Vec<Vec<Box<str>>> = vec![Vec::new(); job.tasks.len()];
     // (ran, passed, reward sum, rewards)
@@ -72,7 +72,7 @@ pub fn step_rows(job: &JobData) -> Vec<StepRow> {
 }
 
 /// Compute the whole report. `compare` adds the within-job comparisons.
-pub fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
+pub(crate) fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
     let cells = task_cells(job);
     let mut arms = Vec::with_capacity(job.arms.len());
     // trials are sorted by arm: walk them in slices

@@ -16,16 +16,16 @@ use serde::{Deserialize, Serialize};
 
 use super::load::{ArmKey, natural_cmp};
 use super::model::{Cell, Report};
-pub use super::model::{ComparisonSet, PairComparison, Unpaired};
+pub(crate) use super::model::{ComparisonSet, PairComparison, Unpaired};
 use super::stats;
 
-pub const DEFAULT_RESAMPLES: usize = 10_000;
-pub const DEFAULT_SEED: u64 = 0;
-pub const ALPHA: f64 = 0.05;
+pub(crate) const DEFAULT_RESAMPLES: usize = 10_000;
+pub(crate) const DEFAULT_SEED: u64 = 0;
+pub(crate) const ALPHA: f64 = 0.05;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Grouping {
+pub(crate) enum Grouping {
     /// Compare variants of the same agent.
     Variant,
     /// Compare agents under the same variant.
@@ -34,7 +34,7 @@ pub enum Grouping {
 
 impl Grouping {
     /// Variants when the job has several, else agents.
-    pub fn default_for(arms: &[ArmKey]) -> Grouping {
+    pub(crate) fn default_for(arms: &[ArmKey]) -> Grouping {
         let first = arms.first().map(|a| a.variant.as_str());
         if arms.iter().any(|a| Some(a.variant.as_str()) != first) {
             Grouping::Variant
@@ -43,7 +43,7 @@ impl Grouping {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Grouping::Variant => "variant",
             Grouping::Agent => "agent",
@@ -52,7 +52,7 @@ impl Grouping {
 }
 
 #[derive(Debug, Clone)]
-pub struct CompareOptions {
+pub(crate) struct CompareOptions {
     pub by: Option<Grouping>,
     /// The control arm's variant (`--by variant`) or agent (`--by agent`) name.
     pub control: Option<String>,
@@ -242,7 +242,7 @@ fn pair_all(
 }
 
 /// Signed points with one decimal: `+7.9`, `−3.0`, `+0.0`.
-pub fn pts(x: f64) -> String {
+pub(crate) fn pts(x: f64) -> String {
     let s = format!("{:+.1}", x);
     if s == "-0.0" {
         "+0.0".to_string()
@@ -251,7 +251,7 @@ pub fn pts(x: f64) -> String {
     }
 }
 
-pub fn fmt_p(p: f64) -> String {
+pub(crate) fn fmt_p(p: f64) -> String {
     if p < 0.001 {
         "p < 0.001".to_string()
     } else {
@@ -296,7 +296,7 @@ fn finish(results: &mut [PairComparison]) {
 
 /// Compare the arms of one report, grouped by the shared agent (`Variant`) or variant
 /// (`Agent`). `None` when no group has two arms.
-pub fn compare_within(
+pub(crate) fn compare_within(
     report: &Report,
     by: Grouping,
     opts: &CompareOptions,
@@ -369,7 +369,7 @@ fn group_word(by: Grouping) -> &'static str {
 
 /// Compare two jobs arm by arm (matched by agent/variant; two single-arm jobs are paired
 /// whatever their names). A is the first job (the control).
-pub fn compare_jobs(a: &Report, b: &Report, opts: &CompareOptions) -> ComparisonSet {
+pub(crate) fn compare_jobs(a: &Report, b: &Report, opts: &CompareOptions) -> ComparisonSet {
     let label = |r: &Report, arm: &str, other: &Report| {
         if r.job == other.job {
             arm.to_string()

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 /// Why a report, comparison or check could not be made. Every message names the file (and
 /// the field where there is one), so the CLI prints it as one line and exits 2.
 #[derive(Debug, thiserror::Error)]
-pub enum ReportError {
+pub(crate) enum ReportError {
     #[error(
         "{}: file: missing (not a job directory, or no trial has finished yet)",
         path.display()

@@ -16,7 +16,7 @@ use super::model::{Cell, Report};
 use super::stats;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct CheckOutcome {
+pub(crate) struct CheckOutcome {
     pub pass_k: u32,
     pub max_drop_pts: f64,
     pub arms: Vec<ArmCheck>,
@@ -25,7 +25,7 @@ pub struct CheckOutcome {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ArmCheck {
+pub(crate) struct ArmCheck {
     pub arm: String,
     pub tasks: usize,
     pub baseline_solved: usize,
@@ -42,11 +42,11 @@ pub struct ArmCheck {
 }
 
 impl CheckOutcome {
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         !self.missing_arms.is_empty() || self.arms.iter().any(|a| a.regressed)
     }
 
-    pub fn unchecked(&self) -> usize {
+    pub(crate) fn unchecked(&self) -> usize {
         self.arms.iter().map(|a| a.unchecked_tasks.len()).sum()
     }
 }
@@ -64,7 +64,12 @@ fn counts(c: &Cell) -> String {
 }
 
 /// Check `current` against `baseline`.
-pub fn check(current: &Report, baseline: &Report, pass_k: u32, max_drop_pts: f64) -> CheckOutcome {
+pub(crate) fn check(
+    current: &Report,
+    baseline: &Report,
+    pass_k: u32,
+    max_drop_pts: f64,
+) -> CheckOutcome {
     let mut arms = Vec::new();
     let mut missing_arms = Vec::new();
     let single = baseline.arms.len() == 1 && current.arms.len() == 1;
@@ -161,13 +166,13 @@ pub fn check(current: &Report, baseline: &Report, pass_k: u32, max_drop_pts: f64
 
 /// One arm under a `--fail-under` gate.
 #[derive(Debug, Clone, PartialEq)]
-pub struct UnderGate {
+pub(crate) struct UnderGate {
     pub arm: String,
     pub rate: f64,
 }
 
 /// Arms whose pass rate is below `threshold` (arms with nothing scored are not judged).
-pub fn fail_under<'a>(
+pub(crate) fn fail_under<'a>(
     rates: impl IntoIterator<Item = (String, Option<f64>)> + 'a,
     threshold: f64,
 ) -> Vec<UnderGate> {

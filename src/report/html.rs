@@ -19,7 +19,7 @@ use super::text::{ci, glyphs, pct, unverified_line};
 use super::trial_page::trial_href;
 
 /// Escape text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
         match ch {
@@ -617,14 +617,14 @@ type Attempt<'a> = (u32, &'a str, Outcome);
 
 /// The trials of a job by report cell, for links to trial pages: `[task][arm]` → (attempt,
 /// id, outcome), sorted by attempt.
-pub struct TrialIndex<'a> {
+pub(crate) struct TrialIndex<'a> {
     cells: Vec<Vec<Vec<Attempt<'a>>>>,
     job: &'a JobData,
 }
 
 impl<'a> TrialIndex<'a> {
     /// Index `job`'s trials; `job` must be the job `report` was built from.
-    pub fn new(job: &'a JobData) -> Self {
+    pub(crate) fn new(job: &'a JobData) -> Self {
         let mut cells = vec![vec![Vec::new(); job.arms.len()]; job.tasks.len()];
         for t in &job.trials {
             if let Some(c) = cells
@@ -882,14 +882,9 @@ fn trials_table(links: &TrialIndex<'_>) -> String {
     out
 }
 
-/// Render `report.html` without links to trial pages.
-pub fn html(r: &Report) -> String {
-    render(r, None)
-}
-
 /// Render `report.html` with links to the trial pages `trials/<id>/trial.html` (what
 /// `write_report` writes). `job` must be the job `r` was built from.
-pub fn html_linked(r: &Report, job: &JobData) -> String {
+pub(crate) fn html_linked(r: &Report, job: &JobData) -> String {
     render(r, Some(&TrialIndex::new(job)))
 }
 

@@ -14,7 +14,7 @@ use super::load::{JobData, Outcome, Trial};
 use super::model::Report;
 
 /// Escape text for XML content or attribute values, dropping characters XML 1.0 forbids.
-pub fn xml(s: &str) -> String {
+pub(crate) fn xml(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
         match ch {
@@ -175,18 +175,9 @@ fn termination(t: &Trial) -> String {
     }
 }
 
-/// Render `junit.xml` into a string. `logs_root` is the job directory as it should appear in
-/// log paths.
-pub fn junit(job: &JobData, report: &Report, logs_root: &Path) -> String {
-    let mut buf = Vec::new();
-    // writing into a Vec cannot fail
-    let _ = write_junit(&mut buf, job, report, logs_root);
-    String::from_utf8(buf).unwrap_or_default()
-}
-
 /// Stream `junit.xml` into `w` (a job of 100,000 trials makes a file of ~100 MB: it is never
 /// held in memory whole).
-pub fn write_junit<W: std::io::Write + ?Sized>(
+pub(crate) fn write_junit<W: std::io::Write + ?Sized>(
     w: &mut W,
     job: &JobData,
     report: &Report,

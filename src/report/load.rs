@@ -18,7 +18,7 @@ use super::ReportError;
 
 /// How one trial came out, for reporting. Infra errors are a class of their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Passed,
     Failed,
     /// The verifier crashed, timed out or wrote no reward (the trial was still scored).
@@ -30,7 +30,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Passed => "pass",
             Outcome::Failed => "fail",
@@ -40,7 +40,7 @@ impl Outcome {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Outcome> {
+    pub(crate) fn parse(s: &str) -> Option<Outcome> {
         Some(match s {
             "pass" => Outcome::Passed,
             "fail" => Outcome::Failed,
@@ -51,16 +51,16 @@ impl Outcome {
         })
     }
 
-    pub fn scored(self) -> bool {
+    pub(crate) fn scored(self) -> bool {
         self != Outcome::Infra
     }
 
-    pub fn passed(self) -> bool {
+    pub(crate) fn passed(self) -> bool {
         self == Outcome::Passed
     }
 
     /// One character for compact per-task views.
-    pub fn glyph(self) -> char {
+    pub(crate) fn glyph(self) -> char {
         match self {
             Outcome::Passed => '✓',
             Outcome::Failed => '✗',
@@ -73,20 +73,20 @@ impl Outcome {
 
 /// An agent × variant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ArmKey {
+pub(crate) struct ArmKey {
     pub agent: String,
     pub variant: String,
 }
 
 impl ArmKey {
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         format!("{}/{}", self.agent, self.variant)
     }
 }
 
 /// What a report needs of one trial.
 #[derive(Debug, Clone)]
-pub struct Trial {
+pub(crate) struct Trial {
     pub id: Box<str>,
     pub task: u32,
     pub arm: u32,
@@ -121,7 +121,7 @@ pub struct Trial {
 
 /// One step of a multi-step trial (the record's `steps[]`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct StepFact {
+pub(crate) struct StepFact {
     pub name: Box<str>,
     #[serde(default)]
     pub reward: Option<f64>,
@@ -131,7 +131,7 @@ pub struct StepFact {
 
 /// The record's `usage` (SPEC §1.4), summed per arm.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TrialUsage {
+pub(crate) struct TrialUsage {
     pub requests: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -145,14 +145,14 @@ pub struct TrialUsage {
 /// The record's `integrity.status` (SPEC §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Integrity {
+pub(crate) enum Integrity {
     Clean,
     Suspect,
     Restored,
 }
 
 impl Integrity {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Integrity::Clean => "clean",
             Integrity::Suspect => "suspect",
@@ -162,7 +162,7 @@ impl Integrity {
 }
 
 impl Trial {
-    pub fn violation_kinds(&self) -> Vec<&'static str> {
+    pub(crate) fn violation_kinds(&self) -> Vec<&'static str> {
         [
             (1u8, "certificate_without_admissibility"),
             (2, "goal_substitution_uncertified"),
@@ -177,7 +177,7 @@ impl Trial {
 
 /// A job directory, read for reporting.
 #[derive(Debug, Clone)]
-pub struct JobData {
+pub(crate) struct JobData {
     pub dir: PathBuf,
     pub name: String,
     /// Attempts per task as configured (`lock.json`), else the highest attempt seen.
@@ -314,7 +314,7 @@ struct RawViolation {
 }
 
 /// The audit verdict `tampered` (SPEC §6), which outranks every other.
-pub const TAMPERED: &str = "tampered";
+pub(crate) const TAMPERED: &str = "tampered";
 
 fn verdict_of(s: &str) -> Option<Verdict> {
     serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
@@ -342,7 +342,7 @@ struct RawLock {
 }
 
 /// Read a job directory's `trials.jsonl` (plus `lock.json` and `job.yaml` when present).
-pub fn load_job(dir: &Path) -> Result<JobData, ReportError> {
+pub(crate) fn load_job(dir: &Path) -> Result<JobData, ReportError> {
     let jsonl = dir.join("trials.jsonl");
     let file = match std::fs::File::open(&jsonl) {
         Ok(f) => f,
@@ -658,7 +658,7 @@ fn job_order(path: &Path) -> (Vec<String>, Vec<String>) {
 /// The order tasks are listed in: case-insensitive, with runs of digits compared as numbers
 /// (`task-2` before `task-10`, `alpha` before `Zeta`); names equal under that rule fall back to
 /// byte order, so the order is total and only equal strings compare equal.
-pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     use std::cmp::Ordering;
     let (mut x, mut y) = (a.chars().peekable(), b.chars().peekable());
     loop {

@@ -13,30 +13,29 @@
 //!   writes report files.
 
 mod build;
-pub mod compare;
+pub(crate) mod compare;
 mod error;
-pub mod gate;
-pub mod html;
-pub mod junit;
-pub mod load;
-pub mod model;
-pub mod stats;
-pub mod text;
-pub mod trial_page;
+pub(crate) mod gate;
+pub(crate) mod html;
+pub(crate) mod junit;
+pub(crate) mod load;
+pub(crate) mod model;
+pub(crate) mod stats;
+pub(crate) mod text;
+pub(crate) mod trial_page;
 
 use std::path::Path;
 
-pub use build::{build, task_cells};
-pub use compare::{CompareOptions, ComparisonSet, Grouping, PairComparison};
-pub use error::ReportError;
-pub use gate::{CheckOutcome, check};
-pub use load::{JobData, Outcome, load_job};
-pub use model::{REPORT_SCHEMA, Report};
-pub use trial_page::{PageMode, PagesWritten, write_trial_pages};
+pub(crate) use build::build;
+pub(crate) use compare::{CompareOptions, Grouping};
+pub(crate) use error::ReportError;
+pub(crate) use load::{JobData, load_job};
+pub(crate) use model::{REPORT_SCHEMA, Report};
+pub(crate) use trial_page::{PageMode, PagesWritten};
 
-pub const FILES: [&str; 4] = ["report.md", "report.json", "report.html", "junit.xml"];
+pub(crate) const FILES: [&str; 4] = ["report.md", "report.json", "report.html", "junit.xml"];
 
-pub fn to_json(report: &Report) -> String {
+pub(crate) fn to_json(report: &Report) -> String {
     let mut s = serde_json::to_string_pretty(report).unwrap_or_else(|e| {
         // serialising plain structs of strings and numbers does not fail; keep the file valid
         tracing::error!(error = %e, "cannot serialise the report");
@@ -76,7 +75,7 @@ fn write_file(
 /// `junit.xml` and a page per trial (`trials/<id>/trial.html`, those `pages` asks for) into
 /// the job directory. `junit.xml` (the big one) and the trial pages are streamed on more
 /// threads while the comparisons are computed.
-pub fn write_report(
+pub(crate) fn write_report(
     job: &JobData,
     opts: &CompareOptions,
     pages: PageMode,
@@ -119,7 +118,7 @@ pub(crate) fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
 }
 
 /// Read a baseline: a `report.json` file, or a job directory (reported on the fly).
-pub fn load_baseline(path: &Path) -> Result<Report, ReportError> {
+pub(crate) fn load_baseline(path: &Path) -> Result<Report, ReportError> {
     if path.is_dir() {
         let job = load_job(path)?;
         return Ok(build(&job, None));

@@ -9,16 +9,16 @@ use crate::outcome::Verdict;
 
 use super::load::Outcome;
 
-pub const REPORT_SCHEMA: &str = "arbiter.report.v1";
+pub(crate) const REPORT_SCHEMA: &str = "arbiter.report.v1";
 
 /// The conventions every rendering states, so a reader knows what the numbers mean.
 /// Stated when the job has usage records.
-pub const USAGE_CONVENTION: &str = "Usage is what the model gateway counted for scored trials (never what an agent reports); cost per solved task = the arm's cost ÷ the tasks it solved (at least half the scored attempts passed).";
+pub(crate) const USAGE_CONVENTION: &str = "Usage is what the model gateway counted for scored trials (never what an agent reports); cost per solved task = the arm's cost ÷ the tasks it solved (at least half the scored attempts passed).";
 
 /// Stated when the job has integrity records.
-pub const TAMPERED_CONVENTION: &str = "A tampered trial (integrity suspect: the agent changed what the verifier runs) never counts as passed, whatever the verifier said.";
+pub(crate) const TAMPERED_CONVENTION: &str = "A tampered trial (integrity suspect: the agent changed what the verifier runs) never counts as passed, whatever the verifier said.";
 
-pub const CONVENTIONS: &[&str] = &[
+pub(crate) const CONVENTIONS: &[&str] = &[
     "Infra errors (harness or engine failures) are not scored: they are excluded from every rate and counted apart.",
     "A scored trial passes only when the verifier passed; a verifier error or a skipped verifier counts as not passed (an agent can break its verifier).",
     "Pass rate = passed ÷ scored trials, with a 95% Wilson score interval. The interval treats trials as independent; attempts of one task are correlated, so with several attempts per task it is optimistic.",
@@ -29,7 +29,7 @@ pub const CONVENTIONS: &[&str] = &[
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub schema: String,
     pub job: String,
     pub arbiter_version: String,
@@ -51,7 +51,7 @@ pub struct Report {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Totals {
+pub(crate) struct Totals {
     pub trials: usize,
     pub scored: usize,
     pub infra: usize,
@@ -59,7 +59,7 @@ pub struct Totals {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ArmStats {
+pub(crate) struct ArmStats {
     pub arm: String,
     pub agent: String,
     pub variant: String,
@@ -102,7 +102,7 @@ pub struct ArmStats {
 
 /// Usage summed over an arm's scored trials (SPEC §8).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct UsageStats {
+pub(crate) struct UsageStats {
     /// Scored trials with a usage record.
     pub trials: usize,
     pub requests: u64,
@@ -121,13 +121,13 @@ pub struct UsageStats {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KeyMean {
+pub(crate) struct KeyMean {
     pub mean: f64,
     pub n: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KStat {
+pub(crate) struct KStat {
     pub k: u32,
     pub value: Option<f64>,
     /// Tasks with at least k scored attempts (the ones averaged).
@@ -135,7 +135,7 @@ pub struct KStat {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TimeStats {
+pub(crate) struct TimeStats {
     pub n: usize,
     pub min: f64,
     pub p25: f64,
@@ -147,7 +147,7 @@ pub struct TimeStats {
 
 /// One step of a multi-step task for one arm, over the scored trials that ran it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepRow {
+pub(crate) struct StepRow {
     pub task: String,
     pub step: String,
     pub arm: String,
@@ -161,14 +161,14 @@ pub struct StepRow {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskRow {
+pub(crate) struct TaskRow {
     pub task: String,
     /// One cell per arm, in the order of `arms`.
     pub cells: Vec<Cell>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Cell {
+pub(crate) struct Cell {
     /// Outcome by attempt (index 0 = attempt 1); `null` where that attempt has no record.
     pub outcomes: Vec<Option<String>>,
     pub scored: usize,
@@ -176,26 +176,21 @@ pub struct Cell {
 }
 
 impl Cell {
-    pub fn outcome(&self, i: usize) -> Option<Outcome> {
+    pub(crate) fn outcome(&self, i: usize) -> Option<Outcome> {
         self.outcomes
             .get(i)
             .and_then(|o| o.as_deref())
             .and_then(Outcome::parse)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.outcomes.iter().all(Option::is_none)
     }
 
     /// The task counts as passed for this arm (comparisons, heat-map colours, cost per solved
     /// task): at least half its scored attempts passed, and something was scored.
-    pub fn task_passes(&self) -> bool {
+    pub(crate) fn task_passes(&self) -> bool {
         self.scored > 0 && 2 * self.passed >= self.scored
-    }
-
-    /// Mean pass fraction over scored attempts; `None` when nothing was scored.
-    pub fn fraction(&self) -> Option<f64> {
-        (self.scored > 0).then(|| self.passed as f64 / self.scored as f64)
     }
 }
 
@@ -207,27 +202,27 @@ const ALL_VERDICTS: [Verdict; 5] = [
     Verdict::Unverifiable,
 ];
 
-pub fn verdict_names() -> impl Iterator<Item = &'static str> {
+pub(crate) fn verdict_names() -> impl Iterator<Item = &'static str> {
     ALL_VERDICTS.iter().map(|v| v.as_str())
 }
 
 impl Report {
     /// The verdicts a rendering lists: every one, plus `tampered` when the job has integrity
     /// records.
-    pub fn verdict_columns(&self) -> Vec<&'static str> {
+    pub(crate) fn verdict_columns(&self) -> Vec<&'static str> {
         let tampered = self.arms.iter().any(|a| a.tampered.is_some());
         verdict_names()
             .chain(tampered.then_some(super::load::TAMPERED))
             .collect()
     }
 
-    pub fn has_usage(&self) -> bool {
+    pub(crate) fn has_usage(&self) -> bool {
         self.arms.iter().any(|a| a.usage.is_some())
     }
 }
 
 /// Whole dollars with two decimals, fractions of a cent with four: `$12.30`, `$0.0042`.
-pub fn usd(x: f64) -> String {
+pub(crate) fn usd(x: f64) -> String {
     if x.abs() >= 1.0 || x == 0.0 {
         format!("${x:.2}")
     } else {
@@ -236,7 +231,7 @@ pub fn usd(x: f64) -> String {
 }
 
 /// Token counts the way people read them: `812`, `51.2k`, `3.40M`.
-pub fn tokens(n: u64) -> String {
+pub(crate) fn tokens(n: u64) -> String {
     match n {
         0..=9_999 => n.to_string(),
         10_000..=999_999 => format!("{:.1}k", n as f64 / 1e3),
@@ -247,7 +242,7 @@ pub fn tokens(n: u64) -> String {
 // What `compare` computes; kept here so the report model depends on nothing that computes.
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ComparisonSet {
+pub(crate) struct ComparisonSet {
     /// `variant`, `agent`, or `jobs` (two job directories).
     pub by: String,
     pub seed: u64,
@@ -260,7 +255,7 @@ pub struct ComparisonSet {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PairComparison {
+pub(crate) struct PairComparison {
     /// What the two arms share (e.g. `agent oracle`), empty for two jobs.
     pub group: String,
     /// The control.
@@ -297,7 +292,7 @@ pub struct PairComparison {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Unpaired {
+pub(crate) struct Unpaired {
     pub task: String,
     pub reason: String,
 }

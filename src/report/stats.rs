@@ -4,10 +4,10 @@
 //! on every platform.
 
 /// z for a two-sided 95% interval.
-pub const Z95: f64 = 1.959_963_984_540_054;
+pub(crate) const Z95: f64 = 1.959_963_984_540_054;
 
 /// The 95% Wilson score interval for `successes` out of `n`; `None` when `n == 0`.
-pub fn wilson(successes: usize, n: usize) -> Option<(f64, f64)> {
+pub(crate) fn wilson(successes: usize, n: usize) -> Option<(f64, f64)> {
     if n == 0 {
         return None;
     }
@@ -23,7 +23,7 @@ pub fn wilson(successes: usize, n: usize) -> Option<(f64, f64)> {
 /// Unbiased estimator of pass@k for one task with `n` attempts of which `c` passed:
 /// `1 − C(n−c, k) / C(n, k)`, computed as a product (no factorials, no overflow).
 /// `None` when `k == 0` or `k > n`.
-pub fn pass_at_k(n: usize, c: usize, k: usize) -> Option<f64> {
+pub(crate) fn pass_at_k(n: usize, c: usize, k: usize) -> Option<f64> {
     if k == 0 || k > n {
         return None;
     }
@@ -40,7 +40,7 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> Option<f64> {
 
 /// Unbiased estimator of pass^k (all of k attempts pass) for one task: `C(c, k) / C(n, k)`,
 /// as a product. `None` when `k == 0` or `k > n`.
-pub fn pass_hat_k(n: usize, c: usize, k: usize) -> Option<f64> {
+pub(crate) fn pass_hat_k(n: usize, c: usize, k: usize) -> Option<f64> {
     if k == 0 || k > n {
         return None;
     }
@@ -54,7 +54,7 @@ pub fn pass_hat_k(n: usize, c: usize, k: usize) -> Option<f64> {
 /// McNemar's exact two-sided test on the discordant pairs `b` (A passed, B failed) and `c`
 /// (A failed, B passed): `min(1, 2 · P[X ≤ min(b, c)])` with `X ~ Binomial(b + c, ½)`.
 /// Summed in log space, so it stays finite for thousands of pairs.
-pub fn mcnemar_exact(b: usize, c: usize) -> f64 {
+pub(crate) fn mcnemar_exact(b: usize, c: usize) -> f64 {
     let n = b + c;
     if n == 0 {
         return 1.0;
@@ -75,7 +75,7 @@ pub fn mcnemar_exact(b: usize, c: usize) -> f64 {
 }
 
 /// Holm's step-down adjustment: adjusted p-values in the input's order.
-pub fn holm(p: &[f64]) -> Vec<f64> {
+pub(crate) fn holm(p: &[f64]) -> Vec<f64> {
     let m = p.len();
     let mut order: Vec<usize> = (0..m).collect();
     order.sort_by(|&a, &b| p[a].total_cmp(&p[b]).then(a.cmp(&b)));
@@ -91,7 +91,7 @@ pub fn holm(p: &[f64]) -> Vec<f64> {
 
 /// Quantile of sorted data by linear interpolation between order statistics (R's type 7,
 /// numpy's default). `None` for no data.
-pub fn quantile_sorted(sorted: &[f64], q: f64) -> Option<f64> {
+pub(crate) fn quantile_sorted(sorted: &[f64], q: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
     }
@@ -112,12 +112,12 @@ fn splitmix64(state: &mut u64) -> u64 {
 
 /// xoshiro256++ (Blackman & Vigna): small, fast, and bit-for-bit the same everywhere.
 #[derive(Debug, Clone)]
-pub struct Rng {
+pub(crate) struct Rng {
     s: [u64; 4],
 }
 
 impl Rng {
-    pub fn seeded(seed: u64) -> Rng {
+    pub(crate) fn seeded(seed: u64) -> Rng {
         let mut sm = seed;
         Rng {
             s: [
@@ -129,7 +129,7 @@ impl Rng {
         }
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let s = &mut self.s;
         let result = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
         let t = s[1] << 17;
@@ -143,7 +143,7 @@ impl Rng {
     }
 
     /// An index in `0..n` (multiply-high; the bias is below 2⁻⁵⁰ for any n we meet).
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
     }
 }
@@ -151,7 +151,7 @@ impl Rng {
 /// Percentile bootstrap 95% interval of the mean of paired differences `d` (one per task):
 /// `resamples` times, draw `d.len()` tasks with replacement and take the mean difference.
 /// `None` for no pairs or no resamples.
-pub fn paired_bootstrap_ci(d: &[f64], resamples: usize, seed: u64) -> Option<(f64, f64)> {
+pub(crate) fn paired_bootstrap_ci(d: &[f64], resamples: usize, seed: u64) -> Option<(f64, f64)> {
     let n = d.len();
     if n == 0 || resamples == 0 {
         return None;

@@ -8,12 +8,12 @@ use super::compare::{ComparisonSet, pts};
 use super::gate::CheckOutcome;
 use super::model::{ArmStats, Cell, Report, tokens, usd};
 
-pub fn pct(x: Option<f64>) -> String {
+pub(crate) fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{:.1}%", 100.0 * v))
         .unwrap_or_else(|| "–".to_string())
 }
 
-pub fn ci(x: Option<[f64; 2]>) -> String {
+pub(crate) fn ci(x: Option<[f64; 2]>) -> String {
     x.map(|[l, h]| format!("[{:.1}, {:.1}]", 100.0 * l, 100.0 * h))
         .unwrap_or_default()
 }
@@ -39,14 +39,14 @@ fn k_value(arm: &ArmStats, k: u32, hat: bool) -> String {
 }
 
 /// Outcome glyphs of a cell by attempt: `✓✓✗`, `·` for a missing attempt.
-pub fn glyphs(c: &Cell) -> String {
+pub(crate) fn glyphs(c: &Cell) -> String {
     (0..c.outcomes.len())
         .map(|i| c.outcome(i).map(|o| o.glyph()).unwrap_or('·'))
         .collect()
 }
 
 /// Align columns: the first `left` columns left-aligned, the rest right-aligned.
-pub fn align(rows: &[Vec<String>], left: usize) -> String {
+pub(crate) fn align(rows: &[Vec<String>], left: usize) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let mut widths = vec![0; cols];
     for row in rows {
@@ -85,7 +85,7 @@ fn totals_line(r: &Report) -> String {
 
 /// "N scored trial(s) without a reward … count as not passed", when there are any: every
 /// rendering states it, so a reader of any of them knows why passed + failed < scored.
-pub fn unverified_line(r: &Report) -> Option<String> {
+pub(crate) fn unverified_line(r: &Report) -> Option<String> {
     let unverified: usize = r.arms.iter().map(|a| a.unverified).sum();
     (unverified > 0).then(|| {
         format!(
@@ -96,7 +96,7 @@ pub fn unverified_line(r: &Report) -> Option<String> {
 
 /// The usage table (header first), one row per arm with a usage record; `name` escapes the
 /// arm's label for the target format.
-pub fn usage_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
+pub(crate) fn usage_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
     let mut rows = vec![
         [
             "arm",
@@ -135,7 +135,7 @@ pub fn usage_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<String>>
 
 /// The terminal table.
 /// The per-step table of a job with Harbor multi-step tasks (header first); `None` without.
-pub fn step_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Option<Vec<Vec<String>>> {
+pub(crate) fn step_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Option<Vec<Vec<String>>> {
     if r.steps.is_empty() {
         return None;
     }
@@ -157,7 +157,7 @@ pub fn step_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Option<Vec<Vec<St
     Some(rows)
 }
 
-pub fn table(r: &Report) -> String {
+pub(crate) fn table(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}\n", totals_line(r));
     let kmax = r.attempts;
@@ -280,7 +280,7 @@ pub fn table(r: &Report) -> String {
 }
 
 /// Comparison verdicts in plain words, listing at most `max_tasks` tasks per list.
-pub fn comparison_text(c: &ComparisonSet, max_tasks: usize) -> String {
+pub(crate) fn comparison_text(c: &ComparisonSet, max_tasks: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -331,7 +331,7 @@ pub fn comparison_text(c: &ComparisonSet, max_tasks: usize) -> String {
 }
 
 /// Escape text for a Markdown table cell.
-pub fn md(s: &str) -> String {
+pub(crate) fn md(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
         match ch {
@@ -383,7 +383,7 @@ fn md_table_tail(
 }
 
 /// `report.md`.
-pub fn markdown(r: &Report) -> String {
+pub(crate) fn markdown(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# arbiter report: {}\n", md(&r.job));
     let _ = writeln!(out, "{}\n", md(&totals_line(r)));
@@ -609,7 +609,7 @@ pub fn markdown(r: &Report) -> String {
 }
 
 /// `arbiter check` in words.
-pub fn check_text(c: &CheckOutcome, max_tasks: usize) -> String {
+pub(crate) fn check_text(c: &CheckOutcome, max_tasks: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

@@ -67,7 +67,7 @@ fn id_is_dir_name(id: &str) -> bool {
 
 /// What [`write_trial_pages`] did.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct PagesWritten {
+pub(crate) struct PagesWritten {
     pub written: usize,
     /// Pages left as they were: their inputs (the trial's facts and files) had not changed
     /// since they were written (see [`PageMode::Changed`]).
@@ -87,7 +87,7 @@ impl PagesWritten {
 
 /// Which trial pages [`write_trial_pages`] writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PageMode {
+pub(crate) enum PageMode {
     /// Pages whose inputs changed, and missing ones: a page carries a fingerprint of what it
     /// was made from (this page format, the job name, the trial's facts from
     /// `trials.jsonl`, and size, mtime and type of each file it reads), and a page whose
@@ -123,7 +123,10 @@ const PAGE_INPUTS: [&str; 9] = [
 /// most 8), each with one record in memory at a time: bounded on 100,000 trials. Each page is
 /// written atomically (temp file + rename); with [`PageMode::Changed`] an up-to-date page is
 /// not rewritten.
-pub fn write_trial_pages(job: &JobData, mode: PageMode) -> Result<PagesWritten, ReportError> {
+pub(crate) fn write_trial_pages(
+    job: &JobData,
+    mode: PageMode,
+) -> Result<PagesWritten, ReportError> {
     if mode == PageMode::None || job.trials.is_empty() {
         return Ok(PagesWritten::default());
     }
@@ -538,7 +541,12 @@ fn outcome_badge(record: Option<&Value>, trial: Option<&Trial>) -> (String, &'st
 
 /// Render one trial page. `dir` is the trial directory (files are read from it); `record` is
 /// its `result.json` when readable; `trial` the report's compact facts, when known.
-pub fn render_page(dir: &Path, record: Option<&Value>, trial: Option<&Trial>, job: &str) -> String {
+pub(crate) fn render_page(
+    dir: &Path,
+    record: Option<&Value>,
+    trial: Option<&Trial>,
+    job: &str,
+) -> String {
     let empty = Value::Null;
     let rec = record.unwrap_or(&empty);
     let id = str_at(rec, &["id"])
@@ -778,6 +786,11 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
     c.field("image", rec, &["image"]);
     if let Some(l) = get(rec, &["limits"]) {
         c.text("limits", serde_json::to_string(l).unwrap_or_default());
+    }
+    if let Some(n) = get(rec, &["network"])
+        && let Ok(n) = serde_json::from_value::<crate::trial::NetworkRecord>(n.clone())
+    {
+        c.text("egress", n.summary());
     }
     if let Some(Value::Object(o)) = get(rec, &["overrides"])
         && !o.is_empty()
@@ -1421,5 +1434,27 @@ mod tests {
         std::fs::write(tmp.path().join("agent/stdout.log"), "hello\n{\"type\":1}\n").expect("w");
         let page = render_page(tmp.path(), None, None, "job");
         assert!(page.contains("No trajectory in this trial"), "{page}");
+    }
+
+    /// The egress proxy's attempts are summed up in one row.
+    #[test]
+    fn egress_attempts_are_one_row() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let rec = serde_json::json!({"id": "t1", "network": {"egress": [
+            {"phase": "agent", "host": "127.0.0.1", "port": 8080, "allowed": true},
+            {"phase": "agent", "host": "example.invalid", "port": 443, "allowed": false},
+            {"phase": "agent", "host": "example.invalid", "port": 443, "allowed": false}
+        ], "egress_dropped": 0}});
+        let page = render_page(tmp.path(), Some(&rec), None, "job");
+        assert!(page.contains("egress"), "{page}");
+        assert!(page.contains("3 attempts"), "{page}");
+        assert!(page.contains("example.invalid:443 (agent) ×2"), "{page}");
+        let page = render_page(
+            tmp.path(),
+            Some(&serde_json::json!({"id": "t2"})),
+            None,
+            "job",
+        );
+        assert!(!page.contains("attempts"), "no proxy, no row");
     }
 }

@@ -33,25 +33,25 @@ use crate::sandbox::{Resource, Sandbox};
 use crate::task::{Task, TaskError, VerifierMode};
 use crate::verifier::{VerifierOutcome, VerifierStatus};
 
-pub use exploits::{AGENT_PREFIX, EXPLOITS, Exploit};
+pub(crate) use exploits::EXPLOITS;
 pub(crate) use repeat::keep_snapshot;
-pub use repeat::{KEPT_SUFFIX, RepeatError, RepeatSettings, kept_label, reverify};
-pub use verdict::{
-    Check, CheckKind, CheckResult, Problem, Repeats, TaskInput, TaskReport, TrialFacts, Verdict,
-    exit_code, fmt_reward, judge_task,
+pub(crate) use repeat::{RepeatSettings, reverify};
+pub(crate) use verdict::{
+    CheckResult, Problem, Repeats, TaskInput, TaskReport, TrialFacts, Verdict, exit_code,
+    judge_task,
 };
 
 /// Schema tag of `check/result.json` and of `--format json`.
-pub const CHECK_SCHEMA: &str = "arbiter.taskcheck.v1";
+pub(crate) const CHECK_SCHEMA: &str = "arbiter.taskcheck.v1";
 /// Default number of verifier runs on the oracle's result.
-pub const DEFAULT_REPEAT: u32 = 3;
+pub(crate) const DEFAULT_REPEAT: u32 = 3;
 const ORACLE: &str = "oracle";
 const NOP: &str = "nop";
 const VARIANT: &str = "default";
 
 /// What `arbiter tasks check` was asked.
 #[derive(Debug, Clone)]
-pub struct CheckOptions {
+pub(crate) struct CheckOptions {
     /// Task or dataset directories.
     pub paths: Vec<PathBuf>,
     pub concurrency: usize,
@@ -63,7 +63,7 @@ pub struct CheckOptions {
 
 /// Why `tasks check` could not start or finish (exit 2 for the first three, else 1).
 #[derive(Debug, thiserror::Error)]
-pub enum CheckError {
+pub(crate) enum CheckError {
     /// A path given is not a task or dataset directory.
     #[error("{0}")]
     Path(#[source] TaskError),
@@ -79,24 +79,23 @@ pub enum CheckError {
 
 /// One task as given: loaded, or why not.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The task's name (its directory's name when it did not load).
     pub name: String,
-    pub dir: PathBuf,
     /// `Err(one line)`: the loader's error, or why the task cannot be checked.
     pub task: Result<Arc<Task>, String>,
 }
 
 /// A resolved check: the tasks and the job that checks those that loaded.
 #[derive(Debug)]
-pub struct CheckPlan {
+pub(crate) struct CheckPlan {
     pub entries: Vec<Entry>,
     pub spec: JobSpec,
     pub repeat: u32,
 }
 
 /// Load the tasks and resolve the checking job. Nothing is started.
-pub fn plan(opts: &CheckOptions) -> Result<CheckPlan, CheckError> {
+pub(crate) fn plan(opts: &CheckOptions) -> Result<CheckPlan, CheckError> {
     let entries = load_entries(&opts.paths)?;
     let loaded: Vec<&Arc<Task>> = entries
         .iter()
@@ -185,7 +184,6 @@ fn load_entries(paths: &[PathBuf]) -> Result<Vec<Entry>, CheckError> {
         let entry = match crate::task::load(&dir) {
             Err(e) => Entry {
                 name: fallback,
-                dir,
                 task: Err(e.to_string()),
             },
             Ok(task) => {
@@ -205,7 +203,6 @@ fn load_entries(paths: &[PathBuf]) -> Result<Vec<Entry>, CheckError> {
                 };
                 Entry {
                     name,
-                    dir,
                     task: match problem {
                         Some(p) => Err(p),
                         None => Ok(Arc::new(task)),
@@ -220,14 +217,14 @@ fn load_entries(paths: &[PathBuf]) -> Result<Vec<Entry>, CheckError> {
 
 /// The documented exploit list, as written into the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExploitDoc {
+pub(crate) struct ExploitDoc {
     pub name: String,
     pub proves: String,
 }
 
 /// `check/result.json` and `--format json` (schema [`CHECK_SCHEMA`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckReport {
+pub(crate) struct CheckReport {
     pub schema: String,
     pub job_dir: PathBuf,
     /// Verifier runs on each oracle result.
@@ -240,7 +237,7 @@ pub struct CheckReport {
 
 /// How a check run ended.
 #[derive(Debug)]
-pub enum CheckOutcome {
+pub(crate) enum CheckOutcome {
     Done(CheckReport),
     /// The user stopped it; `reaped` after a second interrupt.
     Interrupted {
@@ -249,7 +246,7 @@ pub enum CheckOutcome {
 }
 
 /// Run the checking job, the re-verifications, and judge every task.
-pub async fn run<S: Sandbox + 'static>(
+pub(crate) async fn run<S: Sandbox + 'static>(
     plan: &CheckPlan,
     sandbox: Arc<S>,
     events: mpsc::UnboundedSender<JobEvent>,

@@ -17,10 +17,10 @@ use crate::verifier::{self, Target, VerifierOutcome, VerifyInput};
 /// Suffix of the job label carried by kept snapshots: the job's own end-of-run sweep (which
 /// removes everything labelled with the job) leaves them alone; `tasks check` removes them
 /// once the repeats are done, and `arbiter gc` once the process that made them is gone.
-pub const KEPT_SUFFIX: &str = ".kept";
+pub(crate) const KEPT_SUFFIX: &str = ".kept";
 
 /// The label under which snapshots of `job_label`'s trials are kept.
-pub fn kept_label(job_label: &str) -> String {
+pub(crate) fn kept_label(job_label: &str) -> String {
     format!("{job_label}{KEPT_SUFFIX}")
 }
 
@@ -88,7 +88,7 @@ pub(crate) async fn reap_kept<S: Sandbox>(sb: &S, job_label: &str) -> usize {
 
 /// The job knobs a re-verification uses (the same the trial used).
 #[derive(Debug, Clone)]
-pub struct RepeatSettings {
+pub(crate) struct RepeatSettings {
     pub job_label: String,
     pub pass_threshold: f64,
     pub timeout_multiplier: f64,
@@ -100,7 +100,7 @@ pub struct RepeatSettings {
 
 /// Why a re-verification failed (the harness's failure, never the task's).
 #[derive(Debug, thiserror::Error)]
-pub enum RepeatError {
+pub(crate) enum RepeatError {
     #[error("re-verifying {trial}: {message}")]
     Verify { trial: String, message: String },
     #[error("{path}: {source}")]
@@ -117,7 +117,7 @@ pub enum RepeatError {
 ///
 /// Call once per repeat with `dir = <job>/check/repeats/<trial>/<n>`; containers are labelled
 /// with the job and the trial (role `verifier`) and removed before this returns.
-pub async fn reverify<S: Sandbox>(
+pub(crate) async fn reverify<S: Sandbox>(
     sb: Arc<S>,
     settings: &RepeatSettings,
     task: &Task,

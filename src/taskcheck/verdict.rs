@@ -13,7 +13,7 @@ use crate::verifier::{Reward, VerifierOutcome, VerifierStatus};
 /// Which check a result belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum CheckKind {
+pub(crate) enum CheckKind {
     /// The task directory loads.
     Layout,
     /// The reference solution passes.
@@ -29,7 +29,7 @@ pub enum CheckKind {
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum CheckResult {
+pub(crate) enum CheckResult {
     Pass,
     Fail,
     /// An infrastructure failure kept the check from a verdict.
@@ -41,7 +41,7 @@ pub enum CheckResult {
 /// What is wrong with a task, when a check fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Problem {
+pub(crate) enum Problem {
     /// The task directory does not load (or cannot be checked: no solution).
     Unloadable,
     /// The oracle does not pass.
@@ -56,7 +56,7 @@ pub enum Problem {
 
 /// The facts of one finished trial that the checks read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrialFacts {
+pub(crate) struct TrialFacts {
     pub trial: String,
     /// The infrastructure error, when the harness failed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,7 +74,7 @@ pub struct TrialFacts {
 }
 
 impl TrialFacts {
-    pub fn of(rec: &TrialRecord) -> Self {
+    pub(crate) fn of(rec: &TrialRecord) -> Self {
         TrialFacts {
             trial: rec.id.clone(),
             infra: rec.is_infra().then(|| {
@@ -135,7 +135,7 @@ fn verifier_said(status: VerifierStatus, reward: Option<&Reward>, detail: Option
 }
 
 /// `1`, `0.5`, or `{a: 1, b: 0}` for a reward with several keys.
-pub fn fmt_reward(reward: &Reward) -> String {
+pub(crate) fn fmt_reward(reward: &Reward) -> String {
     let num = |v: f64| {
         let s = format!("{v:.4}");
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -154,7 +154,7 @@ pub fn fmt_reward(reward: &Reward) -> String {
 
 /// What the oracle's re-verifications gave.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Repeats {
+pub(crate) enum Repeats {
     /// The verifier ran again on the oracle's frozen filesystem (runs 2..=N).
     Ran(Vec<VerifierOutcome>),
     /// Repeats do not apply (and why): `--repeat 1`, a live verifier, no oracle result.
@@ -165,7 +165,7 @@ pub enum Repeats {
 
 /// Everything the checks of one task read.
 #[derive(Debug, Clone)]
-pub struct TaskInput {
+pub(crate) struct TaskInput {
     pub task: String,
     /// `Err(one line)` when the task did not load or cannot be checked.
     pub layout: Result<(), String>,
@@ -178,7 +178,7 @@ pub struct TaskInput {
 
 /// One check's outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Check {
+pub(crate) struct Check {
     pub check: CheckKind,
     /// The exploit's name, for `exploit` checks.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -224,7 +224,7 @@ impl Check {
     }
 
     /// The name shown in the table: `oracle`, `exploit forge-reward`.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let kind = match self.check {
             CheckKind::Layout => "layout",
             CheckKind::Oracle => "oracle",
@@ -241,7 +241,7 @@ impl Check {
 
 /// The checks of one task and its overall verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskReport {
+pub(crate) struct TaskReport {
     pub task: String,
     /// `ok`, or the problems found (`oracle_fails`, `hackable`, …); `error` when an
     /// infrastructure failure left a check without a verdict and nothing failed.
@@ -252,14 +252,14 @@ pub struct TaskReport {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     Failed,
     Error,
 }
 
 /// Judge one task from its trials.
-pub fn judge_task(input: &TaskInput) -> TaskReport {
+pub(crate) fn judge_task(input: &TaskInput) -> TaskReport {
     let mut checks = Vec::new();
     match &input.layout {
         Ok(()) => checks.push(Check::new(
@@ -467,7 +467,7 @@ fn exploit_check(trial: Option<&TrialFacts>) -> Check {
 
 /// `arbiter tasks check`'s exit code: 4 when a check failed, else 3 when an infrastructure
 /// failure left a check without a verdict, else 0.
-pub fn exit_code(reports: &[TaskReport]) -> u8 {
+pub(crate) fn exit_code(reports: &[TaskReport]) -> u8 {
     if reports.iter().any(|r| r.verdict == Verdict::Failed) {
         4
     } else if reports.iter().any(|r| r.verdict == Verdict::Error) {

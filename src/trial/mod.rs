@@ -19,7 +19,7 @@ mod phases;
 mod plan;
 mod record;
 mod run;
-pub mod scrub;
+pub(crate) mod scrub;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -32,19 +32,15 @@ mod tests_limits;
 mod tests_steps;
 
 pub(crate) use phases::sandbox_network;
-pub use plan::{Phase, TrialPlan, TrialSettings};
-pub use record::{
-    ArtifactEntry, ArtifactStatus, ControlRootInfo, EGRESS_CAP, EgressAttempt, FilesCounted,
-    InfraError, Limits, NetworkRecord, OutputStats, PhaseTime, StepRecord, TRIAL_SCHEMA,
-    Termination, TerminationKind, TrialRecord, VerifierOutcome, VerifierStatus,
-};
+pub(crate) use plan::{Phase, TrialPlan, TrialSettings};
+pub(crate) use record::{InfraError, NetworkRecord, TerminationKind, TrialRecord, VerifierStatus};
 pub(crate) use run::audit_of;
 #[cfg(test)]
 pub(crate) use run::initial_record;
-pub use run::{DEFAULT_STORAGE_LIMIT_MB, TrialRun, run};
+pub(crate) use run::{DEFAULT_STORAGE_LIMIT_MB, TrialRun, run};
 
 /// `s` reduced to `[A-Za-z0-9._-]` (anything else becomes `-`): safe in file names and ids.
-pub fn safe_name(s: &str) -> String {
+pub(crate) fn safe_name(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {

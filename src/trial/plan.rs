@@ -15,7 +15,7 @@ use crate::task::Task;
 /// Phases of a trial, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Phase {
+pub(crate) enum Phase {
     Environment,
     Agent,
     Collect,
@@ -26,7 +26,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Environment => "environment",
             Phase::Agent => "agent",
@@ -46,7 +46,7 @@ impl fmt::Display for Phase {
 
 /// Knobs that are the same for every trial of a job.
 #[derive(Debug, Clone)]
-pub struct TrialSettings {
+pub(crate) struct TrialSettings {
     pub pass_threshold: f64,
     /// Bytes of stdout / stderr kept per stream.
     pub log_cap_bytes: u64,
@@ -74,7 +74,7 @@ pub struct TrialSettings {
 
 /// Everything one trial needs, decided before it starts.
 #[derive(Debug, Clone)]
-pub struct TrialPlan {
+pub(crate) struct TrialPlan {
     pub id: String,
     pub job: String,
     pub task: Arc<Task>,

@@ -8,15 +8,15 @@ use crate::agent::HarnessOverride;
 use crate::outcome::{Audit, Claim, CompletionSummary, FileCheck, Receipt};
 use crate::task::NetworkMode;
 use crate::verifier::integrity::{ChangeSummary, Integrity, IntegrityStatus};
-pub use crate::verifier::{VerifierOutcome, VerifierStatus};
+pub(crate) use crate::verifier::{VerifierOutcome, VerifierStatus};
 
 use super::plan::Phase;
 
-pub const TRIAL_SCHEMA: &str = "arbiter.trial.v1";
+pub(crate) const TRIAL_SCHEMA: &str = "arbiter.trial.v1";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum TerminationKind {
+pub(crate) enum TerminationKind {
     Exited,
     Timeout,
     Oom,
@@ -27,7 +27,7 @@ pub enum TerminationKind {
 
 /// How the agent process ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Termination {
+pub(crate) struct Termination {
     pub kind: TerminationKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
@@ -36,20 +36,20 @@ pub struct Termination {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PhaseTime {
+pub(crate) struct PhaseTime {
     pub seconds: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ArtifactStatus {
+pub(crate) enum ArtifactStatus {
     Ok,
     Missing,
     Failed,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ArtifactEntry {
+pub(crate) struct ArtifactEntry {
     pub path: String,
     pub status: ArtifactStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,14 +62,14 @@ pub struct ArtifactEntry {
 
 /// A failure of the harness or the engine (never the agent's doing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct InfraError {
+pub(crate) struct InfraError {
     pub phase: Phase,
     pub message: String,
 }
 
 /// Resource limits the trial ran under.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub cpus: f64,
     pub memory_mb: u64,
     pub pids_limit: i64,
@@ -105,7 +105,7 @@ pub struct Limits {
 /// How the file bound was checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FilesCounted {
+pub(crate) enum FilesCounted {
     /// Counted in the writable layer while the agent ran (and once after): over the bound,
     /// the agent was stopped.
     Watchdog,
@@ -116,14 +116,14 @@ pub enum FilesCounted {
 
 /// Output captured from the agent's run step.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct OutputStats {
+pub(crate) struct OutputStats {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub truncated: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrialRecord {
+pub(crate) struct TrialRecord {
     pub schema: String,
     pub id: String,
     pub job: String,
@@ -208,7 +208,7 @@ pub struct TrialRecord {
 
 /// The connections the trial's phases tried through the egress allowlist proxy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct NetworkRecord {
+pub(crate) struct NetworkRecord {
     /// Each attempt, in order, up to [`EGRESS_CAP`].
     pub egress: Vec<EgressAttempt>,
     /// Attempts past the cap, counted but not listed.
@@ -217,7 +217,7 @@ pub struct NetworkRecord {
 }
 
 /// At most this many egress attempts are listed in a record.
-pub const EGRESS_CAP: usize = 200;
+pub(crate) const EGRESS_CAP: usize = 200;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -225,7 +225,7 @@ fn is_zero(n: &u64) -> bool {
 
 /// One connection attempt through the proxy, and the phase that made it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EgressAttempt {
+pub(crate) struct EgressAttempt {
     /// `agent` or `verify`.
     pub phase: Phase,
     #[serde(flatten)]
@@ -236,7 +236,7 @@ impl NetworkRecord {
     /// One line for a report (the trial page can show it as an "egress" row:
     /// `serde_json::from_value::<NetworkRecord>(rec["network"].clone())?.summary()`):
     /// `3 attempts · admitted: 127.0.0.1:8080 (agent) · refused: example.invalid:80 (agent) ×2`.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let total = self.egress.len() as u64 + self.egress_dropped;
         if total == 0 {
             return "proxy in place, no attempts".to_string();
@@ -269,7 +269,7 @@ impl NetworkRecord {
     }
 
     /// Append `phase`'s attempts, listing up to the cap and counting the rest.
-    pub fn add(&mut self, phase: Phase, events: Vec<crate::gateway::EgressEvent>) {
+    pub(crate) fn add(&mut self, phase: Phase, events: Vec<crate::gateway::EgressEvent>) {
         for event in events {
             if self.egress.len() < EGRESS_CAP {
                 self.egress.push(EgressAttempt { phase, event });
@@ -282,7 +282,7 @@ impl NetworkRecord {
 
 /// One Harbor step of a multi-step trial.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepRecord {
+pub(crate) struct StepRecord {
     pub name: String,
     /// How the step's agent run ended; `None` when it did not run (its setup failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,7 +305,7 @@ pub struct StepRecord {
 
 /// What the trial's control root held after the run (saved under `agent/control/`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ControlRootInfo {
+pub(crate) struct ControlRootInfo {
     /// Where the agent saw it.
     pub container_path: String,
     /// The template it was seeded from (host path), if any.
@@ -322,17 +322,17 @@ pub struct ControlRootInfo {
 
 impl TrialRecord {
     /// The trial failed because of the harness or engine, not the agent: excluded from rates.
-    pub fn is_infra(&self) -> bool {
+    pub(crate) fn is_infra(&self) -> bool {
         self.infra_error.is_some() || self.termination.kind == TerminationKind::InfraError
     }
 
     /// The verifier passed, on a filesystem whose toolchain the agent did not alter.
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         !self.is_infra() && self.verifier.status == VerifierStatus::Passed && !self.is_tampered()
     }
 
     /// Integrity findings the verifier ran on (integrity `suspect`).
-    pub fn is_tampered(&self) -> bool {
+    pub(crate) fn is_tampered(&self) -> bool {
         self.integrity
             .as_ref()
             .is_some_and(|i| i.status == IntegrityStatus::Suspect)

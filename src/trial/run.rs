@@ -22,11 +22,11 @@ use super::scrub;
 /// What an agent may write to its container's filesystem when the task sets no `storage_mb`.
 /// Without a ceiling a sparse file (`truncate -s 1T`) costs the agent nothing, but freezing it
 /// for the snapshot verifier writes every byte to the host's disk.
-pub const DEFAULT_STORAGE_LIMIT_MB: u64 = 10 * 1024;
+pub(crate) const DEFAULT_STORAGE_LIMIT_MB: u64 = 10 * 1024;
 
 /// How a trial run ended.
 #[derive(Debug)]
-pub enum TrialRun {
+pub(crate) enum TrialRun {
     Finished(Box<TrialRecord>),
     /// Stopped by the user before it finished; nothing is recorded, it will run again on resume.
     Cancelled,
@@ -34,7 +34,7 @@ pub enum TrialRun {
 
 /// Run one trial to its record (or to cancellation). Never fails: every harness or engine
 /// failure ends up in the record as an `infra_error` with the phase it happened in.
-pub async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox>(
     sandbox: Arc<S>,
     plan: &TrialPlan,
     cancel: watch::Receiver<bool>,

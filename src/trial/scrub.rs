@@ -13,7 +13,7 @@ use std::sync::RwLock;
 static REGISTERED: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
 /// Remember `secrets` so that the log writer masks them from now on.
-pub fn register(secrets: &[String]) {
+pub(crate) fn register(secrets: &[String]) {
     let Ok(mut all) = REGISTERED.write() else {
         return;
     };
@@ -45,7 +45,7 @@ pub(crate) fn mentions_secret(text: &str) -> bool {
 
 /// A writer that masks every registered secret in what passes through it. Each tracing event
 /// reaches it as one buffer, so a secret is never split across two writes.
-pub struct ScrubbingWriter<W>(pub W);
+pub(crate) struct ScrubbingWriter<W>(pub W);
 
 impl<W: Write> Write for ScrubbingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {

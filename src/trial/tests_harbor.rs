@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use crate::sandbox::{FakeExec, FakeSandbox, GPUS_UNCOUNTED, Op, Sandbox};
 use crate::testing::{job_spec, task_dir};
 
+use super::record::ArtifactStatus;
 use super::*;
 
 fn plan_in(root: &std::path::Path, extra_toml: &str) -> TrialPlan {

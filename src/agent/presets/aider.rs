@@ -34,7 +34,6 @@ pub const HOME: &str = "/arbiter/aider-home";
 /// aider's chat transcript (kept with the agent's logs).
 pub const CHAT_HISTORY: &str = "/logs/agent/aider.chat.history.md";
 
-
 /// `mtime` (Unix seconds, normally now) stamps the seeded model-metadata cache: aider
 /// refetches a cache older than a day from GitHub, which would be a phone-home (and, with no
 /// network, a failed DNS lookup on every start).
@@ -144,7 +143,8 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
         .iter()
         .rev()
         .find(|(i, name)| {
-            super::LITELLM_ENDPOINT_ERRORS.contains(&name.as_str()) && last_edit.is_none_or(|e| *i > e)
+            super::LITELLM_ENDPOINT_ERRORS.contains(&name.as_str())
+                && last_edit.is_none_or(|e| *i > e)
         })
         .map(|(_, name)| name.clone());
     let tokens = text

@@ -31,7 +31,6 @@ pub const TRAJECTORY_PATH: &str = "/logs/agent/trajectory.json";
 /// `MSWEA_GLOBAL_CONFIG_DIR`: mini-swe-agent's own `.env`, outside the collected logs.
 pub const CONFIG_DIR: &str = "/arbiter/mini-swe-agent";
 
-
 pub(crate) fn plan(input: &PresetInput<'_>) -> Result<PresetPlan, AgentError> {
     let bin = format!("{}/{ENTRY_POINT}", PresetKind::MiniSweAgent.mount_point());
     let mut argv = vec![

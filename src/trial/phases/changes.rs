@@ -79,7 +79,7 @@ pub(crate) struct ImageIndex {
 
 /// Environment images indexed so far in this job (each is indexed once; shared by its trials).
 #[derive(Debug, Default)]
-pub struct ImageIndexes {
+pub(crate) struct ImageIndexes {
     cells: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<ImageIndex>>>>>,
 }
 

@@ -64,12 +64,12 @@ pub(crate) struct Egress {
 
 impl Egress {
     /// The env pointing the container's HTTP clients at the proxy.
-    pub fn env(&self) -> Vec<(String, String)> {
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
         proxy_env(self.handle.addr.port())
     }
 
     /// Stop the proxy and add its attempts to the record as `phase`'s.
-    pub async fn finish(self, rec: &mut TrialRecord, phase: Phase) {
+    pub(crate) async fn finish(self, rec: &mut TrialRecord, phase: Phase) {
         let events = self.handle.shutdown().await;
         record(rec, phase, events);
     }
@@ -126,7 +126,7 @@ pub(crate) struct Proxies {
 
 impl Proxies {
     /// What a verifier run of `task` needs to serve its proxy, when its network is `allowlist`.
-    pub fn for_verifier<'a>(
+    pub(crate) fn for_verifier<'a>(
         &'a self,
         task: &'a crate::task::Task,
     ) -> Option<crate::verifier::VerifierEgress<'a>> {
@@ -137,7 +137,7 @@ impl Proxies {
     }
 
     /// Stop what still runs and record every attempt (agent's first, then the verifiers').
-    pub async fn finish(&mut self, rec: &mut TrialRecord) {
+    pub(crate) async fn finish(&mut self, rec: &mut TrialRecord) {
         if let Some(proxy) = self.agent.take() {
             proxy.finish(rec, Phase::Agent).await;
         }

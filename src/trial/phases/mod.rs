@@ -48,7 +48,7 @@ pub(crate) fn infra<E: std::fmt::Display>(phase: Phase) -> impl FnOnce(E) -> Inf
 
 impl<'a, S> Ctx<'a, S> {
     /// The same backend and scope for another view of the trial (a Harbor step's).
-    pub fn with_plan<'b>(&self, plan: &'b TrialPlan) -> Ctx<'b, S>
+    pub(crate) fn with_plan<'b>(&self, plan: &'b TrialPlan) -> Ctx<'b, S>
     where
         'a: 'b,
     {
@@ -61,11 +61,11 @@ impl<'a, S> Ctx<'a, S> {
 }
 
 impl<S: Sandbox> Ctx<'_, S> {
-    pub fn path(&self, rel: &str) -> PathBuf {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.plan.dir.join(rel)
     }
 
-    pub fn limits(&self) -> ContainerLimits {
+    pub(crate) fn limits(&self) -> ContainerLimits {
         let env = &self.plan.task.environment;
         ContainerLimits {
             cpus: env.cpus,
@@ -77,7 +77,7 @@ impl<S: Sandbox> Ctx<'_, S> {
 
     /// An exec in the task's working directory with the job's log cap and kill grace;
     /// `logs` are the trial-relative files for stdout and stderr.
-    pub fn exec_spec(
+    pub(crate) fn exec_spec(
         &self,
         argv: Vec<String>,
         user: Option<String>,
@@ -99,7 +99,7 @@ impl<S: Sandbox> Ctx<'_, S> {
     /// error reading a path (replaced by a file, made unreadable) is its doing — `Failed`, not
     /// an infrastructure error (SPEC §5, abstention); an engine that is really gone fails the
     /// next call (the freeze, or the verifier's container) instead.
-    pub async fn fetch(
+    pub(crate) async fn fetch(
         &self,
         id: &ContainerId,
         path: &str,

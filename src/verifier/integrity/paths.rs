@@ -98,7 +98,7 @@ const MAX_HOPS: usize = 40;
 /// Resolve `path` the way the kernel would: every symlink in a parent position is followed,
 /// the last one too when `follow_last`. Components that do not exist are kept as they are
 /// (like `realpath -m`). Returns the resolved path and what is there, or `None` on a loop.
-pub(crate) fn resolve(view: &dyn View, path: &str, follow_last: bool) -> Option<(String, Node)> {
+pub fn resolve(view: &dyn View, path: &str, follow_last: bool) -> Option<(String, Node)> {
     let mut pending: VecDeque<String> = components(path).collect();
     let mut resolved = String::from("/");
     let mut node = Node::Dir { mode: None };
