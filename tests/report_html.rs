@@ -595,16 +595,20 @@ fn pages_of_a_real_claude_code_trial_and_a_tampered_trial_render_offline_in_chro
             "the Claude Code page shows {needle:?}"
         );
     }
-    // Its trajectory: Claude Code's stream-json events as steps, its tool calls named.
+    // Its trajectory: the ATIF export of the gateway's ledger (what arbiter measured) comes
+    // before Claude Code's own stream-json events; its tool calls are named.
     assert!(
-        cc_dom.contains("From <a href=\"agent/stdout.log\">"),
+        cc_dom.contains("From <a href=\"agent/trajectory.atif.json\">"),
         "the Claude Code page has its trajectory"
     );
     assert!(
         !cc_dom.contains("No trajectory in this trial"),
         "the Claude Code page has its trajectory"
     );
-    assert!(cc_dom.contains("→ Bash"), "the agent's tool call is shown");
+    assert!(
+        cc_dom.contains("→ <b>Bash</b>"),
+        "the agent's tool call is shown"
+    );
     let t_dom = dom(&pages[3].1);
     for needle in ["tampered", "suspect", "/usr/local/bin/python3"] {
         assert!(t_dom.contains(needle), "the tampered page shows {needle:?}");

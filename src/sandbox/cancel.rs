@@ -147,6 +147,11 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.image_env(image).await
     }
 
+    async fn image_id(&self, image: &ImageRef) -> Result<Option<String>, SandboxError> {
+        self.check()?;
+        self.inner.image_id(image).await
+    }
+
     async fn loopback_listener(
         &self,
         id: &ContainerId,

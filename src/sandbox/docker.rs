@@ -71,6 +71,8 @@ struct ImageFacts {
     env: Vec<String>,
     /// Its ENTRYPOINT as one line, unless it has none (or only arbiter's keep-alive).
     entrypoint: Option<String>,
+    /// The engine's image id (`sha256:…` of its config, which names its layers).
+    id: Option<String>,
 }
 
 impl DockerSandbox {
@@ -507,13 +509,14 @@ impl DockerSandbox {
         if let Some(known) = self.image_facts.lock().await.get(image) {
             return Ok(known.clone());
         }
-        let config = self
+        let inspected = self
             .docker
             .inspect_image(image)
             .await
-            .map_err(SandboxError::engine("image inspect"))?
-            .config;
+            .map_err(SandboxError::engine("image inspect"))?;
+        let config = inspected.config;
         let facts = ImageFacts {
+            id: inspected.id.filter(|id| id.starts_with("sha256:")),
             env: config
                 .as_ref()
                 .and_then(|c| c.env.clone())
@@ -1046,6 +1049,10 @@ impl Sandbox for DockerSandbox {
 
     async fn image_env(&self, image: &ImageRef) -> Result<Vec<String>, SandboxError> {
         Ok(self.image_config(image.as_str()).await?.env)
+    }
+
+    async fn image_id(&self, image: &ImageRef) -> Result<Option<String>, SandboxError> {
+        Ok(self.image_config(image.as_str()).await?.id)
     }
 
     /// Inside the container's network namespace (its `State.Pid`), which needs root and the

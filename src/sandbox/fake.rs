@@ -161,6 +161,7 @@ struct State {
     gpus: u32,
     /// What [`Sandbox::image_env`] answers, per image reference.
     image_envs: HashMap<String, Vec<String>>,
+    image_ids: HashMap<String, String>,
     next_id: u64,
     /// Every container spec created, in call order.
     specs: Vec<ContainerSpec>,
@@ -225,6 +226,13 @@ impl FakeSandbox {
             reference.to_string(),
             env.iter().map(|e| e.to_string()).collect(),
         );
+    }
+
+    /// What [`Sandbox::image_id`] answers for `reference` (default: no identity).
+    pub fn set_image_id(&self, reference: &str, id: &str) {
+        self.lock()
+            .image_ids
+            .insert(reference.to_string(), id.to_string());
     }
 
     /// What [`Sandbox::status`] answers for the containers labelled
@@ -757,6 +765,10 @@ impl Sandbox for FakeSandbox {
             .get(image.as_str())
             .cloned()
             .unwrap_or_default())
+    }
+
+    async fn image_id(&self, image: &ImageRef) -> Result<Option<String>, SandboxError> {
+        Ok(self.lock().image_ids.get(image.as_str()).cloned())
     }
 
     /// The fake has no namespaces: a listener on the host's loopback (any free port).

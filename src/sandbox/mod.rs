@@ -562,6 +562,13 @@ pub trait Sandbox: Send + Sync + 'static {
         &self,
         image: &ImageRef,
     ) -> impl Future<Output = Result<Vec<String>, SandboxError>> + Send;
+    /// The image's content identity, when the backend has one: the same id always means the
+    /// same files, so what was learnt about an image (the integrity classifier's index of its
+    /// files) can be kept between jobs under it. `None`: no such identity.
+    fn image_id(
+        &self,
+        image: &ImageRef,
+    ) -> impl Future<Output = Result<Option<String>, SandboxError>> + Send;
     /// Whether a container runs (and its healthcheck's verdict) or how it ended.
     fn status(
         &self,

@@ -636,3 +636,65 @@ async fn the_images_own_path_decides_what_shadows_a_command() {
         assert_eq!(found, shadows, "image env {env:?}: {integrity:#?}");
     }
 }
+
+/// An environment image's index is kept on the host under the image's content id: the next
+/// job on the same image reads the cached index instead of the image's whole filesystem, and
+/// a cache file that does not parse is replaced.
+#[tokio::test(start_paused = true)]
+async fn an_image_index_is_kept_between_jobs_under_the_image_id() {
+    let root = tempfile::tempdir().expect("tmp");
+    let kept = root.path().join("index-cache");
+    let id = format!("sha256:{}", "ab".repeat(32));
+    let whole_image_reads = |fake: &FakeSandbox| {
+        fake.calls()
+            .iter()
+            .filter(|(op, detail)| *op == Op::Download && detail == "/")
+            .count()
+    };
+    let job = |n: usize| {
+        let mut plan = plan_in(&root.path().join(format!("job{n}")), "");
+        let mut settings = (*plan.settings).clone();
+        settings.image_indexes = Arc::new(phases::changes::ImageIndexes::kept_in(&kept));
+        plan.settings = Arc::new(settings);
+        plan
+    };
+
+    let plan = job(1);
+    let fake = Arc::new(solving());
+    fake.set_image_id(plan.image.reference(), &id);
+    fake.image_files(plan.image.reference(), &[("/usr/bin/python3", b"elf")]);
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
+    assert_eq!(whole_image_reads(&fake), 1, "the first job reads the image");
+    let file = kept.join(format!("{}.json", "ab".repeat(32)));
+    let text = std::fs::read_to_string(&file).expect("index kept");
+    assert!(text.contains("arbiter.image-index.v1"), "{text}");
+    assert!(text.contains("/usr/bin/python3"), "{text}");
+
+    let plan = job(2);
+    let fake = Arc::new(solving());
+    fake.set_image_id(plan.image.reference(), &id);
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
+    assert_eq!(
+        whole_image_reads(&fake),
+        0,
+        "the second job uses the kept index"
+    );
+
+    std::fs::write(&file, "{not json").expect("corrupt");
+    let plan = job(3);
+    let fake = Arc::new(solving());
+    fake.set_image_id(plan.image.reference(), &id);
+    fake.image_files(plan.image.reference(), &[("/usr/bin/python3", b"elf")]);
+    record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(whole_image_reads(&fake), 1, "a corrupt file is read again");
+    let text = std::fs::read_to_string(&file).expect("index kept");
+    assert!(text.contains("arbiter.image-index.v1"), "replaced: {text}");
+
+    // Without an id (another backend, or an image the engine cannot name) nothing is kept.
+    let plan = job(4);
+    let fake = Arc::new(solving());
+    record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(whole_image_reads(&fake), 1);
+}

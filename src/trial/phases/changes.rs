@@ -5,7 +5,9 @@
 //!
 //! Cost is bounded: the agent's side is read in a few tar downloads (one per changed subtree,
 //! at most `MAX_ROOTS`, at most `MAX_READ_BYTES` in all); the image's side is indexed once per
-//! image per job (headers only, plus the few small files the classifier reads).
+//! image (headers only, plus the few small files the classifier reads), and that index is kept
+//! on the host under the image's content id (see [`IndexCache`]), so the next job on the same
+//! image does not read the image again.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
@@ -69,21 +71,102 @@ pub(crate) struct ChangeSet {
 }
 
 /// An index of an environment image's files (what the classifier calls "original").
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ImageIndex {
     files: HashMap<String, OriginalFile>,
     texts: HashMap<String, String>,
-    /// The image's own environment (`PATH=…`): which commands the verifier finds first.
+    /// The image's own environment (`PATH=…`): which commands the verifier finds first. Not
+    /// kept in the cache (asked of the backend each job, which knows it without reading files).
+    #[serde(skip)]
     env: Vec<String>,
+}
+
+/// What a cached index file holds.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CachedIndex {
+    schema: String,
+    image_id: String,
+    index: ImageIndex,
+}
+
+const INDEX_SCHEMA: &str = "arbiter.image-index.v1";
+/// Overrides where indexes are kept; empty: not kept at all.
+const INDEX_CACHE_ENV: &str = "ARBITER_IMAGE_INDEX_CACHE";
+
+/// Indexes of environment images kept between jobs, one file per image content id:
+/// `$ARBITER_IMAGE_INDEX_CACHE`, else `$XDG_CACHE_HOME/arbiter/image-index/1`, else
+/// `$HOME/.cache/arbiter/image-index/1`. Reading a large image takes seconds of engine work
+/// (its whole filesystem as one archive); an id names the image's files exactly, and nothing
+/// in a trial can write here, so a kept index is as good as a fresh one. A file that does not
+/// parse, or names another id, is ignored and replaced.
+#[derive(Debug)]
+struct IndexCache {
+    dir: std::path::PathBuf,
+}
+
+impl IndexCache {
+    fn from_env() -> Option<IndexCache> {
+        let var = |k: &str| std::env::var_os(k);
+        let dir = match var(INDEX_CACHE_ENV) {
+            Some(d) if d.is_empty() => return None,
+            Some(d) => std::path::PathBuf::from(d),
+            None => match var("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+                Some(d) => std::path::PathBuf::from(d).join("arbiter/image-index/1"),
+                None => std::path::PathBuf::from(var("HOME").filter(|d| !d.is_empty())?)
+                    .join(".cache/arbiter/image-index/1"),
+            },
+        };
+        Some(IndexCache { dir })
+    }
+
+    fn path(&self, id: &str) -> Option<std::path::PathBuf> {
+        let hex = id.strip_prefix("sha256:")?;
+        (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| self.dir.join(format!("{hex}.json")))
+    }
+
+    fn load(&self, id: &str) -> Option<ImageIndex> {
+        let text = std::fs::read(self.path(id)?).ok()?;
+        let cached: CachedIndex = serde_json::from_slice(&text).ok()?;
+        (cached.schema == INDEX_SCHEMA && cached.image_id == id).then_some(cached.index)
+    }
+
+    fn store(&self, id: &str, index: &ImageIndex) {
+        let Some(path) = self.path(id) else { return };
+        let body = serde_json::json!({"schema": INDEX_SCHEMA, "image_id": id, "index": index});
+        let written = std::fs::create_dir_all(&self.dir).and_then(|()| {
+            crate::job::write_atomic(&path, body.to_string().as_bytes())
+                .map_err(std::io::Error::other)
+        });
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), "keeping the image index: {e}");
+        }
+    }
 }
 
 /// Environment images indexed so far in this job (each is indexed once; shared by its trials).
 #[derive(Debug, Default)]
 pub(crate) struct ImageIndexes {
     cells: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<ImageIndex>>>>>,
+    /// Where indexes are kept between jobs: `None` until asked (then from the environment).
+    cache: std::sync::OnceLock<Option<IndexCache>>,
 }
 
 impl ImageIndexes {
+    /// Indexes kept in `dir` between jobs (what the environment says otherwise).
+    #[cfg(test)]
+    pub(crate) fn kept_in(dir: &Path) -> ImageIndexes {
+        let indexes = ImageIndexes::default();
+        let _ = indexes.cache.set(Some(IndexCache {
+            dir: dir.to_path_buf(),
+        }));
+        indexes
+    }
+
+    fn cache(&self) -> Option<&IndexCache> {
+        self.cache.get_or_init(IndexCache::from_env).as_ref()
+    }
+
     async fn get<S: Sandbox>(
         &self,
         ctx: &Ctx<'_, S>,
@@ -94,7 +177,11 @@ impl ImageIndexes {
             cells.entry(image.to_string()).or_default().clone()
         };
         let index = cell
-            .get_or_try_init(|| async { index_image(ctx, image).await.map(Arc::new) })
+            .get_or_try_init(|| async {
+                cached_or_indexed(ctx, image, self.cache())
+                    .await
+                    .map(Arc::new)
+            })
             .await?;
         Ok(index.clone())
     }
@@ -175,11 +262,37 @@ fn link_target(header: &tar::Header) -> Option<String> {
         .map(|l| String::from_utf8_lossy(&l).into_owned())
 }
 
-/// Index the image's files from a created (never started) container of it.
+/// The image's index from the host cache when its content id has one, else read from the
+/// image (and kept when the reading was whole).
+async fn cached_or_indexed<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    image: &ImageRef,
+    cache: Option<&IndexCache>,
+) -> Result<ImageIndex, SandboxError> {
+    let id = match cache {
+        Some(_) => ctx.sb.image_id(image).await?,
+        None => None,
+    };
+    if let (Some(cache), Some(id)) = (cache, &id)
+        && let Some(mut index) = cache.load(id)
+    {
+        tracing::debug!(%image, id, "image index from the host cache");
+        index.env = ctx.sb.image_env(image).await?;
+        return Ok(index);
+    }
+    let (index, whole) = index_image(ctx, image).await?;
+    if let (Some(cache), Some(id), true) = (cache, &id, whole) {
+        cache.store(id, &index);
+    }
+    Ok(index)
+}
+
+/// Index the image's files from a created (never started) container of it; `true` when the
+/// whole filesystem was read.
 async fn index_image<S: Sandbox>(
     ctx: &Ctx<'_, S>,
     image: &ImageRef,
-) -> Result<ImageIndex, SandboxError> {
+) -> Result<(ImageIndex, bool), SandboxError> {
     let spec = ContainerSpec {
         base: Base::Image(image.clone()),
         owner: ctx.scope.owner(Role::Snapshot),
@@ -195,6 +308,7 @@ async fn index_image<S: Sandbox>(
     let fetched = ctx.sb.download(&id, "/", &scratch, MAX_INDEX_BYTES).await;
     let removed = ctx.sb.remove(&Resource::Container(id)).await;
     let mut index = ImageIndex::default();
+    let mut whole = false;
     if let Fetched::Archive { .. } = fetched? {
         let walked = walk(&scratch, "/", |path, header, body| {
             if wants_text(&path) && header.size().unwrap_or(u64::MAX) <= MAX_TEXT_BYTES {
@@ -212,14 +326,15 @@ async fn index_image<S: Sandbox>(
                 },
             );
         });
-        if let Err(e) = walked {
-            tracing::warn!(%image, "indexing the image: {e}");
+        match walked {
+            Ok(()) => whole = true,
+            Err(e) => tracing::warn!(%image, "indexing the image: {e}"),
         }
     }
     let _ = std::fs::remove_file(&scratch);
     removed?;
     index.env = ctx.sb.image_env(image).await?;
-    Ok(index)
+    Ok((index, whole))
 }
 
 /// Both sides for the classifier: the image's index and the agent's small texts.

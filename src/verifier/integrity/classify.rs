@@ -52,7 +52,7 @@ pub struct Finding {
 }
 
 /// A path as it is in the environment image (`lstat`: a symlink is reported, not followed).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OriginalFile {
     pub file_type: FileType,
     /// Permission bits (`st_mode & 0o7777` is enough); `None` when unknown.
