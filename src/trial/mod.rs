@@ -21,6 +21,8 @@ mod record;
 mod run;
 pub(crate) mod scrub;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_gateway;

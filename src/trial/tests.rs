@@ -11,18 +11,10 @@ use tokio::sync::watch;
 use crate::sandbox::{FakeExec, FakeSandbox, Op};
 use crate::testing::{job_spec, task_dir};
 
+use super::test_support::plan_in;
 use super::*;
 
 const REWARD_1: &[u8] = b"1\n";
-
-/// A trial of the oracle on a one-task job, with its dir created.
-fn plan_in(root: &std::path::Path, extra_toml: &str) -> TrialPlan {
-    let task = task_dir(root, "hello", extra_toml);
-    let spec = job_spec(root, &[task], &["oracle"], 1);
-    let plan = spec.trials(Default::default()).remove(0);
-    std::fs::create_dir_all(&plan.dir).expect("trial dir");
-    plan
-}
 
 /// A backend on which the oracle solves the task and the verifier rewards it.
 fn solving() -> FakeSandbox {

@@ -5,29 +5,12 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
-
 use crate::sandbox::{FakeExec, FakeSandbox, GPUS_UNCOUNTED, Op, Sandbox};
 use crate::testing::{job_spec, task_dir};
 
 use super::record::ArtifactStatus;
+use super::test_support::{finish, plan_in};
 use super::*;
-
-fn plan_in(root: &std::path::Path, extra_toml: &str) -> TrialPlan {
-    let task = task_dir(root, "hello", extra_toml);
-    let spec = job_spec(root, &[task], &["oracle"], 1);
-    let plan = spec.trials(Default::default()).remove(0);
-    std::fs::create_dir_all(&plan.dir).expect("trial dir");
-    plan
-}
-
-async fn run_on(fake: &Arc<FakeSandbox>, plan: &TrialPlan) -> TrialRecord {
-    let (_tx, rx) = watch::channel(false);
-    match run(fake.clone(), plan, rx, &|_| {}).await {
-        TrialRun::Finished(record) => *record,
-        TrialRun::Cancelled => panic!("the trial was cancelled"),
-    }
-}
 
 /// The env of the first exec whose argv contains `pattern`.
 fn env_of(fake: &FakeSandbox, pattern: &str) -> Vec<(String, String)> {
@@ -63,7 +46,7 @@ async fn the_task_env_reaches_every_exec_of_the_task_container_and_the_solution_
         "/tests/test.sh",
         FakeExec::exits(0).writes("/logs/verifier/reward.txt", b"1\n"),
     );
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
 
     let solve = env_of(&fake, "/solution/solve.sh");
@@ -110,7 +93,7 @@ async fn variant_overrides_win_over_the_task_env() {
     plan.overrides
         .insert("TOOL_HOME".to_string(), "/variant".to_string());
     let fake = Arc::new(FakeSandbox::new());
-    run_on(&fake, &plan).await;
+    finish(&fake, &plan).await;
     let solve = env_of(&fake, "/solution/solve.sh");
     assert_eq!(get(&solve, "TOOL_HOME"), Some("/variant"));
     assert_eq!(get(&solve, "ANSWER"), Some("42"));
@@ -143,7 +126,7 @@ async fn values_resolved_from_the_task_env_are_scrubbed_from_the_trial_files() {
         "/tests/test.sh",
         FakeExec::exits(0).writes("/logs/verifier/reward.txt", b"1\n"),
     );
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert_eq!(
         get(&env_of(&fake, "/solution/solve.sh"), "SEARCH"),
         Some(secret.as_str())
@@ -168,7 +151,7 @@ async fn files_left_in_logs_artifacts_are_collected_like_artifacts() {
         "/solution/solve.sh",
         FakeExec::exits(0).writes("/logs/artifacts/report.txt", b"done\n"),
     );
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     let entry = rec
         .artifacts
         .iter()
@@ -185,7 +168,7 @@ async fn files_left_in_logs_artifacts_are_collected_like_artifacts() {
     // An empty (or absent) /logs/artifacts adds nothing to the record.
     let other = tempfile::tempdir().expect("tmp");
     let plan = plan_in(other.path(), "");
-    let rec = run_on(&Arc::new(FakeSandbox::new()), &plan).await;
+    let rec = finish(&Arc::new(FakeSandbox::new()), &plan).await;
     assert!(rec.artifacts.is_empty(), "{:?}", rec.artifacts);
 
     // Listed in the task's `artifacts`, it is collected once.
@@ -204,7 +187,7 @@ async fn files_left_in_logs_artifacts_are_collected_like_artifacts() {
         "/solution/solve.sh",
         FakeExec::exits(0).writes("/logs/artifacts/report.txt", b"done\n"),
     );
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     let paths: Vec<&str> = rec.artifacts.iter().map(|a| a.path.as_str()).collect();
     assert_eq!(paths, ["/logs/artifacts/"]);
     assert!(
@@ -264,7 +247,7 @@ async fn a_gpu_tasks_containers_request_its_gpus() {
         FakeExec::exits(0).writes("/logs/verifier/reward.txt", b"1\n"),
     );
     fake.set_gpus(2);
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert!(rec.passed(), "{rec:#?}");
     let specs = fake.specs();
     let gpus_of = |role: &str| {

@@ -5,21 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use crate::sandbox::{FakeExec, FakeSandbox, Op};
-use crate::testing::{job_spec, task_dir};
 
 use super::record::FilesCounted;
+use super::test_support::{finish, plan_in};
 use super::*;
-
-fn plan_in(root: &std::path::Path, extra_toml: &str) -> TrialPlan {
-    let task = task_dir(root, "hello", extra_toml);
-    let spec = job_spec(root, &[task], &["oracle"], 1);
-    let plan = spec.trials(Default::default()).remove(0);
-    std::fs::create_dir_all(&plan.dir).expect("trial dir");
-    plan
-}
 
 /// The oracle runs `agent`; the verifier rewards whatever it finds.
 fn backend(agent: FakeExec) -> Arc<FakeSandbox> {
@@ -32,14 +22,6 @@ fn backend(agent: FakeExec) -> Arc<FakeSandbox> {
     Arc::new(fake)
 }
 
-async fn trial(fake: &Arc<FakeSandbox>, plan: &TrialPlan) -> TrialRecord {
-    let (_tx, rx) = watch::channel(false);
-    match run(fake.clone(), plan, rx, &|_| {}).await {
-        TrialRun::Finished(record) => *record,
-        TrialRun::Cancelled => panic!("the trial was cancelled"),
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_agent_over_its_file_bound_is_stopped_and_its_filesystem_never_frozen() {
     let root = tempfile::tempdir().expect("tmp");
@@ -50,7 +32,7 @@ async fn an_agent_over_its_file_bound_is_stopped_and_its_filesystem_never_frozen
             .takes(Duration::from_secs(600)),
     );
     let started = tokio::time::Instant::now();
-    let rec = trial(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "stopped at the first measurement, not at the deadline: {:?}",
@@ -98,7 +80,7 @@ async fn an_agent_under_its_file_bound_is_verified_and_its_count_recorded() {
             .writes("/app/out.txt", b"hi\n")
             .takes(Duration::from_secs(5)),
     );
-    let rec = trial(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert_eq!(rec.termination.kind, TerminationKind::Exited, "{rec:#?}");
     assert_eq!(rec.verifier.status, VerifierStatus::Passed);
     assert_eq!(rec.limits.files_used, Some(49_999));
@@ -115,7 +97,7 @@ async fn without_a_count_the_change_list_is_held_to_the_file_bound() {
         agent = agent.writes(&format!("/app/f{i}"), b"x");
     }
     let fake = backend(agent);
-    let rec = trial(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     // Not stopped (nothing counted while it ran): it exited; its filesystem is not verified.
     assert_eq!(rec.termination.kind, TerminationKind::Exited, "{rec:#?}");
     assert!(rec.infra_error.is_none());
@@ -142,7 +124,7 @@ async fn the_default_file_bound_is_recorded() {
     let root = tempfile::tempdir().expect("tmp");
     let plan = plan_in(root.path(), "");
     let fake = backend(FakeExec::exits(0).writes("/app/out.txt", b"hi\n"));
-    let rec = trial(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
     assert_eq!(rec.limits.max_files, None);
     assert_eq!(rec.limits.files_limit, 1_000_000);
@@ -160,7 +142,7 @@ async fn a_quiet_20_s_agent_is_measured_five_times_not_21() {
             .writes("/app/out.txt", b"hi\n")
             .takes(Duration::from_secs(20)),
     );
-    let rec = trial(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
     // At 1, 3, 7 and 15 s while it runs (backing off while far below both bounds), and once
     // after it is done.

@@ -6,11 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use crate::sandbox::{FakeExec, FakeSandbox, Op};
 use crate::testing::{job_spec, task_dir};
 
+use super::test_support::finish;
 use super::*;
 
 /// An oracle trial of a two-step task (`one`, `two`): `one` and `two` go into each step's
@@ -44,14 +43,6 @@ fn write(plan: &TrialPlan, rel: &str, content: &str) {
     std::fs::write(path, content).expect("write");
 }
 
-async fn run_on(fake: &Arc<FakeSandbox>, plan: &TrialPlan) -> TrialRecord {
-    let (_tx, rx) = watch::channel(false);
-    match run(fake.clone(), plan, rx, &|_| {}).await {
-        TrialRun::Finished(record) => *record,
-        TrialRun::Cancelled => panic!("the trial was cancelled"),
-    }
-}
-
 fn rewarding(reward: &[u8]) -> Arc<FakeSandbox> {
     let fake = FakeSandbox::new();
     fake.on_exec("/solution/solve.sh", FakeExec::exits(0));
@@ -77,7 +68,7 @@ async fn steps_run_in_order_in_one_container_each_verified_and_the_task_reward_i
     let root = tempfile::tempdir().expect("tmp");
     let plan = two_steps(root.path(), "", "", "");
     let fake = rewarding(b"1\n");
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
 
     assert!(rec.infra_error.is_none(), "{rec:#?}");
     let names: Vec<&str> = rec.steps.iter().map(|s| s.name.as_str()).collect();
@@ -117,7 +108,7 @@ async fn a_step_below_its_min_reward_stops_the_rest_and_only_the_steps_that_ran_
     let root = tempfile::tempdir().expect("tmp");
     let plan = two_steps(root.path(), "min_reward = 1.0", "", "");
     let fake = rewarding(b"0.5\n");
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
 
     assert_eq!(rec.steps.len(), 1, "{:#?}", rec.steps);
     let stopped = rec.steps[0].stopped.as_deref().expect("stopped");
@@ -150,7 +141,7 @@ async fn a_step_without_a_reward_stops_the_rest_and_no_reward_is_an_error_not_a_
     fake.on_exec("/solution/solve.sh", FakeExec::exits(0));
     fake.on_exec("/tests/test.sh", FakeExec::exits(1));
     let fake = Arc::new(fake);
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
 
     assert_eq!(rec.steps.len(), 1);
     assert_eq!(rec.steps[0].verifier.status, VerifierStatus::Error);
@@ -178,7 +169,7 @@ async fn final_strategy_takes_the_last_step_and_a_failed_later_setup_stops_there
     plan.task = Arc::new(crate::task::load(&plan.task.dir).expect("task"));
     let fake = rewarding(b"1\n");
     fake.on_exec("setup.sh", FakeExec::exits(3));
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
 
     assert_eq!(rec.steps.len(), 2, "{:#?}", rec.steps);
     let two = &rec.steps[1];
@@ -211,7 +202,7 @@ async fn a_failed_first_setup_is_the_tasks_fault_an_infrastructure_error() {
     plan.task = Arc::new(crate::task::load(&plan.task.dir).expect("task"));
     let fake = rewarding(b"1\n");
     fake.on_exec("setup.sh", FakeExec::exits(1));
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert!(rec.is_infra(), "{rec:#?}");
     let infra = rec.infra_error.expect("infra error");
     assert!(
@@ -234,7 +225,7 @@ async fn a_step_healthcheck_is_retried_then_fails_the_step() {
     let fake = rewarding(b"1\n");
     fake.on_exec("probe-ready", FakeExec::exits(1));
     let started = tokio::time::Instant::now();
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     let probes = fake
         .calls()
         .iter()
@@ -267,7 +258,7 @@ async fn an_agent_timeout_ends_the_container_so_the_step_is_verified_and_the_res
         "/solution/solve.sh",
         FakeExec::exits(0).takes(Duration::from_secs(60)),
     );
-    let rec = run_on(&fake, &plan).await;
+    let rec = finish(&fake, &plan).await;
     assert_eq!(rec.termination.kind, TerminationKind::Timeout);
     assert_eq!(rec.steps.len(), 1, "{:#?}", rec.steps);
     assert!(
