@@ -62,7 +62,7 @@ pub(crate) struct TrialSettings {
     pub install_timeout_multiplier: f64,
     pub verifier_timeout_multiplier: f64,
     /// Environment images indexed for change-set classification (shared by the job's trials).
-    pub image_indexes: Arc<super::phases::changes::ImageIndexes>,
+    pub image_indexes: Arc<super::phases::image_index::ImageIndexes>,
     /// The job's model gateway, when an agent of the job has a `model:`.
     pub gateway: Option<Arc<crate::gateway::Gateway>>,
     /// The providers' real keys: never in a container, scrubbed from the trial's files anyway.

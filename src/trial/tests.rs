@@ -646,7 +646,7 @@ async fn an_image_index_is_kept_between_jobs_under_the_image_id() {
     let job = |n: usize| {
         let mut plan = plan_in(&root.path().join(format!("job{n}")), "");
         let mut settings = (*plan.settings).clone();
-        settings.image_indexes = Arc::new(phases::changes::ImageIndexes::kept_in(&kept));
+        settings.image_indexes = Arc::new(phases::image_index::ImageIndexes::kept_in(&kept));
         plan.settings = Arc::new(settings);
         plan
     };
