@@ -832,6 +832,7 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn start(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        self.upper.started(id.as_str());
         self.docker
             .start_container(id.as_str(), None)
             .await
@@ -929,11 +930,35 @@ impl Sandbox for DockerSandbox {
         Ok(Fetched::Archive { bytes })
     }
 
+    async fn download_changed(
+        &self,
+        id: &ContainerId,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> Result<Fetched, SandboxError> {
+        if let Some(upper) = self.upper.of_stopped(id.as_str()) {
+            let built = tokio::task::spawn_blocking({
+                let (path, to) = (path.to_string(), to.to_path_buf());
+                move || super::layer::archive(&upper, &path, &to, limit)
+            })
+            .await;
+            match built {
+                Ok(Ok(Some(fetched))) => return Ok(fetched),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::debug!(%id, path, "archive from the writable layer: {e}"),
+                Err(e) => tracing::debug!(%id, path, "archive from the writable layer: {e}"),
+            }
+        }
+        self.download(id, path, to, limit).await
+    }
+
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
         // An exec'd process killed by the OOM killer leaves the container running with
         // `OOMKilled` false; once the container has stopped the engine reports it, in the
         // same inspection that saw it stopped.
         let state = self.kill(id.as_str()).await?;
+        self.upper.stopped(id.as_str());
         Ok(Stopped {
             oom_killed: state.oom_killed.unwrap_or(false),
         })

@@ -23,6 +23,7 @@ mod error;
 mod fake;
 mod fetch;
 mod gpus;
+mod layer;
 mod scope;
 mod tarball;
 pub mod toolbox;
@@ -520,6 +521,21 @@ pub trait Sandbox: Send + Sync + 'static {
         to: &Path,
         limit: u64,
     ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send;
+    /// [`Sandbox::download`] of a path the change list reports as added or modified: a
+    /// backend may answer from the container's own writable layer once every process of the
+    /// container is gone (what the container wrote there; for a modified directory, that
+    /// directory alone, without what its base holds beneath it), which costs no engine
+    /// round trip. Anything else (the container may still run, the layer is not readable
+    /// here) is a plain download.
+    fn download_changed(
+        &self,
+        id: &ContainerId,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send {
+        self.download(id, path, to, limit)
+    }
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
     fn stop(&self, id: &ContainerId) -> impl Future<Output = Result<Stopped, SandboxError>> + Send;

@@ -29,6 +29,9 @@ use super::{DiskUsage, SandboxError};
 #[derive(Debug, Default)]
 pub(super) struct UpperDirs {
     dirs: Mutex<HashMap<String, Option<PathBuf>>>,
+    /// Containers seen stopped by [`super::Sandbox::stop`] and not started since: nothing
+    /// writes to their layer any more.
+    stopped: Mutex<HashSet<String>>,
 }
 
 impl UpperDirs {
@@ -54,8 +57,32 @@ impl UpperDirs {
         }
     }
 
+    /// Every process of the container is gone (and none is started again before
+    /// [`UpperDirs::started`]).
+    pub(super) fn stopped(&self, id: &str) {
+        if let Ok(mut stopped) = self.stopped.lock() {
+            stopped.insert(id.to_string());
+        }
+    }
+
+    /// The container (re)starts: its layer may change again.
+    pub(super) fn started(&self, id: &str) {
+        if let Ok(mut stopped) = self.stopped.lock() {
+            stopped.remove(id);
+        }
+    }
+
+    /// The writable layer of a stopped container, when it is readable on this host.
+    pub(super) fn of_stopped(&self, id: &str) -> Option<PathBuf> {
+        if !self.stopped.lock().ok()?.contains(id) {
+            return None;
+        }
+        self.get(id).flatten()
+    }
+
     /// The container is gone: forget its layer.
     pub(super) fn forget(&self, id: &str) {
+        self.started(id);
         if let Ok(mut dirs) = self.dirs.lock() {
             dirs.remove(id);
         }

@@ -17,6 +17,11 @@
 //! The arbiter-only `[completion]` tables stay strict: they are ours, so any
 //! unknown key there is a mistake. Unknown top-level keys and tables are kept
 //! as metadata with a warning.
+//!
+//! About 600 lines: the top-level reader and the `[task]`, `[agent]` and `[verifier]` tables
+//! with their defaults; `[environment]`, `[[steps]]`, `[completion]` and network values have
+//! their own files under `config/`, and the typed getters and did-you-mean helpers are in
+//! `toml_read.rs`.
 
 use std::collections::BTreeMap;
 

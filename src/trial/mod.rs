@@ -14,6 +14,7 @@
 //!   it exists and removed on every path, including cancellation (plus a sweep by owner).
 //! - A cancelled trial records nothing: it runs again on resume.
 
+mod close;
 mod control;
 mod phases;
 mod plan;
@@ -33,12 +34,12 @@ mod tests_limits;
 #[cfg(test)]
 mod tests_steps;
 
+pub(crate) use close::audit_of;
+#[cfg(test)]
+pub(crate) use close::initial_record;
 pub(crate) use phases::sandbox_network;
 pub(crate) use plan::{Phase, TrialPlan, TrialSettings};
 pub(crate) use record::{InfraError, NetworkRecord, TerminationKind, TrialRecord, VerifierStatus};
-pub(crate) use run::audit_of;
-#[cfg(test)]
-pub(crate) use run::initial_record;
 pub(crate) use run::{DEFAULT_STORAGE_LIMIT_MB, TrialRun, run};
 
 /// `s` reduced to `[A-Za-z0-9._-]` (anything else becomes `-`): safe in file names and ids.

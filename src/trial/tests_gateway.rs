@@ -159,9 +159,9 @@ fn a_claimed_call_count_that_disagrees_with_the_gateway_is_audit_evidence() {
         ..crate::gateway::Usage::default()
     };
     assert_eq!(
-        super::run::call_count_note(&claim(5), Some(&usage)).as_deref(),
+        super::close::call_count_note(&claim(5), Some(&usage)).as_deref(),
         Some("the claim counts 5 model calls; the gateway counted 2")
     );
-    assert_eq!(super::run::call_count_note(&claim(2), Some(&usage)), None);
-    assert_eq!(super::run::call_count_note(&claim(5), None), None);
+    assert_eq!(super::close::call_count_note(&claim(2), Some(&usage)), None);
+    assert_eq!(super::close::call_count_note(&claim(5), None), None);
 }

@@ -1,3 +1,9 @@
+//! Unit tests of the ATIF export: requests and replies of each protocol turned into steps,
+//! salvaged bodies, usage and cost, and every document checked against docs/atif.schema.json.
+//!
+//! Over 600 lines: one scenario per protocol and per way a body can arrive (whole, streamed,
+//! cut at the ledger's cap), each built from the scripted provider's real replies.
+
 use super::request::{json_value_len, salvage};
 use super::*;
 use crate::gateway::config::Price;

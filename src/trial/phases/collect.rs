@@ -52,6 +52,17 @@ pub(crate) struct Collected {
     pub unverifiable: Option<String>,
 }
 
+/// The benchmark-only switch `ARBITER_BENCH_NO_CHANGESET=1` (scripts/bench-integrity
+/// measures what the change set costs): no change set, hence no integrity verdict, in snapshot
+/// mode only (the other modes need it). Never set it for scores; a trial it applies to says so
+/// in its record's `harness_overrides`.
+pub(crate) const BENCH_NO_CHANGESET: &str = "ARBITER_BENCH_NO_CHANGESET";
+
+pub(crate) fn bench_skips_change_set(plan: &crate::trial::plan::TrialPlan) -> bool {
+    plan.task.verifier.mode == VerifierMode::Snapshot
+        && std::env::var_os(BENCH_NO_CHANGESET).is_some_and(|v| v == "1")
+}
+
 pub(crate) async fn run<S: Sandbox>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
@@ -138,12 +149,7 @@ pub(crate) async fn run<S: Sandbox>(
         ctx.sb.stop(id).await.map_err(fail())?;
         return Ok(out);
     }
-    // Benchmark-only switch (scripts/bench-integrity measures what the change set costs): no
-    // change set, hence no integrity verdict, in snapshot mode only (the other modes need
-    // it). Undocumented on purpose; never set it for scores.
-    let bench_skip = ctx.plan.task.verifier.mode == VerifierMode::Snapshot
-        && std::env::var_os("ARBITER_BENCH_NO_CHANGESET").is_some_and(|v| v == "1");
-    if !bench_skip {
+    if !bench_skips_change_set(ctx.plan) {
         let mut set = changes::record(ctx, &ctx.plan.settings.image_indexes, &env.image, id)
             .await
             .map_err(fail())?;

@@ -137,6 +137,13 @@ pub(crate) async fn run<S: Sandbox>(
     agent
         .harness_overrides
         .extend(super::egress::network_overrides(plan));
+    if super::collect::bench_skips_change_set(plan) {
+        agent.harness_overrides.push(crate::agent::HarnessOverride {
+            key: super::collect::BENCH_NO_CHANGESET.to_string(),
+            value: "1: no change set and no integrity verdict (benchmark only)".to_string(),
+            source: "environment".to_string(),
+        });
+    }
     let settings = &plan.settings;
     if let Some(run) = agent.run.as_mut() {
         run.argv.extend(plan.args.iter().cloned());
