@@ -627,7 +627,17 @@ impl DockerSandbox {
     /// so that a freeze sees a quiescent filesystem; returns the stopped container's state
     /// (Docker's kill with SIGKILL answers once the container has stopped, so one inspection
     /// usually suffices). A container that is not running is fine.
-    async fn kill(&self, id: &str) -> Result<bollard::models::ContainerState, SandboxError> {
+    /// Kill and wait until stopped: the container's last state, and the inspection that saw it.
+    async fn kill(
+        &self,
+        id: &str,
+    ) -> Result<
+        (
+            bollard::models::ContainerState,
+            bollard::models::ContainerInspectResponse,
+        ),
+        SandboxError,
+    > {
         let options = KillContainerOptionsBuilder::new().signal("KILL").build();
         match self.docker.kill_container(id, Some(options)).await {
             Ok(()) => {}
@@ -640,9 +650,10 @@ impl DockerSandbox {
             }
         }
         for _ in 0..100 {
-            let state = self.state(id).await?;
+            let mut info = self.inspect(id).await?;
+            let state = info.state.take().unwrap_or_default();
             if !state.running.unwrap_or(false) {
-                return Ok(state);
+                return Ok((state, info));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -653,6 +664,13 @@ impl DockerSandbox {
     }
 
     async fn state(&self, id: &str) -> Result<bollard::models::ContainerState, SandboxError> {
+        Ok(self.inspect(id).await?.state.unwrap_or_default())
+    }
+
+    async fn inspect(
+        &self,
+        id: &str,
+    ) -> Result<bollard::models::ContainerInspectResponse, SandboxError> {
         let info = self
             .docker
             .inspect_container(id, None)
@@ -660,7 +678,7 @@ impl DockerSandbox {
             .map_err(SandboxError::engine("container inspect"))?;
         // The same reply names the writable layer: the storage watchdog needs no inspect of its own.
         self.upper.prime(id, info.graph_driver.as_ref());
-        Ok(info.state.unwrap_or_default())
+        Ok(info)
     }
 }
 
@@ -881,6 +899,19 @@ impl Sandbox for DockerSandbox {
         to: &Path,
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
+        if let Some(layer) = self.upper.layer_of_stopped(id.as_str()) {
+            let built = tokio::task::spawn_blocking({
+                let (path, to) = (path.to_string(), to.to_path_buf());
+                move || layer.archive(&path, &to, limit)
+            })
+            .await;
+            match built {
+                Ok(Ok(Some(fetched))) => return Ok(fetched),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::debug!(%id, path, "archive from the writable layer: {e}"),
+                Err(e) => tracing::debug!(%id, path, "archive from the writable layer: {e}"),
+            }
+        }
         let options = DownloadFromContainerOptionsBuilder::new()
             .path(path)
             .build();
@@ -930,35 +961,12 @@ impl Sandbox for DockerSandbox {
         Ok(Fetched::Archive { bytes })
     }
 
-    async fn download_changed(
-        &self,
-        id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
-    ) -> Result<Fetched, SandboxError> {
-        if let Some(upper) = self.upper.of_stopped(id.as_str()) {
-            let built = tokio::task::spawn_blocking({
-                let (path, to) = (path.to_string(), to.to_path_buf());
-                move || super::layer::archive(&upper, &path, &to, limit)
-            })
-            .await;
-            match built {
-                Ok(Ok(Some(fetched))) => return Ok(fetched),
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => tracing::debug!(%id, path, "archive from the writable layer: {e}"),
-                Err(e) => tracing::debug!(%id, path, "archive from the writable layer: {e}"),
-            }
-        }
-        self.download(id, path, to, limit).await
-    }
-
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
         // An exec'd process killed by the OOM killer leaves the container running with
         // `OOMKilled` false; once the container has stopped the engine reports it, in the
         // same inspection that saw it stopped.
-        let state = self.kill(id.as_str()).await?;
-        self.upper.stopped(id.as_str());
+        let (state, info) = self.kill(id.as_str()).await?;
+        self.upper.stopped(id.as_str(), &info);
         Ok(Stopped {
             oom_killed: state.oom_killed.unwrap_or(false),
         })

@@ -1,20 +1,27 @@
-//! An archive of a path as a stopped container's writable layer holds it, built on the
-//! engine's host from overlay2's `UpperDir` instead of an archive request to the engine
-//! (issue 10: each such request costs the engine a helper process and tens of milliseconds,
-//! and the change set makes one per changed subtree).
+//! An archive of a path of a stopped container, built on the engine's host from overlay2's
+//! layers instead of an archive request to the engine (issues 10 and 16: each such request
+//! costs the engine a helper process and tens of milliseconds, and a trial makes one for its
+//! logs and one per changed subtree).
 //!
-//! Only for a container whose every process is gone (the Docker backend checks this itself,
-//! whatever the caller says): nothing can then change the layer while it is read, so its
-//! entries are what the container wrote. Names and order are the engine's (relative to the
-//! path's parent, parents before children, siblings by name; a directory's name without the
-//! engine's trailing `/`, which every reader here trims); each entry is read with
-//! `lstat` semantics and never followed (a symlink is archived as a link, a regular file is
-//! opened with `O_NOFOLLOW` and must still be the file listed). overlay2's deletion markers
-//! (character devices 0:0) are left out, as the engine's merged view has no such file.
+//! Only for a container whose every process is gone (the Docker backend records the layers
+//! when it sees the container stopped, and forgets them when it starts): nothing can then
+//! change them while they are read. The archive is built from the writable layer
+//! (`UpperDir`) alone, and only when that alone holds everything the engine's merged view
+//! has at and beneath the path: every name a lower layer (`LowerDir`, the image) has in a
+//! directory of the subtree must be in the writable layer's directory too (as an entry or a
+//! deletion marker), no entry may be a metadata-only copy-up or a renamed-directory
+//! redirect, and the path must not meet a mount. Anything else is `Ok(None)`, and the caller
+//! asks the engine: a wrong archive is never the fallback.
 //!
-//! A path the layer cannot answer alone — not in the layer, or reached through a symlink the
-//! container would resolve — is `Ok(None)`: the caller asks the engine instead.
+//! Names and order are the engine's (relative to the path's parent, parents before children,
+//! siblings by name; a directory's name without the engine's trailing `/`, which every reader
+//! here trims). Each entry is read with `lstat` semantics and never followed: a symlink is
+//! archived as a link, and a regular file is opened with `O_NOFOLLOW` and must still be the
+//! file listed. overlay2's deletion markers (character devices 0:0) are left out, as the
+//! merged view has no such file.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -23,64 +30,173 @@ use std::path::{Path, PathBuf};
 
 use super::Fetched;
 
-/// Write an archive of container path `path` from the layer at `upper` into `to`, at most
-/// `limit` bytes; `Ok(None)` when the layer alone cannot answer for `path`.
-pub(super) fn archive(
-    upper: &Path,
-    path: &str,
-    to: &Path,
-    limit: u64,
-) -> io::Result<Option<Fetched>> {
-    let Some(parts) = components(path) else {
-        return Ok(None);
-    };
-    let Some((name, parents)) = parts.split_last() else {
-        return Ok(None);
-    };
-    // Every parent a real directory of the layer: the engine would resolve a symlink there
-    // inside the container, which the layer alone cannot do.
-    let mut at = upper.to_path_buf();
-    for part in parents {
-        at.push(part);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Ok(None),
+/// A stopped container's layers on this host.
+#[derive(Debug, Clone)]
+pub(super) struct Layer {
+    /// Its writable layer.
+    pub upper: PathBuf,
+    /// Its image's layers, top first.
+    pub lowers: Vec<PathBuf>,
+    /// Where mounts are in its filesystem (their content is in no layer).
+    pub mounts: Vec<String>,
+}
+
+/// An entry only partly in the writable layer (the engine is asked instead).
+#[derive(Debug)]
+struct IncompleteError;
+
+impl std::fmt::Display for IncompleteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("only partly in the writable layer")
+    }
+}
+
+impl std::error::Error for IncompleteError {}
+
+impl Layer {
+    /// Write an archive of container path `path` into `to`, at most `limit` bytes; `Ok(None)`
+    /// when the writable layer alone does not hold everything at and beneath `path`.
+    pub(super) fn archive(&self, path: &str, to: &Path, limit: u64) -> io::Result<Option<Fetched>> {
+        let Some(parts) = components(path) else {
+            return Ok(None);
+        };
+        let Some((name, parents)) = parts.split_last() else {
+            return Ok(None);
+        };
+        if self.mounts.iter().any(|m| meets(&parts, m)) {
+            return Ok(None);
+        }
+        // Every parent a real directory of the writable layer: the engine would resolve a
+        // symlink there inside the container, which the layer alone cannot do.
+        let mut at = self.upper.clone();
+        for part in parents {
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        at.push(name);
+        let meta = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
+        };
+        if is_whiteout(&meta) {
+            return Ok(None);
         }
-    }
-    at.push(name);
-    let meta = match std::fs::symlink_metadata(&at) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    if is_whiteout(&meta) {
-        return Ok(None);
-    }
-    let file = File::create(to)?;
-    let mut builder = tar::Builder::new(Capped {
-        inner: io::BufWriter::new(file),
-        written: 0,
-        limit,
-    });
-    let built = append_tree(&mut builder, &at, Path::new(name), &meta)
-        .and_then(|()| builder.into_inner())
-        .and_then(|mut w| {
-            w.flush()?;
-            Ok(w.written)
+        let rel: PathBuf = parts.iter().collect();
+        let file = File::create(to)?;
+        let mut builder = tar::Builder::new(Capped {
+            inner: io::BufWriter::new(file),
+            written: 0,
+            limit,
         });
-    match built {
-        Ok(bytes) => Ok(Some(Fetched::Archive { bytes })),
-        Err(e) => {
-            let _ = std::fs::remove_file(to);
-            if e.kind() == io::ErrorKind::FileTooLarge {
-                Ok(Some(Fetched::TooLarge { limit }))
-            } else {
-                Err(e)
+        let built = self
+            .append_tree(&mut builder, &rel, Path::new(name), &meta)
+            .and_then(|whole| {
+                let mut w = builder.into_inner()?;
+                w.flush()?;
+                Ok(whole.then_some(w.written))
+            });
+        match built {
+            Ok(Some(bytes)) => Ok(Some(Fetched::Archive { bytes })),
+            Ok(None) => {
+                let _ = std::fs::remove_file(to);
+                Ok(None)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(to);
+                if e.kind() == io::ErrorKind::FileTooLarge {
+                    Ok(Some(Fetched::TooLarge { limit }))
+                } else {
+                    Err(e)
+                }
             }
         }
     }
+
+    /// Append `rel` (the path below the layers' roots, already `lstat`ed as `meta`) as `name`,
+    /// and everything below a directory; `Ok(false)` when a lower layer has a name the
+    /// writable layer lacks (the archive is then incomplete and must not be used).
+    fn append_tree<W: Write>(
+        &self,
+        builder: &mut tar::Builder<W>,
+        rel: &Path,
+        name: &Path,
+        meta: &std::fs::Metadata,
+    ) -> io::Result<bool> {
+        let mut stack: Vec<(PathBuf, PathBuf, std::fs::Metadata)> =
+            vec![(rel.to_path_buf(), name.to_path_buf(), meta.clone())];
+        while let Some((rel, name, meta)) = stack.pop() {
+            let host = self.upper.join(&rel);
+            match append_one(builder, &host, &name, &meta) {
+                Ok(()) => {}
+                Err(e) if e.get_ref().is_some_and(|i| i.is::<IncompleteError>()) => {
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+            if !meta.is_dir() {
+                continue;
+            }
+            let mut children: Vec<(OsString, std::fs::Metadata)> = Vec::new();
+            let mut names: HashSet<OsString> = HashSet::new();
+            for entry in std::fs::read_dir(&host)? {
+                let entry = entry?;
+                names.insert(entry.file_name());
+                // `fstatat` on the listed directory, not following a symlink.
+                let meta = entry.metadata()?;
+                if is_whiteout(&meta) {
+                    continue;
+                }
+                children.push((entry.file_name(), meta));
+            }
+            if !self.lowers_covered(&rel, &names)? {
+                return Ok(false);
+            }
+            // Popped in name order.
+            children.sort_by(|a, b| b.0.as_bytes().cmp(a.0.as_bytes()));
+            for (child, meta) in children {
+                stack.push((rel.join(&child), name.join(&child), meta));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether every name each lower layer has in directory `rel` is among `names` (the
+    /// writable layer's entries there, deletion markers included).
+    fn lowers_covered(&self, rel: &Path, names: &HashSet<OsString>) -> io::Result<bool> {
+        for lower in &self.lowers {
+            let dir = lower.join(rel);
+            match std::fs::symlink_metadata(&dir) {
+                Ok(m) if m.is_dir() => {}
+                // Not a directory there: nothing of it shows through a directory above.
+                Ok(_) => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            for entry in std::fs::read_dir(&dir)? {
+                if !names.contains(&entry?.file_name()) {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Whether container path `parts` is at, beneath or above mount point `mount`.
+fn meets(parts: &[&str], mount: &str) -> bool {
+    let Some(mount) = components(mount) else {
+        return true;
+    };
+    let n = parts.len().min(mount.len());
+    parts[..n] == mount[..n]
 }
 
 /// The components of an absolute container path; `None` for anything but plain names.
@@ -97,39 +213,6 @@ fn is_whiteout(meta: &std::fs::Metadata) -> bool {
     meta.file_type().is_char_device() && meta.rdev() == 0
 }
 
-/// Append `host` (already `lstat`ed as `meta`) as `name`, and everything below a directory.
-fn append_tree<W: Write>(
-    builder: &mut tar::Builder<W>,
-    host: &Path,
-    name: &Path,
-    meta: &std::fs::Metadata,
-) -> io::Result<()> {
-    let mut stack: Vec<(PathBuf, PathBuf, std::fs::Metadata)> =
-        vec![(host.to_path_buf(), name.to_path_buf(), meta.clone())];
-    while let Some((host, name, meta)) = stack.pop() {
-        append_one(builder, &host, &name, &meta)?;
-        if !meta.is_dir() {
-            continue;
-        }
-        let mut children: Vec<(std::ffi::OsString, std::fs::Metadata)> = Vec::new();
-        for entry in std::fs::read_dir(&host)? {
-            let entry = entry?;
-            // `fstatat` on the listed directory, not following a symlink.
-            let meta = entry.metadata()?;
-            if is_whiteout(&meta) {
-                continue;
-            }
-            children.push((entry.file_name(), meta));
-        }
-        // Popped in name order.
-        children.sort_by(|a, b| b.0.as_bytes().cmp(a.0.as_bytes()));
-        for (child, meta) in children {
-            stack.push((host.join(&child), name.join(&child), meta));
-        }
-    }
-    Ok(())
-}
-
 fn append_one<W: Write>(
     builder: &mut tar::Builder<W>,
     host: &Path,
@@ -140,16 +223,13 @@ fn append_one<W: Write>(
     // the base: the layer alone does not hold this entry.
     for xattr in [c"trusted.overlay.metacopy", c"trusted.overlay.redirect"] {
         if has_xattr(host, xattr)? {
-            return Err(io::Error::other(format!(
-                "{} is only partly in the layer ({})",
-                host.display(),
-                xattr.to_string_lossy()
-            )));
+            return Err(io::Error::other(IncompleteError));
         }
     }
     let kind = meta.file_type();
     let mut header = tar::Header::new_gnu();
-    header.set_mode(meta.mode() & 0o7777);
+    // The whole st_mode, file-type bits included, as the engine's archive has it.
+    header.set_mode(meta.mode());
     header.set_uid(u64::from(meta.uid()));
     header.set_gid(u64::from(meta.gid()));
     header.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
@@ -160,7 +240,7 @@ fn append_one<W: Write>(
     } else if kind.is_symlink() {
         header.set_entry_type(tar::EntryType::Symlink);
         let target = std::fs::read_link(host)?;
-        builder.append_link(&mut header, name, target)
+        append_symlink(builder, &mut header, name, target.as_os_str().as_bytes())
     } else if kind.is_file() {
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -195,6 +275,36 @@ fn append_one<W: Write>(
         // A socket: the engine's archive has none either.
         Ok(())
     }
+}
+
+/// A symlink entry whose target is `target` byte for byte (the tar crate's `append_link`
+/// normalises it: `/` would become `//`); a target over the header's 100 bytes goes in a GNU
+/// long-link entry first, as the tar crate itself writes one.
+fn append_symlink<W: Write>(
+    builder: &mut tar::Builder<W>,
+    header: &mut tar::Header,
+    name: &Path,
+    target: &[u8],
+) -> io::Result<()> {
+    let field = &mut header.as_old_mut().linkname;
+    field.fill(0);
+    if target.len() > field.len() {
+        let mut long = tar::Header::new_gnu();
+        long.as_gnu_mut()
+            .ok_or_else(|| io::Error::other("not a GNU header"))?
+            .name[..13]
+            .copy_from_slice(b"././@LongLink");
+        long.set_mode(0o644);
+        long.set_entry_type(tar::EntryType::GNULongLink);
+        long.set_size(target.len() as u64 + 1);
+        long.set_cksum();
+        let mut data = target.to_vec();
+        data.push(0);
+        builder.append(&long, data.as_slice())?;
+    }
+    let n = target.len().min(field.len());
+    field[..n].copy_from_slice(&target[..n]);
+    builder.append_data(header, name, io::empty())
 }
 
 /// Whether `path` (never followed) carries the extended attribute `name`.
@@ -239,6 +349,91 @@ impl<W: Write> Write for Capped<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn archive(upper: &Path, path: &str, to: &Path, limit: u64) -> io::Result<Option<Fetched>> {
+        Layer {
+            upper: upper.to_path_buf(),
+            lowers: Vec::new(),
+            mounts: Vec::new(),
+        }
+        .archive(path, to, limit)
+    }
+
+    fn whiteout(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mknod only creates a node (needs root, as
+        // overlay2 does; the test is skipped without it).
+        let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, 0) };
+        assert_eq!(r, 0, "mknod {}", path.display());
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn only_a_subtree_the_writable_layer_holds_whole_is_archived() {
+        let layers = tempfile::tempdir().unwrap();
+        let (upper, lower) = (layers.path().join("upper"), layers.path().join("lower"));
+        // The image has /app/keep.txt and /app/gone.txt; the container added /app/new.txt
+        // and, where it can (root), deleted /app/gone.txt.
+        std::fs::create_dir_all(lower.join("app")).unwrap();
+        std::fs::write(lower.join("app/keep.txt"), b"image").unwrap();
+        std::fs::write(lower.join("app/gone.txt"), b"image").unwrap();
+        std::fs::create_dir_all(upper.join("app")).unwrap();
+        std::fs::write(upper.join("app/new.txt"), b"agent").unwrap();
+        std::fs::create_dir_all(upper.join("logs/agent")).unwrap();
+        std::fs::write(upper.join("logs/agent/out.log"), b"log").unwrap();
+        let layer = Layer {
+            upper: upper.clone(),
+            lowers: vec![lower.clone()],
+            mounts: vec!["/.arbiter".to_string(), "/data/in".to_string()],
+        };
+        let to = layers.path().join("a.tar");
+        // The merged /app also shows the image's files: not the layer's alone.
+        assert!(layer.archive("/app", &to, u64::MAX).unwrap().is_none());
+        assert!(!to.exists());
+        // An added file, and a directory the image has nothing of, are.
+        assert!(
+            layer
+                .archive("/app/new.txt", &to, u64::MAX)
+                .unwrap()
+                .is_some()
+        );
+        assert!(layer.archive("/logs", &to, u64::MAX).unwrap().is_some());
+        assert_eq!(
+            listing(&to)
+                .iter()
+                .map(|e| e.0.as_str())
+                .collect::<Vec<_>>(),
+            ["logs", "logs/agent", "logs/agent/out.log"]
+        );
+        // Once every name of the image's /app is in the layer too (a copy, a deletion
+        // marker), the layer holds /app whole.
+        if is_root() {
+            std::fs::write(upper.join("app/keep.txt"), b"edited").unwrap();
+            whiteout(&upper.join("app/gone.txt"));
+            assert!(layer.archive("/app", &to, u64::MAX).unwrap().is_some());
+            assert_eq!(
+                listing(&to)
+                    .iter()
+                    .map(|e| e.0.as_str())
+                    .collect::<Vec<_>>(),
+                ["app", "app/keep.txt", "app/new.txt"],
+                "the deletion marker is not archived"
+            );
+        }
+        // Mount points, what is beneath them and what is above them are the engine's.
+        std::fs::create_dir_all(upper.join(".arbiter")).unwrap();
+        std::fs::create_dir_all(upper.join("data/in/x")).unwrap();
+        for path in ["/.arbiter", "/.arbiter/bin", "/data", "/data/in/x"] {
+            assert!(
+                layer.archive(path, &to, u64::MAX).unwrap().is_none(),
+                "{path}"
+            );
+        }
+    }
 
     fn listing(tar_path: &Path) -> Vec<(String, tar::EntryType, Vec<u8>, Option<String>)> {
         let mut archive = tar::Archive::new(File::open(tar_path).unwrap());

@@ -513,7 +513,10 @@ pub trait Sandbox: Send + Sync + 'static {
         dest: &str,
         tar: Vec<u8>,
     ) -> impl Future<Output = Result<(), SandboxError>> + Send;
-    /// Write a tar archive of `path` inside the container to `to` on the host, at most `limit` bytes.
+    /// Write a tar archive of `path` inside the container to `to` on the host, at most `limit`
+    /// bytes. A backend may build it without a round trip to the engine once the container is
+    /// stopped (the Docker backend reads the container's writable layer on this host when
+    /// that alone holds everything at and beneath `path`); the archive is the same.
     fn download(
         &self,
         id: &ContainerId,
@@ -521,21 +524,6 @@ pub trait Sandbox: Send + Sync + 'static {
         to: &Path,
         limit: u64,
     ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send;
-    /// [`Sandbox::download`] of a path the change list reports as added or modified: a
-    /// backend may answer from the container's own writable layer once every process of the
-    /// container is gone (what the container wrote there; for a modified directory, that
-    /// directory alone, without what its base holds beneath it), which costs no engine
-    /// round trip. Anything else (the container may still run, the layer is not readable
-    /// here) is a plain download.
-    fn download_changed(
-        &self,
-        id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
-    ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send {
-        self.download(id, path, to, limit)
-    }
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
     fn stop(&self, id: &ContainerId) -> impl Future<Output = Result<Stopped, SandboxError>> + Send;

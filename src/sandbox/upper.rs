@@ -29,9 +29,9 @@ use super::{DiskUsage, SandboxError};
 #[derive(Debug, Default)]
 pub(super) struct UpperDirs {
     dirs: Mutex<HashMap<String, Option<PathBuf>>>,
-    /// Containers seen stopped by [`super::Sandbox::stop`] and not started since: nothing
-    /// writes to their layer any more.
-    stopped: Mutex<HashSet<String>>,
+    /// The layers of containers seen stopped by [`super::Sandbox::stop`] and not started
+    /// since (nothing writes to them any more), when readable on this host.
+    stopped: Mutex<HashMap<String, super::layer::Layer>>,
 }
 
 impl UpperDirs {
@@ -58,10 +58,33 @@ impl UpperDirs {
     }
 
     /// Every process of the container is gone (and none is started again before
-    /// [`UpperDirs::started`]).
-    pub(super) fn stopped(&self, id: &str) {
+    /// [`UpperDirs::started`]), as `info`, the inspection that saw it stopped, says.
+    pub(super) fn stopped(&self, id: &str, info: &bollard::models::ContainerInspectResponse) {
+        if !engine_is_local() {
+            return;
+        }
+        let driver = info.graph_driver.as_ref();
+        let Some(upper) = upper_dir_of(driver) else {
+            return;
+        };
+        let Some(lowers) = lower_dirs_of(driver) else {
+            return;
+        };
+        let mounts = info
+            .mounts
+            .iter()
+            .flatten()
+            .filter_map(|m| m.destination.clone())
+            .collect();
         if let Ok(mut stopped) = self.stopped.lock() {
-            stopped.insert(id.to_string());
+            stopped.insert(
+                id.to_string(),
+                super::layer::Layer {
+                    upper,
+                    lowers,
+                    mounts,
+                },
+            );
         }
     }
 
@@ -72,12 +95,9 @@ impl UpperDirs {
         }
     }
 
-    /// The writable layer of a stopped container, when it is readable on this host.
-    pub(super) fn of_stopped(&self, id: &str) -> Option<PathBuf> {
-        if !self.stopped.lock().ok()?.contains(id) {
-            return None;
-        }
-        self.get(id).flatten()
+    /// The layers of a stopped container, when they are readable on this host.
+    pub(super) fn layer_of_stopped(&self, id: &str) -> Option<super::layer::Layer> {
+        self.stopped.lock().ok()?.get(id).cloned()
     }
 
     /// The container is gone: forget its layer.
@@ -110,6 +130,26 @@ fn upper_dir_of(driver: Option<&bollard::models::DriverData>) -> Option<PathBuf>
     }
     let meta = std::fs::symlink_metadata(&dir).ok()?;
     meta.is_dir().then_some(dir)
+}
+
+/// The container's overlay2 lower directories (its image's layers, top first), when each is
+/// a directory on this host; an image without layers has none.
+fn lower_dirs_of(driver: Option<&bollard::models::DriverData>) -> Option<Vec<PathBuf>> {
+    let driver = driver?;
+    if driver.name != "overlay2" {
+        return None;
+    }
+    let Some(list) = driver.data.get("LowerDir") else {
+        return Some(Vec::new());
+    };
+    list.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| {
+            let dir = PathBuf::from(d);
+            let meta = std::fs::symlink_metadata(&dir).ok()?;
+            (dir.is_absolute() && meta.is_dir()).then_some(dir)
+        })
+        .collect()
 }
 
 /// [`super::Sandbox::disk_usage`] for the Docker backend: a walk of the writable layer on this

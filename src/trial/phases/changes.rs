@@ -288,7 +288,7 @@ async fn describe<S: Sandbox>(
         let fetches = batch.iter().enumerate().map(|(n, root)| {
             let scratch = ctx.path(&format!(".changes-{n}.tar"));
             async move {
-                let got = ctx.sb.download_changed(id, root, &scratch, share).await;
+                let got = ctx.sb.download(id, root, &scratch, share).await;
                 (root, scratch, got)
             }
         });

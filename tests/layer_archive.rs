@@ -1,0 +1,228 @@
+//! The Docker backend builds an archive of a stopped container's path from its writable layer
+//! on this host when that alone holds the path whole (sandbox/layer.rs). Real engine: every
+//! path is downloaded once while the container runs (the engine's own archive) and once after
+//! it is stopped, and the two archives must say the same; the paths the layer holds whole must
+//! cost no engine request, and the ones it does not (the image's files show through, a mount)
+//! must still be the engine's.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+use arbiter::sandbox::{
+    Base, ContainerLimits, ContainerSpec, DockerSandbox, ExecEnd, ExecSpec, Fetched, ImageRef,
+    Mount, Network, Owner, Resource, Role, Sandbox, engine_requests,
+};
+
+const IMAGE: &str = "arbiter/debian:bookworm";
+
+/// What an archive says of each entry: type, mode, owner, mtime, link target and content (a
+/// hard link stands for its target's content: the engine writes the second name of a file as
+/// a link to the first, the layer writes both in full).
+type Listing = BTreeMap<Vec<u8>, (String, u32, u64, u64, u64, Option<Vec<u8>>, Vec<u8>)>;
+
+fn listing(tar_path: &Path) -> Listing {
+    let mut archive = tar::Archive::new(std::fs::File::open(tar_path).expect("archive"));
+    let mut out = Listing::new();
+    let mut links = Vec::new();
+    for entry in archive.entries().expect("entries") {
+        let mut entry = entry.expect("entry");
+        let name = entry.path_bytes().into_owned();
+        let name = name.strip_suffix(b"/").unwrap_or(&name).to_vec();
+        let header = entry.header().clone();
+        let link = entry.link_name_bytes().map(|l| l.into_owned());
+        let mut body = Vec::new();
+        entry.read_to_end(&mut body).expect("body");
+        let kind = header.entry_type();
+        if kind.is_hard_link() {
+            links.push((name, header, link));
+            continue;
+        }
+        out.insert(
+            name,
+            (
+                format!("{kind:?}"),
+                header.mode().expect("mode"),
+                header.uid().expect("uid"),
+                header.gid().expect("gid"),
+                header.mtime().expect("mtime"),
+                link,
+                body,
+            ),
+        );
+    }
+    for (name, header, target) in links {
+        let target = target.expect("a hard link names its target");
+        let mut linked = out
+            .get(&target)
+            .cloned()
+            .expect("the link's target is archived");
+        linked.1 = header.mode().expect("mode");
+        out.insert(name, linked);
+    }
+    out
+}
+
+fn exec(argv: &[&str]) -> ExecSpec {
+    ExecSpec {
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        env: Vec::new(),
+        user: None,
+        workdir: None,
+        stdout: None,
+        stderr: None,
+        cap_bytes: 1 << 20,
+        timeout: Some(Duration::from_secs(60)),
+        grace: Duration::from_secs(1),
+    }
+}
+
+#[tokio::test]
+async fn the_layers_archive_of_a_stopped_container_is_the_engines() {
+    if !common::docker_available() {
+        return;
+    }
+    let sb = DockerSandbox::connect().await.expect("engine");
+    let mounted = tempfile::tempdir().expect("tmp");
+    std::fs::write(mounted.path().join("input.txt"), b"from the host").expect("write");
+    let spec = ContainerSpec {
+        base: Base::Image(ImageRef::new(IMAGE)),
+        owner: Owner {
+            job: "layer-archive-test".to_string(),
+            trial: "layer".to_string(),
+            role: Role::Agent,
+            extra: BTreeMap::from([("arbiter.test".to_string(), "layer_archive".to_string())]),
+        },
+        env: Vec::new(),
+        limits: ContainerLimits {
+            cpus: 1.0,
+            memory_mb: 256,
+            pids_limit: 64,
+            gpus: 0,
+        },
+        network: Network::None,
+        workdir: Some("/".to_string()),
+        mounts: vec![Mount {
+            host: mounted.path().to_path_buf(),
+            container: "/data".to_string(),
+            read_only: true,
+        }],
+        start: arbiter::sandbox::StartSpec::default(),
+    };
+    let id = sb.create(&spec).await.expect("create");
+    let scratch = tempfile::tempdir().expect("tmp");
+    let result = async {
+        sb.start(&id).await.expect("start");
+        let script = r#"set -e
+mkdir -p /work/sub /logs/agent
+printf 'hello' > /work/a.txt
+printf 'tool' > /work/sub/tool && chmod 4755 /work/sub/tool
+ln -s /etc/shadow /work/link
+ln -s / /work/root
+ln -s sub/ /work/trail
+ln -s "/$(printf 'x%.0s' $(seq 1 150))/target" /work/long
+ln /work/a.txt /work/hard
+mkfifo /work/fifo
+mkdir /odd && printf 'odd' > "$(printf '/odd/new\nline\377')"
+chown 1234:5678 /work/a.txt
+touch -d '2001-02-03 04:05:06' /work/sub
+printf 'log' > /logs/agent/out.log
+printf 'edited' >> /etc/debian_version
+rm /etc/issue.net
+chmod 0700 /var/log
+"#;
+        let out = sb
+            .exec(&id, &exec(&["bash", "-c", script]))
+            .await
+            .expect("exec");
+        assert_eq!(out.end, ExecEnd::Exited(0), "{out:?}");
+        // (path, whether the writable layer holds it whole)
+        let paths: [(&str, bool); 8] = [
+            ("/work", true),
+            ("/work/a.txt", true),
+            ("/logs", true),
+            ("/etc/debian_version", true),
+            ("/var/log", false),
+            ("/etc", false),
+            ("/data", false),
+            ("/data/input.txt", false),
+        ];
+        let mut engine = Vec::new();
+        for (i, (path, _)) in paths.iter().enumerate() {
+            let to = scratch.path().join(format!("engine-{i}.tar"));
+            let got = sb
+                .download(&id, path, &to, 1 << 30)
+                .await
+                .expect("download");
+            assert!(matches!(got, Fetched::Archive { .. }), "{path}: {got:?}");
+            engine.push(listing(&to));
+        }
+        let gone = scratch.path().join("gone.tar");
+        assert_eq!(
+            sb.download(&id, "/etc/issue.net", &gone, 1 << 30)
+                .await
+                .expect("download"),
+            Fetched::NotFound
+        );
+        sb.stop(&id).await.expect("stop");
+        for (i, (path, whole)) in paths.iter().enumerate() {
+            let to = scratch.path().join(format!("layer-{i}.tar"));
+            let before = engine_requests();
+            let got = sb
+                .download(&id, path, &to, 1 << 30)
+                .await
+                .expect("download");
+            let requests = engine_requests() - before;
+            assert!(matches!(got, Fetched::Archive { .. }), "{path}: {got:?}");
+            assert_eq!(
+                requests,
+                if *whole { 0 } else { 1 },
+                "{path}: engine requests"
+            );
+            let layer = listing(&to);
+            assert_eq!(
+                layer.keys().collect::<Vec<_>>(),
+                engine[i].keys().collect::<Vec<_>>(),
+                "{path}: names"
+            );
+            assert_eq!(layer, engine[i], "{path}: entries");
+        }
+        // A name that is not UTF-8 is archived as it is; the engine's archive drops the bytes
+        // that are not UTF-8 (so its entry would name another path), hence not compared above.
+        let to = scratch.path().join("odd.tar");
+        let before = engine_requests();
+        sb.download(&id, "/odd", &to, 1 << 30)
+            .await
+            .expect("download");
+        assert_eq!(engine_requests(), before);
+        let odd = listing(&to);
+        assert_eq!(
+            odd.get(b"odd/new\nline\xff".as_slice())
+                .map(|e| e.6.clone()),
+            Some(b"odd".to_vec()),
+            "{:?}",
+            odd.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            sb.download(&id, "/etc/issue.net", &gone, 1 << 30)
+                .await
+                .expect("download"),
+            Fetched::NotFound
+        );
+        // Over the limit, as the engine's download is.
+        let to = scratch.path().join("small.tar");
+        assert_eq!(
+            sb.download(&id, "/work", &to, 2048)
+                .await
+                .expect("download"),
+            Fetched::TooLarge { limit: 2048 }
+        );
+        assert!(!to.exists());
+    }
+    .await;
+    sb.remove(&Resource::Container(id)).await.expect("remove");
+    result
+}
