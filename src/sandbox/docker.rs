@@ -892,6 +892,68 @@ impl Sandbox for DockerSandbox {
             .map_err(SandboxError::engine("copy into container"))
     }
 
+    async fn upload_replacing(
+        &self,
+        id: &ContainerId,
+        paths: &[&str],
+        tar: Vec<u8>,
+    ) -> Result<(), SandboxError> {
+        // The engine's unpacking removes whatever is in the way of an entry (recursively)
+        // unless both are directories, which it merges (`noOverwriteDirNonDir` off, as
+        // here). So an empty regular file at each path first removes what the container has
+        // there, whole, without running anything in it; the caller's entries then take its
+        // place. The parents come first as directories (a parent the agent replaced by a
+        // file or a symlink is replaced too).
+        let refused = |message: String| SandboxError::Refused {
+            op: "replace",
+            message,
+        };
+        let mut names: Vec<String> = Vec::new();
+        let mut stubs: Vec<String> = Vec::new();
+        for path in paths {
+            let parts: Vec<&str> = path
+                .strip_prefix('/')
+                .ok_or_else(|| refused(format!("{path}: not an absolute path")))?
+                .split('/')
+                .filter(|p| !p.is_empty())
+                .collect();
+            if parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") {
+                return Err(refused(format!("{path}: not a path to replace")));
+            }
+            for n in 1..parts.len() {
+                let parent = format!("{}/", parts[..n].join("/"));
+                if !names.contains(&parent) {
+                    names.push(parent);
+                }
+            }
+            stubs.push(parts.join("/"));
+        }
+        let mut entries: Vec<super::TarEntry<'_>> = names
+            .iter()
+            .map(|p| super::TarEntry {
+                path: p,
+                content: None,
+                mode: 0o755,
+            })
+            .collect();
+        entries.extend(stubs.iter().map(|p| super::TarEntry {
+            path: p,
+            content: Some(b""),
+            mode: 0o600,
+        }));
+        let io = |e: std::io::Error| refused(format!("building the archive: {e}"));
+        let head = super::files_to_tar(&entries).map_err(io)?;
+        let body = super::concat_archives(&[&head, &tar]).map_err(io)?;
+        let options = UploadToContainerOptionsBuilder::new()
+            .path("/")
+            .no_overwrite_dir_non_dir("false")
+            .build();
+        self.docker
+            .upload_to_container(id.as_str(), Some(options), bollard::body_full(body.into()))
+            .await
+            .map_err(SandboxError::engine("copy into container"))
+    }
+
     async fn download(
         &self,
         id: &ContainerId,

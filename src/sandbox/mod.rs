@@ -44,8 +44,8 @@ pub(crate) use fetch::{FetchResult, fetch, read_capped};
 pub use gpus::GPUS_UNCOUNTED;
 pub(crate) use scope::Scope;
 pub use tarball::{
-    ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, dir_to_tar,
-    extract_tar_file, files_to_tar,
+    ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, concat_archives,
+    dir_to_tar, extract_tar_file, files_to_tar,
 };
 
 /// Label carried by every resource arbiter creates.
@@ -513,6 +513,42 @@ pub trait Sandbox: Send + Sync + 'static {
         dest: &str,
         tar: Vec<u8>,
     ) -> impl Future<Output = Result<(), SandboxError>> + Send;
+    /// Replace each of `paths` (absolute) by what `tar` unpacked at `/` holds there: whatever
+    /// the container had at those paths (a directory with planted files, a symlink, a file)
+    /// is gone first, never merged. For the verifier's `/tests` and `/logs/verifier` in a
+    /// filesystem the agent shaped. `Refused` when the container's own filesystem would not
+    /// let the paths be removed (the agent's doing). By default a harness `rm -rf` (from the
+    /// toolbox, as root), then the upload.
+    fn upload_replacing(
+        &self,
+        id: &ContainerId,
+        paths: &[&str],
+        tar: Vec<u8>,
+    ) -> impl Future<Output = Result<(), SandboxError>> + Send {
+        let mut args = vec!["-rf", "--"];
+        args.extend(paths.iter().copied());
+        let spec = ExecSpec {
+            argv: self.harness_argv("rm", &args),
+            env: Vec::new(),
+            user: Some("0".to_string()),
+            workdir: None,
+            stdout: None,
+            stderr: None,
+            cap_bytes: 64 * 1024,
+            timeout: Some(std::time::Duration::from_secs(60)),
+            grace: std::time::Duration::from_secs(2),
+        };
+        async move {
+            let removed = self.exec(id, &spec).await?;
+            if removed.end != ExecEnd::Exited(0) {
+                return Err(SandboxError::Refused {
+                    op: "replace",
+                    message: format!("removing {} failed ({:?})", paths.join(" "), removed.end),
+                });
+            }
+            self.upload(id, "/", tar).await
+        }
+    }
     /// Write a tar archive of `path` inside the container to `to` on the host, at most `limit`
     /// bytes. A backend may build it without a round trip to the engine once the container is
     /// stopped (the Docker backend reads the container's writable layer on this host when

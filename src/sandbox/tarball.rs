@@ -19,6 +19,30 @@ pub fn dir_to_tar(dir: &Path, prefix: &str) -> io::Result<Vec<u8>> {
     builder.into_inner()
 }
 
+/// One tar archive holding the entries of `parts` in order (each part's end-of-archive
+/// blocks dropped, one at the end): a single upload that unpacks as the parts would one after
+/// the other. Each part must be a whole archive (as `tarball` builds them).
+pub fn concat_archives(parts: &[&[u8]]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        // The end of the last entry: its data's offset plus its size in whole blocks.
+        let mut archive = tar::Archive::new(*part);
+        let mut end = 0u64;
+        for entry in archive.entries()?.raw(true) {
+            let entry = entry?;
+            let size = entry.header().entry_size()?;
+            end = entry.raw_file_position() + size.div_ceil(512) * 512;
+        }
+        let end = usize::try_from(end)
+            .ok()
+            .filter(|&e| e <= part.len())
+            .ok_or_else(|| std::io::Error::other("archive shorter than its entries"))?;
+        out.extend_from_slice(&part[..end]);
+    }
+    out.extend_from_slice(&[0u8; 1024]);
+    Ok(out)
+}
+
 /// One entry of an in-memory archive: a directory (`content = None`) or a file.
 pub struct TarEntry<'a> {
     pub path: &'a str,

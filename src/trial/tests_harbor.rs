@@ -79,7 +79,7 @@ async fn the_task_env_reaches_every_exec_of_the_task_container_and_the_solution_
     assert_eq!(get(&validation, "ANSWER"), None);
 
     // The harness's own commands (preparing /tests) run without the task's env.
-    let prep = env_of(&fake, "rm -rf /tests");
+    let prep = env_of(&fake, "rm -rf -- /tests /logs/verifier");
     assert!(prep.is_empty(), "{prep:?}");
     // Nothing resolved from the env tables is written into the record.
     let json = serde_json::to_string(&rec).expect("json");

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::agent::{EnvError, resolve_env};
 use crate::sandbox::{
     Base, ContainerId, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, FetchResult, FrozenId,
-    Network, Role, Sandbox, SandboxError, Scope, dir_to_tar, fetch,
+    Network, Role, Sandbox, SandboxError, Scope, TarEntry, concat_archives, dir_to_tar, fetch,
+    files_to_tar,
 };
 use crate::task::Task;
 
@@ -16,7 +17,6 @@ use super::reward::parse_reward;
 
 const VERIFIER_LOGS_LIMIT: u64 = 16 * 1024 * 1024;
 const REWARD_LIMIT: u64 = 1024 * 1024;
-const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the verifier runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,34 +144,47 @@ pub(crate) async fn verify<S: Sandbox>(
         }
         Target::Live(id) | Target::Prepared(id) => id.clone(),
     };
-    // Harness commands come from the backend's toolbox, never from the agent's filesystem.
-    let tool = |applet: &str| sb.harness_argv(applet, &[]).join(" ");
-    let script = format!(
-        "{rm} -rf /tests /logs/verifier && {mkdir} -p /tests /logs/verifier && {chmod} 0777 /logs/verifier",
-        rm = tool("rm"),
-        mkdir = tool("mkdir"),
-        chmod = tool("chmod"),
-    );
-    let prep = sb.harness_argv("sh", &["-c", &script]);
-    let prepared = sb
-        .exec(
-            &id,
-            &input.exec(prep, Some("0".to_string()), PREPARE_TIMEOUT, None),
-        )
-        .await?;
-    if prepared.end != ExecEnd::Exited(0) {
-        return Ok(VerifierOutcome::error(
-            mode,
-            prepared.end.exit_code(),
-            "could not prepare /tests and /logs/verifier in the agent's final filesystem"
-                .to_string(),
-        ));
-    }
-    let tests = dir_to_tar(&task.tests_dir, "tests").map_err(|source| VerifyError::Io {
+    // `/tests` and `/logs/verifier` as the task gives them, whatever the agent left there
+    // (replaced, never merged; the backend removes nothing through the agent's commands).
+    let tests = files_to_tar(&[
+        TarEntry {
+            path: "logs/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "logs/verifier/",
+            content: None,
+            mode: 0o777,
+        },
+    ])
+    .and_then(|head| {
+        let tests = dir_to_tar(&task.tests_dir, "tests")?;
+        concat_archives(&[&head, &tests])
+    })
+    .map_err(|source| VerifyError::Io {
         path: task.tests_dir.clone(),
         source,
     })?;
-    sb.upload(&id, "/", tests).await?;
+    match sb
+        .upload_replacing(&id, &["/tests", "/logs/verifier"], tests)
+        .await
+    {
+        Ok(()) => {}
+        Err(SandboxError::Refused {
+            op: "replace",
+            message,
+        }) => {
+            return Ok(VerifierOutcome::error(
+                mode,
+                None,
+                format!(
+                    "could not prepare /tests and /logs/verifier in the agent's final filesystem: {message}"
+                ),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    }
     let timeout =
         Duration::from_secs_f64(task.verifier.timeout_sec).mul_f64(input.timeout_multiplier);
     let mut spec = input.exec(

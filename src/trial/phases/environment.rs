@@ -298,7 +298,7 @@ pub(crate) async fn run<S: Sandbox>(
     let (into_root, elsewhere) = agent.uploads.split_at(leading);
     let mut parts: Vec<&[u8]> = vec![&base];
     parts.extend(into_root.iter().map(|u| u.tar.as_slice()));
-    let base = super::logs::concat_archives(&parts).map_err(infra(Phase::Environment))?;
+    let base = crate::sandbox::concat_archives(&parts).map_err(infra(Phase::Environment))?;
     ctx.sb
         .upload(&container, "/", base)
         .await

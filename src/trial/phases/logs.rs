@@ -1,7 +1,6 @@
 //! The agent's `/logs` in one archive request (issue 16): `/logs/agent` and Harbor's
 //! `/logs/artifacts` fetched together and split per part, each part with the bounds a fetch of
-//! it alone has; and the tar concatenation the environment phase uses to upload its parts in
-//! one request.
+//! it alone has.
 
 use std::path::Path;
 
@@ -10,30 +9,6 @@ use crate::trial::plan::Phase;
 
 use super::collect::{AGENT_LOGS_LIMIT, ARTIFACT_LIMIT};
 use super::{Ctx, Infra, infra};
-
-/// One tar archive holding the entries of `parts` in order (each part's end-of-archive
-/// blocks dropped, one at the end): a single upload that unpacks as the parts would one after
-/// the other. Each part must be a whole archive (as `tarball` builds them).
-pub(super) fn concat_archives(parts: &[&[u8]]) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for part in parts {
-        // The end of the last entry: its data's offset plus its size in whole blocks.
-        let mut archive = tar::Archive::new(*part);
-        let mut end = 0u64;
-        for entry in archive.entries()?.raw(true) {
-            let entry = entry?;
-            let size = entry.header().entry_size()?;
-            end = entry.raw_file_position() + size.div_ceil(512) * 512;
-        }
-        let end = usize::try_from(end)
-            .ok()
-            .filter(|&e| e <= part.len())
-            .ok_or_else(|| std::io::Error::other("archive shorter than its entries"))?;
-        out.extend_from_slice(&part[..end]);
-    }
-    out.extend_from_slice(&[0u8; 1024]);
-    Ok(out)
-}
 
 /// `/logs/agent` unpacked into `logs_dir`, and, when Harbor's `/logs/artifacts` is collected
 /// too (not named by the task's artifacts), that unpacked into `artifacts/logs/artifacts` from
@@ -202,7 +177,7 @@ fn split_logs_archive(
 
 #[cfg(test)]
 mod tests {
-    use super::concat_archives;
+    use crate::sandbox::concat_archives;
 
     fn archive(files: &[(&str, &[u8])]) -> Vec<u8> {
         let mut builder = tar::Builder::new(Vec::new());
