@@ -3,7 +3,8 @@
 //! path is downloaded once while the container runs (the engine's own archive) and once after
 //! it is stopped, and the two archives must say the same; the paths the layer holds whole must
 //! cost no engine request, and the ones it does not (the image's files show through, a mount)
-//! must still be the engine's.
+//! must still be the engine's. And the verifier's `upload_replacing`: what the agent left at
+//! `/tests` and `/logs/verifier` is replaced, never merged or followed.
 
 mod common;
 
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use arbiter::sandbox::{
     Base, ContainerLimits, ContainerSpec, DockerSandbox, ExecEnd, ExecSpec, Fetched, ImageRef,
-    Mount, Network, Owner, Resource, Role, Sandbox, engine_requests,
+    Mount, Network, Owner, Resource, Role, Sandbox, TarEntry, engine_requests, files_to_tar,
 };
 
 const IMAGE: &str = "arbiter/debian:bookworm";
@@ -225,4 +226,103 @@ chmod 0700 /var/log
     .await;
     sb.remove(&Resource::Container(id)).await.expect("remove");
     result
+}
+
+fn plain_spec(trial: &str) -> ContainerSpec {
+    ContainerSpec {
+        base: Base::Image(ImageRef::new(IMAGE)),
+        owner: Owner {
+            job: "layer-archive-test".to_string(),
+            trial: trial.to_string(),
+            role: Role::Verifier,
+            extra: BTreeMap::from([("arbiter.test".to_string(), "layer_archive".to_string())]),
+        },
+        env: Vec::new(),
+        limits: ContainerLimits {
+            cpus: 1.0,
+            memory_mb: 256,
+            pids_limit: 64,
+            gpus: 0,
+        },
+        network: Network::None,
+        workdir: Some("/".to_string()),
+        mounts: Vec::new(),
+        start: arbiter::sandbox::StartSpec::default(),
+    }
+}
+
+#[tokio::test]
+async fn upload_replacing_removes_what_the_agent_left_without_following_it() {
+    if !common::docker_available() {
+        return;
+    }
+    let sb = DockerSandbox::connect().await.expect("engine");
+    let tests = files_to_tar(&[
+        TarEntry {
+            path: "logs/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "logs/verifier/",
+            content: None,
+            mode: 0o777,
+        },
+        TarEntry {
+            path: "tests/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "tests/test.sh",
+            content: Some(b"#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"),
+            mode: 0o755,
+        },
+    ])
+    .expect("tar");
+    // What an agent may leave: planted files and directories in /tests, /logs/verifier a
+    // symlink to a directory holding a forged reward; or /logs itself a file.
+    let layouts = [
+        "mkdir -p /tests/sub /tmp/forged && echo 'import os' > /tests/conftest.py && touch /tests/sub/x && echo 1 > /tmp/forged/reward.txt && mkdir -p /logs && ln -s /tmp/forged /logs/verifier",
+        "rm -rf /logs && echo not-a-dir > /logs && ln -s /etc /tests",
+    ];
+    for (n, layout) in layouts.iter().enumerate() {
+        let id = sb
+            .create(&plain_spec(&format!("replace-{n}")))
+            .await
+            .expect("create");
+        let result = async {
+            sb.start(&id).await.expect("start");
+            let out = sb
+                .exec(&id, &exec(&["bash", "-c", layout]))
+                .await
+                .expect("exec");
+            assert_eq!(out.end, ExecEnd::Exited(0), "{layout}: {out:?}");
+            sb.upload_replacing(&id, &["/tests", "/logs/verifier"], tests.clone())
+                .await
+                .expect("replace");
+            let listing = tempfile::tempdir().expect("tmp");
+            let out_file = listing.path().join("out");
+            let mut spec = exec(&[
+                "bash",
+                "-c",
+                "cd / && find tests logs/verifier | sort && stat -c '%a %F' logs/verifier && cat /tmp/forged/reward.txt 2>/dev/null; ls -d /etc/passwd",
+            ]);
+            spec.stdout = Some(out_file.clone());
+            let out = sb.exec(&id, &spec).await.expect("exec");
+            assert_eq!(out.end, ExecEnd::Exited(0), "{layout}: {out:?}");
+            let seen = std::fs::read_to_string(&out_file).expect("stdout");
+            let expected_forged = if n == 0 { "1\n" } else { "" };
+            assert_eq!(
+                seen,
+                format!(
+                    "logs/verifier\ntests\ntests/test.sh\n777 directory\n{expected_forged}/etc/passwd\n"
+                ),
+                "{layout}"
+            );
+        }
+        .await;
+        sb.remove(&Resource::Container(id)).await.expect("remove");
+        result
+    }
 }

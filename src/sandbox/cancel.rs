@@ -90,6 +90,16 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.upload(id, dest, tar).await
     }
 
+    async fn upload_replacing(
+        &self,
+        id: &ContainerId,
+        paths: &[&str],
+        tar: Vec<u8>,
+    ) -> Result<(), SandboxError> {
+        self.check()?;
+        self.inner.upload_replacing(id, paths, tar).await
+    }
+
     async fn download(
         &self,
         id: &ContainerId,

@@ -855,7 +855,19 @@ impl Sandbox for DockerSandbox {
             .start_container(id.as_str(), None)
             .await
             .map_err(SandboxError::engine("container start"))?;
-        let handover = self.handovers.lock().await.remove(id.as_str());
+        // A container started again (the verifier in the agent's stopped container) runs its
+        // image's ENTRYPOINT again, and is waited on again as at its first start.
+        let first = self.handovers.lock().await.remove(id.as_str());
+        let handover = match first {
+            Some(entrypoint) => Some(entrypoint),
+            None => self
+                .entrypoints
+                .lock()
+                .await
+                .get(id.as_str())
+                .cloned()
+                .flatten(),
+        };
         match handover {
             Some(entrypoint) => self.await_handover(id.as_str(), &entrypoint).await,
             None => Ok(()),

@@ -198,7 +198,7 @@ async fn phases<S: Sandbox>(
 
     on_phase(Phase::Collect);
     let started = Instant::now();
-    let collected = phases::collect::run(ctx, &env, &done).await;
+    let collected = phases::collect::run(ctx, &env, &done, steps.is_some()).await;
     let collected = match collected {
         Ok(c) => c,
         Err(failure) => {
@@ -277,7 +277,9 @@ async fn phases<S: Sandbox>(
             verifier::Target::Frozen(frozen) => frozen.clone(),
             // Live mode: validate in a snapshot of the running agent container, so the
             // verifier later sees the container exactly as the agent left it.
-            verifier::Target::Live(id) | verifier::Target::Prepared(id) => ctx
+            verifier::Target::Live(id)
+            | verifier::Target::Prepared(id)
+            | verifier::Target::Stopped(id) => ctx
                 .scope
                 .freeze(ctx.sb, id, Role::ValidationSnapshot)
                 .await

@@ -92,15 +92,60 @@ async fn phases_run_in_order_and_leave_nothing() {
     ] {
         assert!(rec.phases.contains_key(&phase), "{phase} timed");
     }
-    // The verifier ran in a fresh container of the frozen filesystem, after the agent's was
-    // stopped and removed.
-    let ops: Vec<Op> = fake.calls().iter().map(|(op, _)| *op).collect();
+    // The agent's and the verifier's containers would be alike (same network, no mounts): the
+    // verifier ran in the agent's own container, started again once every process in it was
+    // stopped; nothing was frozen and no second container created.
+    let calls = fake.calls();
+    let ops: Vec<Op> = calls.iter().map(|(op, _)| *op).collect();
     let at = |op: Op| ops.iter().position(|o| *o == op).expect("called");
-    assert!(at(Op::Stop) < at(Op::Freeze));
-    let verifier_create = ops.iter().rposition(|o| *o == Op::Create).expect("create");
-    assert!(at(Op::Freeze) < verifier_create);
+    let restart = ops.iter().rposition(|o| *o == Op::Start).expect("start");
+    assert!(at(Op::Stop) < restart && restart > at(Op::Start), "{ops:?}");
+    assert_eq!(
+        calls[restart].1,
+        calls[at(Op::Start)].1,
+        "the same container"
+    );
+    assert_eq!(fake.count(Op::Freeze), 0, "{ops:?}");
+    assert!(
+        fake.specs()
+            .iter()
+            .all(|spec| spec.owner.role.as_str() != "verifier"),
+        "no verifier container: {ops:?}"
+    );
     assert!(fake.live().is_empty(), "left: {:?}", fake.live());
     assert!(!plan.dir.join(".control").exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_verifier_unlike_the_agents_container_runs_in_a_fresh_container_of_the_frozen_filesystem()
+{
+    // Each of these makes the verifier's container differ from the agent's (or needs the
+    // frozen filesystem): the verifier runs in a fresh container of it, after the agent's was
+    // stopped and removed.
+    for (why, toml) in [
+        ("another network", "[verifier]\nnetwork_mode = \"bridge\"\n"),
+        ("agent network", "allow_internet = true\n"),
+        (
+            "validation",
+            "[[completion.validation]]\nid = \"v\"\nshell = \"true\"\n",
+        ),
+    ] {
+        let root = tempfile::tempdir().expect("tmp");
+        let plan = plan_in(root.path(), toml);
+        let fake = Arc::new(solving());
+        let rec = record(run_on(&fake, &plan, None).await.run);
+        assert_eq!(
+            rec.verifier.status,
+            VerifierStatus::Passed,
+            "{why}: {rec:#?}"
+        );
+        let ops: Vec<Op> = fake.calls().iter().map(|(op, _)| *op).collect();
+        let at = |op: Op| ops.iter().position(|o| *o == op).expect("called");
+        assert!(at(Op::Stop) < at(Op::Freeze), "{why}: {ops:?}");
+        let verifier_create = ops.iter().rposition(|o| *o == Op::Create).expect("create");
+        assert!(at(Op::Freeze) < verifier_create, "{why}: {ops:?}");
+        assert!(fake.live().is_empty(), "{why}: left: {:?}", fake.live());
+    }
 }
 
 #[tokio::test(start_paused = true)]

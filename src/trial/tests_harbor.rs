@@ -235,11 +235,16 @@ async fn the_fake_backend_answers_its_scripted_gpu_count() {
     assert_eq!(fake.count(Op::Gpus), 3);
 }
 
-/// A GPU task's containers ask the backend for its GPUs (the agent's and the verifier's).
+/// A GPU task's containers ask the backend for its GPUs (the agent's and the verifier's; a
+/// verifier on another network than the agent's gets a container of its own, otherwise it
+/// runs in the agent's, which has them).
 #[tokio::test(start_paused = true)]
 async fn a_gpu_tasks_containers_request_its_gpus() {
     let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "gpus = 2\n");
+    let plan = plan_in(
+        root.path(),
+        "gpus = 2\n[verifier]\nnetwork_mode = \"bridge\"\n",
+    );
     let fake = Arc::new(FakeSandbox::new());
     fake.on_exec("/solution/solve.sh", FakeExec::exits(0));
     fake.on_exec(

@@ -85,7 +85,9 @@ async fn an_agent_under_its_file_bound_is_verified_and_its_count_recorded() {
     assert_eq!(rec.verifier.status, VerifierStatus::Passed);
     assert_eq!(rec.limits.files_used, Some(49_999));
     assert_eq!(rec.limits.files_counted, Some(FilesCounted::Watchdog));
-    assert_eq!(fake.count(Op::Freeze), 1);
+    // Verified in the agent's own container, started again: nothing refused it.
+    assert_eq!(fake.count(Op::Freeze), 0);
+    assert_eq!(fake.count(Op::Start), 2);
 }
 
 #[tokio::test(start_paused = true)]

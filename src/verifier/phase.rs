@@ -27,6 +27,9 @@ pub(crate) enum Target {
     Live(ContainerId),
     /// A container arbiter prepared for the verifier (`clean` mode), already started.
     Prepared(ContainerId),
+    /// The agent's own container after every process in it was stopped: started again for
+    /// the verifier (its filesystem is the agent's final one; see `trial::phases::collect`).
+    Stopped(ContainerId),
 }
 
 /// What the verifier phase needs from its trial.
@@ -142,6 +145,18 @@ pub(crate) async fn verify<S: Sandbox>(
                 Err(e) => return Err(e.into()),
             }
         }
+        Target::Stopped(id) => match sb.start(id).await {
+            Ok(()) => id.clone(),
+            // As for a fresh container of the frozen filesystem above.
+            Err(e) if workdir_unusable(&e) => {
+                return Ok(VerifierOutcome::error(
+                    mode,
+                    None,
+                    format!("could not start the verifier in the agent's final filesystem: {e}"),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        },
         Target::Live(id) | Target::Prepared(id) => id.clone(),
     };
     // `/tests` and `/logs/verifier` as the task gives them, whatever the agent left there

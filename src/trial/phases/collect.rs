@@ -63,10 +63,12 @@ pub(crate) fn bench_skips_change_set(plan: &crate::trial::plan::TrialPlan) -> bo
         && std::env::var_os(BENCH_NO_CHANGESET).is_some_and(|v| v == "1")
 }
 
+/// `steps`: the container ran Harbor steps (this collects after the last one).
 pub(crate) async fn run<S: Sandbox>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
     done: &AgentDone,
+    steps: bool,
 ) -> Result<Collected, Infra> {
     let fail = || infra(Phase::Collect);
     let id = &env.container;
@@ -177,6 +179,11 @@ pub(crate) async fn run<S: Sandbox>(
     }
     out.target = Some(if live {
         Target::Live(id.clone())
+    } else if !steps && restartable(ctx, env, out.changes.as_ref()) {
+        crate::taskcheck::keep_snapshot(ctx.sb, ctx.plan, ctx.scope, id)
+            .await
+            .map_err(fail())?;
+        Target::Stopped(id.clone())
     } else {
         let frozen = ctx
             .scope
@@ -193,6 +200,37 @@ pub(crate) async fn run<S: Sandbox>(
         Target::Frozen(frozen)
     });
     Ok(out)
+}
+
+/// Whether the verifier can run in the agent's own stopped container, restarted, instead of a
+/// fresh container of its frozen filesystem (issue 16: no commit, no second container, no
+/// image to remove). The two are the same to the verifier when the agent's container was
+/// created as the verifier's would be: the same network (and no egress proxy), no mount (an
+/// agent cache, a control root), no sidecar in its network namespace, no Harbor steps (the
+/// caller's to say: their container keeps the first step's network); and
+/// nothing else needs the frozen filesystem (validation commands, `clean` mode for findings
+/// under `integrity = "enforce"`). Either way every agent process is gone (the container was
+/// stopped) and the verifier sees the agent's final filesystem, which nothing of the agent's
+/// can change any more (SPEC §5).
+fn restartable<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady, changes: Option<&ChangeSet>) -> bool {
+    use crate::task::{IntegrityMode, NetworkMode};
+    let task = &ctx.plan.task;
+    let agent_network = super::egress::agent_network(ctx.plan).0;
+    let enforced = task.verifier.integrity == IntegrityMode::Enforce
+        && changes.is_none_or(|c| !c.findings.is_empty());
+    task.verifier.mode == VerifierMode::Snapshot
+        && !enforced
+        && task
+            .completion
+            .as_ref()
+            .is_none_or(|c| c.validation.is_empty())
+        && task.environment.compose.is_none()
+        && env.agent.ro_mounts.is_empty()
+        && env.agent.control.is_none()
+        && env.control_dir.is_none()
+        && agent_network != NetworkMode::Allowlist
+        && task.verifier.network != NetworkMode::Allowlist
+        && super::sandbox_network(agent_network) == super::sandbox_network(task.verifier.network)
 }
 
 /// Fetch `path` into `artifacts/`, describing what was found.
