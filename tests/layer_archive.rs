@@ -20,6 +20,9 @@ use arbiter::sandbox::{
 
 const IMAGE: &str = "arbiter/debian:bookworm";
 
+/// The engine request counter is the process's: the tests here run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// What an archive says of each entry: type, mode, owner, mtime, link target and content (a
 /// hard link stands for its target's content: the engine writes the second name of a file as
 /// a link to the first, the layer writes both in full).
@@ -86,33 +89,17 @@ async fn the_layers_archive_of_a_stopped_container_is_the_engines() {
     if !common::docker_available() {
         return;
     }
+    let _serial = SERIAL.lock().await;
     let sb = DockerSandbox::connect().await.expect("engine");
     let mounted = tempfile::tempdir().expect("tmp");
     std::fs::write(mounted.path().join("input.txt"), b"from the host").expect("write");
-    let spec = ContainerSpec {
-        base: Base::Image(ImageRef::new(IMAGE)),
-        owner: Owner {
-            job: "layer-archive-test".to_string(),
-            trial: "layer".to_string(),
-            role: Role::Agent,
-            extra: BTreeMap::from([("arbiter.test".to_string(), "layer_archive".to_string())]),
-        },
-        env: Vec::new(),
-        limits: ContainerLimits {
-            cpus: 1.0,
-            memory_mb: 256,
-            pids_limit: 64,
-            gpus: 0,
-        },
-        network: Network::None,
-        workdir: Some("/".to_string()),
-        mounts: vec![Mount {
-            host: mounted.path().to_path_buf(),
-            container: "/data".to_string(),
-            read_only: true,
-        }],
-        start: arbiter::sandbox::StartSpec::default(),
-    };
+    let mut spec = plain_spec("layer");
+    spec.owner.role = Role::Agent;
+    spec.mounts = vec![Mount {
+        host: mounted.path().to_path_buf(),
+        container: "/data".to_string(),
+        read_only: true,
+    }];
     let id = sb.create(&spec).await.expect("create");
     let scratch = tempfile::tempdir().expect("tmp");
     let result = async {
@@ -256,6 +243,7 @@ async fn upload_replacing_removes_what_the_agent_left_without_following_it() {
     if !common::docker_available() {
         return;
     }
+    let _serial = SERIAL.lock().await;
     let sb = DockerSandbox::connect().await.expect("engine");
     let tests = files_to_tar(&[
         TarEntry {

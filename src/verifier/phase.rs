@@ -125,39 +125,27 @@ pub(crate) async fn verify<S: Sandbox>(
 ) -> Result<VerifierOutcome, VerifyError> {
     let task = input.task;
     let mode = task.verifier.mode;
-    let id = match target {
+    let started = match target {
         Target::Frozen(frozen) => {
             let spec = input.container(scope, frozen, Role::Verifier, input.network);
-            match scope.launch(sb, &spec).await {
-                Ok(id) => id,
-                // Found by `tasks check`'s `abstain` exploit: the agent replaced the working
-                // dir by a file, so the engine cannot create the container there. That is the
-                // agent's doing (SPEC §5, abstention), not an infrastructure failure.
-                Err(e) if workdir_unusable(&e) => {
-                    return Ok(VerifierOutcome::error(
-                        mode,
-                        None,
-                        format!(
-                            "could not start the verifier in the agent's final filesystem: {e}"
-                        ),
-                    ));
-                }
-                Err(e) => return Err(e.into()),
-            }
+            scope.launch(sb, &spec).await
         }
-        Target::Stopped(id) => match sb.start(id).await {
-            Ok(()) => id.clone(),
-            // As for a fresh container of the frozen filesystem above.
-            Err(e) if workdir_unusable(&e) => {
-                return Ok(VerifierOutcome::error(
-                    mode,
-                    None,
-                    format!("could not start the verifier in the agent's final filesystem: {e}"),
-                ));
-            }
-            Err(e) => return Err(e.into()),
-        },
-        Target::Live(id) | Target::Prepared(id) => id.clone(),
+        Target::Stopped(id) => sb.start(id).await.map(|()| id.clone()),
+        Target::Live(id) | Target::Prepared(id) => Ok(id.clone()),
+    };
+    let id = match started {
+        Ok(id) => id,
+        // Found by `tasks check`'s `abstain` exploit: the agent replaced the working dir by a
+        // file, so the engine cannot start the container there. That is the agent's doing
+        // (SPEC §5, abstention), not an infrastructure failure.
+        Err(e) if workdir_unusable(&e) => {
+            return Ok(VerifierOutcome::error(
+                mode,
+                None,
+                format!("could not start the verifier in the agent's final filesystem: {e}"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
     };
     // `/tests` and `/logs/verifier` as the task gives them, whatever the agent left there
     // (replaced, never merged; the backend removes nothing through the agent's commands).
