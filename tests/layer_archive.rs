@@ -178,6 +178,22 @@ chmod 0700 /var/log
             );
             assert_eq!(layer, engine[i], "{path}: entries");
         }
+        // A modified directory's own entry (all the change set reads of `/var/log`, which the
+        // agent only chmod'ed): from the layer, as the engine's archive of it begins.
+        let to = scratch.path().join("entry.tar");
+        let before = engine_requests();
+        let got = sb
+            .download_entry(&id, "/var/log", &to, 1 << 30)
+            .await
+            .expect("entry");
+        assert!(matches!(got, Fetched::Archive { .. }), "{got:?}");
+        assert_eq!(engine_requests(), before);
+        let entry = listing(&to);
+        assert_eq!(entry.len(), 1, "{:?}", entry.keys().collect::<Vec<_>>());
+        assert_eq!(
+            entry.get(b"log".as_slice()),
+            engine[4].get(b"log".as_slice())
+        );
         // A name that is not UTF-8 is archived as it is; the engine's archive drops the bytes
         // that are not UTF-8 (so its entry would name another path), hence not compared above.
         let to = scratch.path().join("odd.tar");

@@ -90,6 +90,17 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.upload(id, dest, tar).await
     }
 
+    async fn download_entry(
+        &self,
+        id: &ContainerId,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> Result<Fetched, SandboxError> {
+        self.check()?;
+        self.inner.download_entry(id, path, to, limit).await
+    }
+
     async fn upload_replacing(
         &self,
         id: &ContainerId,

@@ -904,6 +904,30 @@ impl Sandbox for DockerSandbox {
             .map_err(SandboxError::engine("copy into container"))
     }
 
+    async fn download_entry(
+        &self,
+        id: &ContainerId,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> Result<Fetched, SandboxError> {
+        if let Some(layer) = self.upper.layer_of_stopped(id.as_str()) {
+            let built = tokio::task::spawn_blocking({
+                let (path, to) = (path.to_string(), to.to_path_buf());
+                move || layer.entry_archive(&path, &to, limit)
+            })
+            .await;
+            match built {
+                Ok(Ok(Some(fetched))) => return Ok(fetched),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::debug!(%id, path, "entry from the writable layer: {e}"),
+                Err(e) => tracing::debug!(%id, path, "entry from the writable layer: {e}"),
+            }
+        }
+        let got = self.download(id, path, to, limit).await?;
+        super::first_entry_of(got, to)
+    }
+
     async fn upload_replacing(
         &self,
         id: &ContainerId,

@@ -57,13 +57,37 @@ impl Layer {
     /// Write an archive of container path `path` into `to`, at most `limit` bytes; `Ok(None)`
     /// when the writable layer alone does not hold everything at and beneath `path`.
     pub(super) fn archive(&self, path: &str, to: &Path, limit: u64) -> io::Result<Option<Fetched>> {
+        self.build(path, to, limit, true)
+    }
+
+    /// Write an archive of `path`'s own entry (a directory without what is beneath it) into
+    /// `to`: the writable layer's entry is the merged view's (a directory's own attributes are
+    /// its top layer's). `Ok(None)` when the writable layer does not have it, or a mount is
+    /// at or above it.
+    pub(super) fn entry_archive(
+        &self,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> io::Result<Option<Fetched>> {
+        self.build(path, to, limit, false)
+    }
+
+    fn build(&self, path: &str, to: &Path, limit: u64, whole: bool) -> io::Result<Option<Fetched>> {
         let Some(parts) = components(path) else {
             return Ok(None);
         };
         let Some((name, parents)) = parts.split_last() else {
             return Ok(None);
         };
-        if self.mounts.iter().any(|m| meets(&parts, m)) {
+        // A mount's content is in no layer: at or beneath one for the entry alone; above one
+        // too for the whole subtree.
+        let blocked = |mount: &String| match components(mount) {
+            Some(m) if whole => meets(&parts, &m),
+            Some(m) => parts.starts_with(&m),
+            None => true,
+        };
+        if self.mounts.iter().any(blocked) {
             return Ok(None);
         }
         // Every parent a real directory of the writable layer: the engine would resolve a
@@ -94,13 +118,20 @@ impl Layer {
             written: 0,
             limit,
         });
-        let built = self
-            .append_tree(&mut builder, &rel, Path::new(name), &meta)
-            .and_then(|whole| {
-                let mut w = builder.into_inner()?;
-                w.flush()?;
-                Ok(whole.then_some(w.written))
-            });
+        let appended = if whole {
+            self.append_tree(&mut builder, &rel, Path::new(name), &meta)
+        } else {
+            match append_one(&mut builder, &at, Path::new(name), &meta) {
+                Ok(()) => Ok(true),
+                Err(e) if e.get_ref().is_some_and(|i| i.is::<IncompleteError>()) => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        let built = appended.and_then(|complete| {
+            let mut w = builder.into_inner()?;
+            w.flush()?;
+            Ok(complete.then_some(w.written))
+        });
         match built {
             Ok(Some(bytes)) => Ok(Some(Fetched::Archive { bytes })),
             Ok(None) => {
@@ -191,10 +222,7 @@ impl Layer {
 }
 
 /// Whether container path `parts` is at, beneath or above mount point `mount`.
-fn meets(parts: &[&str], mount: &str) -> bool {
-    let Some(mount) = components(mount) else {
-        return true;
-    };
+fn meets(parts: &[&str], mount: &[&str]) -> bool {
     let n = parts.len().min(mount.len());
     parts[..n] == mount[..n]
 }
@@ -512,6 +540,65 @@ mod tests {
         );
         assert!(archive(u, "/", &to, u64::MAX).unwrap().is_none());
         assert!(!to.exists());
+    }
+
+    #[test]
+    fn an_entry_alone_is_its_own_attributes_whatever_the_image_has_beneath_it() {
+        let layers = tempfile::tempdir().unwrap();
+        let (upper, lower) = (layers.path().join("upper"), layers.path().join("lower"));
+        std::fs::create_dir_all(lower.join("usr/sbin")).unwrap();
+        std::fs::write(lower.join("usr/sbin/tool"), b"image").unwrap();
+        std::fs::create_dir_all(upper.join("usr/sbin")).unwrap();
+        std::fs::write(upper.join("usr/sbin/docker-init"), b"").unwrap();
+        std::fs::write(upper.join("edited.txt"), b"agent").unwrap();
+        let layer = Layer {
+            upper: upper.clone(),
+            lowers: vec![lower],
+            mounts: vec!["/usr/sbin/docker-init".to_string(), "/data".to_string()],
+        };
+        let to = layers.path().join("a.tar");
+        // The whole of /usr/sbin is not the layer's alone; its own entry is.
+        assert!(layer.archive("/usr/sbin", &to, u64::MAX).unwrap().is_none());
+        assert!(
+            layer
+                .entry_archive("/usr/sbin", &to, u64::MAX)
+                .unwrap()
+                .is_some()
+        );
+        let got = listing(&to);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            (got[0].0.as_str(), got[0].1),
+            ("sbin", tar::EntryType::Directory)
+        );
+        // A file's entry has its content.
+        assert!(
+            layer
+                .entry_archive("/edited.txt", &to, u64::MAX)
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(listing(&to)[0].2, b"agent");
+        // A mount point, or what is beneath one, is not the layer's; above one is.
+        assert!(
+            layer
+                .entry_archive("/usr/sbin/docker-init", &to, u64::MAX)
+                .unwrap()
+                .is_none()
+        );
+        std::fs::create_dir_all(upper.join("data/x")).unwrap();
+        assert!(
+            layer
+                .entry_archive("/data/x", &to, u64::MAX)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            layer
+                .entry_archive("/usr", &to, u64::MAX)
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]

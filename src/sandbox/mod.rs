@@ -560,6 +560,22 @@ pub trait Sandbox: Send + Sync + 'static {
         to: &Path,
         limit: u64,
     ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send;
+    /// An archive of `path`'s own entry, as [`Sandbox::download`]'s archive of it begins: a
+    /// file with its content, a directory without what is beneath it (the change set needs no
+    /// more of a modified directory whose content did not change). By default that download,
+    /// cut to its first entry.
+    fn download_entry(
+        &self,
+        id: &ContainerId,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send {
+        async move {
+            let got = self.download(id, path, to, limit).await?;
+            first_entry_of(got, to)
+        }
+    }
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
     fn stop(&self, id: &ContainerId) -> impl Future<Output = Result<Stopped, SandboxError>> + Send;
@@ -631,6 +647,15 @@ pub trait Sandbox: Send + Sync + 'static {
         argv.extend(args.iter().map(|a| a.to_string()));
         argv
     }
+}
+
+/// A download's archive at `to` cut to its first entry ([`Sandbox::download_entry`]).
+pub(crate) fn first_entry_of(got: Fetched, to: &Path) -> Result<Fetched, SandboxError> {
+    let Fetched::Archive { .. } = got else {
+        return Ok(got);
+    };
+    let bytes = tarball::keep_first_entry(to).map_err(SandboxError::io(to))?;
+    Ok(Fetched::Archive { bytes })
 }
 
 #[cfg(test)]

@@ -43,6 +43,33 @@ pub fn concat_archives(parts: &[&[u8]]) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Rewrite the archive at `path` to hold only its first entry (with any extension headers in
+/// front of it); returns the new size. An archive without entries is left empty of them.
+pub fn keep_first_entry(path: &Path) -> io::Result<u64> {
+    let bytes = fs::read(path)?;
+    let end = {
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        match archive.entries()?.next() {
+            Some(entry) => {
+                let entry = entry?;
+                let size = entry.header().entry_size()?;
+                entry.raw_file_position() + size.div_ceil(512) * 512
+            }
+            None => 0,
+        }
+    };
+    let end = usize::try_from(end)
+        .ok()
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| io::Error::other("archive shorter than its first entry"))?;
+    let mut out = bytes[..end].to_vec();
+    out.extend_from_slice(&[0u8; 1024]);
+    let tmp = path.with_extension("first.tmp");
+    fs::write(&tmp, &out)?;
+    fs::rename(&tmp, path)?;
+    Ok(out.len() as u64)
+}
+
 /// One entry of an in-memory archive: a directory (`content = None`) or a file.
 pub struct TarEntry<'a> {
     pub path: &'a str,
@@ -276,6 +303,42 @@ fn safe_relative(raw: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keeping_the_first_entry_keeps_it_whole_with_a_long_name() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let long = format!("{}/f", "d".repeat(150));
+        let bytes = files_to_tar(&[
+            TarEntry {
+                path: &long,
+                content: Some(b"first"),
+                mode: 0o644,
+            },
+            TarEntry {
+                path: "second",
+                content: Some(b"second"),
+                mode: 0o644,
+            },
+        ])
+        .expect("tar");
+        let path = dir.path().join("a.tar");
+        std::fs::write(&path, &bytes).expect("write");
+        let size = keep_first_entry(&path).expect("cut");
+        let kept = std::fs::read(&path).expect("read");
+        assert_eq!(size, kept.len() as u64);
+        let mut archive = tar::Archive::new(kept.as_slice());
+        let entries: Vec<(String, Vec<u8>)> = archive
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                let mut e = e.expect("entry");
+                let mut body = Vec::new();
+                e.read_to_end(&mut body).expect("body");
+                (e.path().expect("path").display().to_string(), body)
+            })
+            .collect();
+        assert_eq!(entries, [(long, b"first".to_vec())]);
+    }
 
     fn archive(build: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> tempfile::NamedTempFile {
         let mut b = tar::Builder::new(Vec::new());

@@ -223,6 +223,7 @@ async fn describe<S: Sandbox>(
             .is_some_and(|next| next.path.starts_with(&prefix));
     }
     let mut roots: Vec<String> = Vec::new();
+    let mut own_entry: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut added_dirs: Vec<String> = Vec::new();
     for (i, e) in entries.iter_mut().enumerate() {
         if e.kind == ChangeKind::Deleted {
@@ -246,6 +247,12 @@ async fn describe<S: Sandbox>(
             added_dirs.push(e.path.clone());
         } else if has_children[i] {
             continue;
+        }
+        // A modified path with nothing changed beneath it: its own entry is all there is to
+        // describe (a modified file with its content; a directory whose content did not
+        // change, such as the one the engine put its `docker-init` in, without that content).
+        if e.kind == ChangeKind::Modified {
+            own_entry.insert(e.path.clone());
         }
         roots.push(e.path.clone());
     }
@@ -287,8 +294,13 @@ async fn describe<S: Sandbox>(
         let share = budget / batch.len() as u64;
         let fetches = batch.iter().enumerate().map(|(n, root)| {
             let scratch = ctx.path(&format!(".changes-{n}.tar"));
+            let entry_only = own_entry.contains(root);
             async move {
-                let got = ctx.sb.download(id, root, &scratch, share).await;
+                let got = if entry_only {
+                    ctx.sb.download_entry(id, root, &scratch, share).await
+                } else {
+                    ctx.sb.download(id, root, &scratch, share).await
+                };
                 (root, scratch, got)
             }
         });
