@@ -10,8 +10,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use arbiter::sandbox::{
     Base, ContainerLimits, ContainerSpec, DockerSandbox, ExecEnd, ExecSpec, Fetched, ImageRef,
@@ -102,7 +105,7 @@ async fn the_layers_archive_of_a_stopped_container_is_the_engines() {
     }];
     let id = sb.create(&spec).await.expect("create");
     let scratch = tempfile::tempdir().expect("tmp");
-    let result = async {
+    let result = AssertUnwindSafe(async {
         sb.start(&id).await.expect("start");
         let script = r#"set -e
 mkdir -p /work/sub /logs/agent
@@ -225,10 +228,14 @@ chmod 0700 /var/log
             Fetched::TooLarge { limit: 2048 }
         );
         assert!(!to.exists());
-    }
+    })
+    .catch_unwind()
     .await;
+    // Removed whether the checks held or not.
     sb.remove(&Resource::Container(id)).await.expect("remove");
-    result
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }
 
 fn plain_spec(trial: &str) -> ContainerSpec {
@@ -295,7 +302,7 @@ async fn upload_replacing_removes_what_the_agent_left_without_following_it() {
             .create(&plain_spec(&format!("replace-{n}")))
             .await
             .expect("create");
-        let result = async {
+        let result = AssertUnwindSafe(async {
             sb.start(&id).await.expect("start");
             let out = sb
                 .exec(&id, &exec(&["bash", "-c", layout]))
@@ -324,9 +331,12 @@ async fn upload_replacing_removes_what_the_agent_left_without_following_it() {
                 ),
                 "{layout}"
             );
-        }
+        })
+        .catch_unwind()
         .await;
         sb.remove(&Resource::Container(id)).await.expect("remove");
-        result
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
     }
 }

@@ -663,6 +663,28 @@ impl DockerSandbox {
         })
     }
 
+    /// `build` over a stopped container's layers on this host (off the async threads), when
+    /// this backend has them and they answer; `None`: ask the engine (a failure to read them
+    /// is logged, never the result).
+    async fn archive_from_layer(
+        &self,
+        id: &ContainerId,
+        build: impl FnOnce(&super::layer::Layer) -> std::io::Result<Option<Fetched>> + Send + 'static,
+    ) -> Option<Fetched> {
+        let layer = self.upper.layer_of_stopped(id.as_str())?;
+        match tokio::task::spawn_blocking(move || build(&layer)).await {
+            Ok(Ok(fetched)) => fetched,
+            Ok(Err(e)) => {
+                tracing::debug!(%id, "archive from the writable layer: {e}");
+                None
+            }
+            Err(e) => {
+                tracing::debug!(%id, "archive from the writable layer: {e}");
+                None
+            }
+        }
+    }
+
     async fn state(&self, id: &str) -> Result<bollard::models::ContainerState, SandboxError> {
         Ok(self.inspect(id).await?.state.unwrap_or_default())
     }
@@ -911,18 +933,12 @@ impl Sandbox for DockerSandbox {
         to: &Path,
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
-        if let Some(layer) = self.upper.layer_of_stopped(id.as_str()) {
-            let built = tokio::task::spawn_blocking({
-                let (path, to) = (path.to_string(), to.to_path_buf());
-                move || layer.entry_archive(&path, &to, limit)
-            })
-            .await;
-            match built {
-                Ok(Ok(Some(fetched))) => return Ok(fetched),
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => tracing::debug!(%id, path, "entry from the writable layer: {e}"),
-                Err(e) => tracing::debug!(%id, path, "entry from the writable layer: {e}"),
-            }
+        let (p, t) = (path.to_string(), to.to_path_buf());
+        if let Some(fetched) = self
+            .archive_from_layer(id, move |layer| layer.entry_archive(&p, &t, limit))
+            .await
+        {
+            return Ok(fetched);
         }
         let got = self.download(id, path, to, limit).await?;
         super::first_entry_of(got, to)
@@ -997,18 +1013,12 @@ impl Sandbox for DockerSandbox {
         to: &Path,
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
-        if let Some(layer) = self.upper.layer_of_stopped(id.as_str()) {
-            let built = tokio::task::spawn_blocking({
-                let (path, to) = (path.to_string(), to.to_path_buf());
-                move || layer.archive(&path, &to, limit)
-            })
-            .await;
-            match built {
-                Ok(Ok(Some(fetched))) => return Ok(fetched),
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => tracing::debug!(%id, path, "archive from the writable layer: {e}"),
-                Err(e) => tracing::debug!(%id, path, "archive from the writable layer: {e}"),
-            }
+        let (p, t) = (path.to_string(), to.to_path_buf());
+        if let Some(fetched) = self
+            .archive_from_layer(id, move |layer| layer.archive(&p, &t, limit))
+            .await
+        {
+            return Ok(fetched);
         }
         let options = DownloadFromContainerOptionsBuilder::new()
             .path(path)
