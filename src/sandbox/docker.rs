@@ -960,42 +960,9 @@ impl Sandbox for DockerSandbox {
             op: "replace",
             message,
         };
-        let mut names: Vec<String> = Vec::new();
-        let mut stubs: Vec<String> = Vec::new();
-        for path in paths {
-            let parts: Vec<&str> = path
-                .strip_prefix('/')
-                .ok_or_else(|| refused(format!("{path}: not an absolute path")))?
-                .split('/')
-                .filter(|p| !p.is_empty())
-                .collect();
-            if parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") {
-                return Err(refused(format!("{path}: not a path to replace")));
-            }
-            for n in 1..parts.len() {
-                let parent = format!("{}/", parts[..n].join("/"));
-                if !names.contains(&parent) {
-                    names.push(parent);
-                }
-            }
-            stubs.push(parts.join("/"));
-        }
-        let mut entries: Vec<super::TarEntry<'_>> = names
-            .iter()
-            .map(|p| super::TarEntry {
-                path: p,
-                content: None,
-                mode: 0o755,
-            })
-            .collect();
-        entries.extend(stubs.iter().map(|p| super::TarEntry {
-            path: p,
-            content: Some(b""),
-            mode: 0o600,
-        }));
-        let io = |e: std::io::Error| refused(format!("building the archive: {e}"));
-        let head = super::files_to_tar(&entries).map_err(io)?;
-        let body = super::concat_archives(&[&head, &tar]).map_err(io)?;
+        let head = super::tarball::replacement_stubs(paths).map_err(refused)?;
+        let body = super::concat_archives(&[&head, &tar])
+            .map_err(|e| refused(format!("building the archive: {e}")))?;
         let options = UploadToContainerOptionsBuilder::new()
             .path("/")
             .no_overwrite_dir_non_dir("false")

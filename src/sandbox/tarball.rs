@@ -70,6 +70,47 @@ pub fn keep_first_entry(path: &Path) -> io::Result<u64> {
     Ok(out.len() as u64)
 }
 
+/// The head of an upload that replaces each of `paths` (absolute) rather than merging into
+/// it (`Sandbox::upload_replacing` on Docker): each path's parents as directories, then an
+/// empty regular file at the path, which the engine's unpacking puts in place of whatever is
+/// there (recursively removed, never followed). An error names a path that is not plain.
+pub(crate) fn replacement_stubs(paths: &[&str]) -> Result<Vec<u8>, String> {
+    let mut parents: Vec<String> = Vec::new();
+    let mut stubs: Vec<String> = Vec::new();
+    for path in paths {
+        let parts: Vec<&str> = path
+            .strip_prefix('/')
+            .ok_or_else(|| format!("{path}: not an absolute path"))?
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .collect();
+        if parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") {
+            return Err(format!("{path}: not a path to replace"));
+        }
+        for n in 1..parts.len() {
+            let parent = format!("{}/", parts[..n].join("/"));
+            if !parents.contains(&parent) {
+                parents.push(parent);
+            }
+        }
+        stubs.push(parts.join("/"));
+    }
+    let mut entries: Vec<TarEntry<'_>> = parents
+        .iter()
+        .map(|p| TarEntry {
+            path: p,
+            content: None,
+            mode: 0o755,
+        })
+        .collect();
+    entries.extend(stubs.iter().map(|p| TarEntry {
+        path: p,
+        content: Some(b""),
+        mode: 0o600,
+    }));
+    files_to_tar(&entries).map_err(|e| format!("building the archive: {e}"))
+}
+
 /// One entry of an in-memory archive: a directory (`content = None`) or a file.
 pub struct TarEntry<'a> {
     pub path: &'a str,
@@ -303,6 +344,36 @@ fn safe_relative(raw: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replacement_stubs_are_parents_then_an_empty_file_per_path() {
+        let bytes = replacement_stubs(&["/tests", "/logs/verifier"]).expect("stubs");
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let entries: Vec<(String, tar::EntryType, u64)> = archive
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                let e = e.expect("entry");
+                let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+                (
+                    name,
+                    e.header().entry_type(),
+                    e.header().size().expect("size"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                ("logs/".to_string(), tar::EntryType::Directory, 0),
+                ("tests".to_string(), tar::EntryType::Regular, 0),
+                ("logs/verifier".to_string(), tar::EntryType::Regular, 0),
+            ]
+        );
+        assert!(replacement_stubs(&["tests"]).is_err());
+        assert!(replacement_stubs(&["/a/../b"]).is_err());
+        assert!(replacement_stubs(&["/"]).is_err());
+    }
 
     #[test]
     fn keeping_the_first_entry_keeps_it_whole_with_a_long_name() {

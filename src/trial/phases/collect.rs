@@ -227,7 +227,6 @@ fn restartable<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady, changes: Option<&Ch
         && task.environment.compose.is_none()
         && env.agent.ro_mounts.is_empty()
         && env.agent.control.is_none()
-        && env.control_dir.is_none()
         && agent_network != NetworkMode::Allowlist
         && task.verifier.network != NetworkMode::Allowlist
         && super::sandbox_network(agent_network) == super::sandbox_network(task.verifier.network)
