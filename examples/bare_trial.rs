@@ -40,7 +40,10 @@
 //! Everything is labelled `arbiter.managed=true`, `arbiter.job=bench-bare`, and, like arbiter's
 //! resources, `arbiter.owner=<host>/<pid>/<start>` (so `arbiter gc` can clean up after a crash).
 //!
-//! Usage: `bare_trial [-n TRIALS] [-c CONCURRENCY] [--task DIR]`; prints one JSON line:
+//! With `--floor` it issues the floor sequence instead (see `floor`), a machine's reference
+//! point for the least engine work of any trial.
+//!
+//! Usage: `bare_trial [-n TRIALS] [-c CONCURRENCY] [--task DIR] [--floor]`; prints one JSON line:
 //! `{"trials":N,"concurrency":C,"failed":0,"total_seconds":…,"per_trial_seconds":…,…}`.
 
 use std::collections::HashMap;
@@ -86,6 +89,9 @@ struct Args {
     memory_mb: i64,
     #[arg(long, default_value_t = 64)]
     pids_limit: i64,
+    /// Issue the floor sequence instead (see `floor`): the least engine work of any trial.
+    #[arg(long)]
+    floor: bool,
 }
 
 /// What every trial uploads, built once.
@@ -97,6 +103,8 @@ struct Payload {
     base_tar: Vec<u8>,
     solution_tar: Vec<u8>,
     tests_tar: Vec<u8>,
+    /// `--floor`'s single upload: base dirs (with `/logs/verifier`), solution and tests.
+    floor_tar: Vec<u8>,
 }
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -150,12 +158,35 @@ fn dir_tar(dir: &std::path::Path, prefix: &str) -> std::io::Result<Vec<u8>> {
 
 fn base_tar(instruction: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
-    let entries: [(&str, Option<&[u8]>, u32); 4] = [
+    base_entries(&mut builder, instruction, false)?;
+    builder.into_inner()
+}
+
+/// The base dirs, the solution and the tests in one archive (and `/logs/verifier`).
+fn floor_tar(instruction: &[u8], task: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    base_entries(&mut builder, instruction, true)?;
+    builder.follow_symlinks(false);
+    builder.mode(tar::HeaderMode::Deterministic);
+    builder.append_dir_all("solution", task.join("solution"))?;
+    builder.append_dir_all("tests", task.join("tests"))?;
+    builder.into_inner()
+}
+
+fn base_entries(
+    builder: &mut tar::Builder<Vec<u8>>,
+    instruction: &[u8],
+    verifier_logs: bool,
+) -> std::io::Result<()> {
+    let mut entries: Vec<(&str, Option<&[u8]>, u32)> = vec![
         ("arbiter/", None, 0o755),
         ("arbiter/instruction.md", Some(instruction), 0o644),
         ("logs/", None, 0o755),
         ("logs/agent/", None, 0o777),
     ];
+    if verifier_logs {
+        entries.push(("logs/verifier/", None, 0o777));
+    }
     for (path, content, mode) in entries {
         let mut header = tar::Header::new_gnu();
         header.set_mode(mode);
@@ -175,7 +206,7 @@ fn base_tar(instruction: &[u8]) -> std::io::Result<Vec<u8>> {
             }
         }
     }
-    builder.into_inner()
+    Ok(())
 }
 
 async fn create(
@@ -351,6 +382,35 @@ async fn trial(docker: &Docker, p: &Payload, n: usize, made: &mut Made) -> Res<(
     Ok(())
 }
 
+/// The floor: the least engine work any container trial of this fixture can do, with no
+/// isolation at all: one container, one upload (instruction, solution and tests together),
+/// `solve.sh` and `test.sh` as two execs in it, one read of `/logs/verifier`, one forced
+/// removal — 10 requests, one container start, two runc execs. Not a safe harness (the
+/// verifier shares the agent's container and processes): a machine's reference point for
+/// engine CPU per trial, which no harness that runs both scripts in a container goes below.
+async fn floor(docker: &Docker, p: &Payload, n: usize, made: &mut Made) -> Res<()> {
+    let name = format!("bare-floor-{n}");
+    let env = vec!["ARBITER_INSTRUCTION_FILE=/arbiter/instruction.md".to_string()];
+    let id = create(docker, p, &p.image, env, labels(&name, "agent")).await?;
+    made.containers.push(id.clone());
+    docker.start_container(&id, None).await?;
+    put(docker, &id, &p.floor_tar).await?;
+    let code = exec(docker, &id, shell_script("/solution/solve.sh"), None).await?;
+    if code != 0 {
+        return Err(format!("solve.sh exited with {code}").into());
+    }
+    let code = exec(docker, &id, shell_script("/tests/test.sh"), None).await?;
+    if code != 0 {
+        return Err(format!("test.sh exited with {code}").into());
+    }
+    if get(docker, &id, "/logs/verifier").await? == 0 {
+        return Err("no /logs/verifier".into());
+    }
+    remove_container(docker, &id).await?;
+    made.containers.retain(|c| c != &id);
+    Ok(())
+}
+
 #[derive(Default)]
 struct Made {
     containers: Vec<String>,
@@ -400,15 +460,21 @@ async fn main() -> Res<()> {
     sweep(&docker).await;
     docker.inspect_image(&args.image).await?;
     let instruction = std::fs::read(args.task.join("instruction.md"))?;
+    let base = base_tar(&instruction)?;
+    let solution_tar = dir_tar(&args.task.join("solution"), "solution")?;
+    let tests_tar = dir_tar(&args.task.join("tests"), "tests")?;
+    let floor_tar = floor_tar(&instruction, &args.task)?;
     let payload = Arc::new(Payload {
         image: args.image.clone(),
         cpus: args.cpus,
         memory_mb: args.memory_mb,
         pids_limit: args.pids_limit,
-        base_tar: base_tar(&instruction)?,
-        solution_tar: dir_tar(&args.task.join("solution"), "solution")?,
-        tests_tar: dir_tar(&args.task.join("tests"), "tests")?,
+        base_tar: base,
+        solution_tar,
+        tests_tar,
+        floor_tar,
     });
+    let floor_only = args.floor;
     let setup_seconds = started.elapsed().as_secs_f64();
 
     let loop_started = Instant::now();
@@ -424,7 +490,11 @@ async fn main() -> Res<()> {
             let n = next;
             running.spawn(async move {
                 let mut made = Made::default();
-                let result = trial(&docker, &payload, n, &mut made).await;
+                let result = if floor_only {
+                    floor(&docker, &payload, n, &mut made).await
+                } else {
+                    trial(&docker, &payload, n, &mut made).await
+                };
                 if result.is_err() {
                     for id in &made.containers {
                         let _ = remove_container(&docker, id).await;
@@ -457,6 +527,7 @@ async fn main() -> Res<()> {
     let line = serde_json::json!({
         "trials": args.trials,
         "concurrency": concurrency,
+        "sequence": if args.floor { "floor" } else { "trial" },
         "failed": failed,
         "total_seconds": round4(total_seconds),
         "setup_seconds": round4(setup_seconds),
