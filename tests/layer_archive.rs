@@ -238,6 +238,77 @@ chmod 0700 /var/log
     }
 }
 
+/// The snapshot verifier's path: the agent's container, stopped, started again for the tests,
+/// then halted. The halt is one request (its layers are known from the stop), and what the
+/// tests left is then read from the layer, as the engine's archive of it was.
+#[tokio::test]
+async fn a_restarted_container_once_halted_is_read_from_its_layer() {
+    if !common::docker_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let sb = DockerSandbox::connect().await.expect("engine");
+    let id = sb.create(&plain_spec("halt")).await.expect("create");
+    let scratch = tempfile::tempdir().expect("tmp");
+    let result = AssertUnwindSafe(async {
+        sb.start(&id).await.expect("start");
+        sb.stop(&id).await.expect("stop");
+        sb.start(&id).await.expect("restart");
+        // The tests' output, and a process of theirs still writing when they exit.
+        let script = "mkdir -p /logs/verifier/sub && echo 1 > /logs/verifier/reward.txt && echo x > /logs/verifier/sub/log && (while :; do echo y >> /logs/verifier/busy; sleep 0.01; done) >/dev/null 2>&1 &";
+        let out = sb
+            .exec(&id, &exec(&["bash", "-c", script]))
+            .await
+            .expect("exec");
+        assert_eq!(out.end, ExecEnd::Exited(0), "{out:?}");
+        let before = engine_requests();
+        sb.halt(&id).await.expect("halt");
+        assert_eq!(engine_requests() - before, 1, "the kill alone");
+        let from_layer = scratch.path().join("layer.tar");
+        let before = engine_requests();
+        let got = sb
+            .download(&id, "/logs/verifier", &from_layer, 1 << 30)
+            .await
+            .expect("download");
+        assert!(matches!(got, Fetched::Archive { .. }), "{got:?}");
+        assert_eq!(engine_requests(), before, "read from the layer");
+        // Nothing writes any more: a second read says the same, and so does the engine's
+        // archive once the container runs again (its writer is gone).
+        let again = scratch.path().join("again.tar");
+        sb.download(&id, "/logs/verifier", &again, 1 << 30)
+            .await
+            .expect("download");
+        assert_eq!(listing(&again), listing(&from_layer));
+        sb.start(&id).await.expect("start again");
+        let engine = scratch.path().join("engine.tar");
+        sb.download(&id, "/logs/verifier", &engine, 1 << 30)
+            .await
+            .expect("download");
+        let layer = listing(&from_layer);
+        assert_eq!(layer, listing(&engine));
+        let names: Vec<String> = layer
+            .keys()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "verifier",
+                "verifier/busy",
+                "verifier/reward.txt",
+                "verifier/sub",
+                "verifier/sub/log"
+            ]
+        );
+    })
+    .catch_unwind()
+    .await;
+    sb.remove(&Resource::Container(id)).await.expect("remove");
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 fn plain_spec(trial: &str) -> ContainerSpec {
     ContainerSpec {
         base: Base::Image(ImageRef::new(IMAGE)),

@@ -126,6 +126,11 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.stop(id).await
     }
 
+    async fn halt(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        self.check()?;
+        self.inner.halt(id).await
+    }
+
     async fn disk_usage(
         &self,
         id: &ContainerId,

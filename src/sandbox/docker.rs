@@ -638,17 +638,7 @@ impl DockerSandbox {
         ),
         SandboxError,
     > {
-        let options = KillContainerOptionsBuilder::new().signal("KILL").build();
-        match self.docker.kill_container(id, Some(options)).await {
-            Ok(()) => {}
-            Err(e) if status_of(&e) == Some(409) => {}
-            Err(e) => {
-                return Err(SandboxError::Engine {
-                    op: "container kill",
-                    source: e,
-                });
-            }
-        }
+        self.send_kill(id).await?;
         for _ in 0..100 {
             let mut info = self.inspect(id).await?;
             let state = info.state.take().unwrap_or_default();
@@ -661,6 +651,21 @@ impl DockerSandbox {
             op: "container kill",
             message: "container still running 2s after SIGKILL".into(),
         })
+    }
+
+    /// SIGKILL every process of the container. Docker answers a SIGKILL once the container
+    /// is seen stopped (its daemon's `Kill` waits for the exit), or with 409 when it was not
+    /// running: either way no process of it is left.
+    async fn send_kill(&self, id: &str) -> Result<(), SandboxError> {
+        let options = KillContainerOptionsBuilder::new().signal("KILL").build();
+        match self.docker.kill_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if status_of(&e) == Some(409) => Ok(()),
+            Err(e) => Err(SandboxError::Engine {
+                op: "container kill",
+                source: e,
+            }),
+        }
     }
 
     /// `build` over a stopped container's layers on this host (off the async threads), when
@@ -1045,6 +1050,18 @@ impl Sandbox for DockerSandbox {
         Ok(Stopped {
             oom_killed: state.oom_killed.unwrap_or(false),
         })
+    }
+
+    /// A container restarted since [`Sandbox::stop`] saw it stopped (the snapshot verifier
+    /// in the agent's container) needs the kill alone: its layers and mounts are known, and
+    /// no OOM verdict is asked for. Any other is stopped as by `stop`.
+    async fn halt(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        if self.upper.is_restarted(id.as_str()) {
+            self.send_kill(id.as_str()).await?;
+            self.upper.stopped_again(id.as_str());
+            return Ok(());
+        }
+        self.stop(id).await.map(drop)
     }
 
     async fn disk_usage(

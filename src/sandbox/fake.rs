@@ -31,6 +31,7 @@ pub enum Op {
     Upload,
     Download,
     Stop,
+    Halt,
     DiskUsage,
     Freeze,
     Changes,
@@ -42,7 +43,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 15] = [
+    pub const ALL: [Op; 16] = [
         Op::PrepareImage,
         Op::Create,
         Op::Start,
@@ -50,6 +51,7 @@ impl Op {
         Op::Upload,
         Op::Download,
         Op::Stop,
+        Op::Halt,
         Op::DiskUsage,
         Op::Freeze,
         Op::Changes,
@@ -344,6 +346,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Upload => "copy into container",
         Op::Download => "copy from container",
         Op::Stop => "container stop",
+        Op::Halt => "container kill",
         Op::DiskUsage => "container inspect",
         Op::Freeze => "commit",
         Op::Changes => "container changes",
@@ -600,6 +603,17 @@ impl Sandbox for FakeSandbox {
         Ok(Stopped {
             oom_killed: container.oom,
         })
+    }
+
+    async fn halt(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        self.enter(Op::Halt, id.as_str()).await?;
+        let state = self.lock();
+        let container = state
+            .containers
+            .get(id.as_str())
+            .ok_or_else(|| missing(Op::Halt, id))?;
+        container.running.send_replace(false);
+        Ok(())
     }
 
     async fn disk_usage(

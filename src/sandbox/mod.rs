@@ -579,6 +579,13 @@ pub trait Sandbox: Send + Sync + 'static {
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
     fn stop(&self, id: &ContainerId) -> impl Future<Output = Result<Stopped, SandboxError>> + Send;
+    /// Kill every process of a container whose end nobody judges (no OOM verdict: the
+    /// verifier's, once its tests have exited), so that what it left is read from a
+    /// filesystem nothing writes to any more. By default [`Sandbox::stop`]; a backend may
+    /// need fewer round trips for it.
+    fn halt(&self, id: &ContainerId) -> impl Future<Output = Result<(), SandboxError>> + Send {
+        async move { self.stop(id).await.map(drop) }
+    }
     /// What the container has written to its own filesystem, when the backend can tell:
     /// bytes (apparent size: a sparse file counts in full, as it would once frozen) and, when
     /// the backend can count them without listing every change, the paths of its writable

@@ -32,6 +32,8 @@ pub(super) struct UpperDirs {
     /// The layers of containers seen stopped by [`super::Sandbox::stop`] and not started
     /// since (nothing writes to them any more), when readable on this host.
     stopped: Mutex<HashMap<String, super::layer::Layer>>,
+    /// The layers of containers seen stopped and started again since: known, but written to.
+    restarted: Mutex<HashMap<String, super::layer::Layer>>,
 }
 
 impl UpperDirs {
@@ -90,8 +92,23 @@ impl UpperDirs {
 
     /// The container (re)starts: its layer may change again.
     pub(super) fn started(&self, id: &str) {
-        if let Ok(mut stopped) = self.stopped.lock() {
-            stopped.remove(id);
+        let layer = self.stopped.lock().ok().and_then(|mut s| s.remove(id));
+        if let (Some(layer), Ok(mut restarted)) = (layer, self.restarted.lock()) {
+            restarted.insert(id.to_string(), layer);
+        }
+    }
+
+    /// Whether the container was seen stopped and started again since.
+    pub(super) fn is_restarted(&self, id: &str) -> bool {
+        self.restarted.lock().is_ok_and(|r| r.contains_key(id))
+    }
+
+    /// A container started again since it was seen stopped is stopped once more (its layers
+    /// and mounts are the ones seen then).
+    pub(super) fn stopped_again(&self, id: &str) {
+        let layer = self.restarted.lock().ok().and_then(|mut r| r.remove(id));
+        if let (Some(layer), Ok(mut stopped)) = (layer, self.stopped.lock()) {
+            stopped.insert(id.to_string(), layer);
         }
     }
 
@@ -102,7 +119,12 @@ impl UpperDirs {
 
     /// The container is gone: forget its layer.
     pub(super) fn forget(&self, id: &str) {
-        self.started(id);
+        if let Ok(mut stopped) = self.stopped.lock() {
+            stopped.remove(id);
+        }
+        if let Ok(mut restarted) = self.restarted.lock() {
+            restarted.remove(id);
+        }
         if let Ok(mut dirs) = self.dirs.lock() {
             dirs.remove(id);
         }

@@ -106,6 +106,19 @@ async fn phases_run_in_order_and_leave_nothing() {
         "the same container"
     );
     assert_eq!(fake.count(Op::Freeze), 0, "{ops:?}");
+    // The verifier's container is halted once its tests exit, before their logs are read.
+    let nth = |op: Op, pattern: &str| {
+        calls
+            .iter()
+            .position(|(o, d)| *o == op && d.contains(pattern))
+            .unwrap_or_else(|| panic!("no {op:?} {pattern}: {calls:?}"))
+    };
+    let (tests, halt) = (nth(Op::Exec, "/tests/test.sh"), nth(Op::Halt, ""));
+    assert!(
+        tests < halt && halt < nth(Op::Download, "/logs/verifier"),
+        "{ops:?}"
+    );
+    assert_eq!(fake.count(Op::Halt), 1, "{ops:?}");
     assert!(
         fake.specs()
             .iter()

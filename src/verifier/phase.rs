@@ -223,6 +223,12 @@ pub(crate) async fn verify<S: Sandbox>(
             .extend(seen);
     }
     let out = out?;
+    // A verifier container ends with its tests: nothing of it runs while its logs are read
+    // (from its layer, where the backend can). The agent's own live container is stopped by
+    // the trial, which judges how it ended.
+    if !matches!(target, Target::Live(_)) {
+        sb.halt(&id).await?;
+    }
     if out.end == ExecEnd::TimedOut {
         return Ok(VerifierOutcome::error(
             mode,
