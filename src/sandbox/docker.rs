@@ -653,6 +653,19 @@ impl DockerSandbox {
         })
     }
 
+    /// Unpack `tar` into the container as `options` say (the engine's archive upload).
+    async fn put_archive(
+        &self,
+        id: &ContainerId,
+        options: bollard::query_parameters::UploadToContainerOptions,
+        tar: Vec<u8>,
+    ) -> Result<(), SandboxError> {
+        self.docker
+            .upload_to_container(id.as_str(), Some(options), bollard::body_full(tar.into()))
+            .await
+            .map_err(SandboxError::engine("copy into container"))
+    }
+
     /// SIGKILL every process of the container. Docker answers a SIGKILL once the container
     /// is seen stopped (its daemon's `Kill` waits for the exit), or with 409 when it was not
     /// running: either way no process of it is left.
@@ -668,16 +681,21 @@ impl DockerSandbox {
         }
     }
 
-    /// `build` over a stopped container's layers on this host (off the async threads), when
-    /// this backend has them and they answer; `None`: ask the engine (a failure to read them
-    /// is logged, never the result).
+    /// `build`'s archive of `path` (to `to`, at most `limit` bytes) over a stopped
+    /// container's layers on this host (off the async threads), when this backend has them
+    /// and they answer; `None`: ask the engine (a failure to read them is logged, never the
+    /// result).
     async fn archive_from_layer(
         &self,
         id: &ContainerId,
-        build: impl FnOnce(&super::layer::Layer) -> std::io::Result<Option<Fetched>> + Send + 'static,
+        build: fn(&super::layer::Layer, &str, &Path, u64) -> std::io::Result<Option<Fetched>>,
+        path: &str,
+        to: &Path,
+        limit: u64,
     ) -> Option<Fetched> {
         let layer = self.upper.layer_of_stopped(id.as_str())?;
-        match tokio::task::spawn_blocking(move || build(&layer)).await {
+        let (path, to) = (path.to_string(), to.to_path_buf());
+        match tokio::task::spawn_blocking(move || build(&layer, &path, &to, limit)).await {
             Ok(Ok(fetched)) => fetched,
             Ok(Err(e)) => {
                 tracing::debug!(%id, "archive from the writable layer: {e}");
@@ -925,10 +943,7 @@ impl Sandbox for DockerSandbox {
 
     async fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
         let options = UploadToContainerOptionsBuilder::new().path(dest).build();
-        self.docker
-            .upload_to_container(id.as_str(), Some(options), bollard::body_full(tar.into()))
-            .await
-            .map_err(SandboxError::engine("copy into container"))
+        self.put_archive(id, options, tar).await
     }
 
     async fn download_entry(
@@ -938,11 +953,8 @@ impl Sandbox for DockerSandbox {
         to: &Path,
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
-        let (p, t) = (path.to_string(), to.to_path_buf());
-        if let Some(fetched) = self
-            .archive_from_layer(id, move |layer| layer.entry_archive(&p, &t, limit))
-            .await
-        {
+        let entry = super::layer::Layer::entry_archive;
+        if let Some(fetched) = self.archive_from_layer(id, entry, path, to, limit).await {
             return Ok(fetched);
         }
         let got = self.download(id, path, to, limit).await?;
@@ -972,10 +984,7 @@ impl Sandbox for DockerSandbox {
             .path("/")
             .no_overwrite_dir_non_dir("false")
             .build();
-        self.docker
-            .upload_to_container(id.as_str(), Some(options), bollard::body_full(body.into()))
-            .await
-            .map_err(SandboxError::engine("copy into container"))
+        self.put_archive(id, options, body).await
     }
 
     async fn download(
@@ -985,11 +994,8 @@ impl Sandbox for DockerSandbox {
         to: &Path,
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
-        let (p, t) = (path.to_string(), to.to_path_buf());
-        if let Some(fetched) = self
-            .archive_from_layer(id, move |layer| layer.archive(&p, &t, limit))
-            .await
-        {
+        let whole = super::layer::Layer::archive;
+        if let Some(fetched) = self.archive_from_layer(id, whole, path, to, limit).await {
             return Ok(fetched);
         }
         let options = DownloadFromContainerOptionsBuilder::new()

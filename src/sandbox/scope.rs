@@ -48,8 +48,7 @@ impl Scope {
         sb: &S,
         spec: &ContainerSpec,
     ) -> Result<ContainerId, SandboxError> {
-        let id = sb.create(spec).await?;
-        self.hold(Resource::Container(id.clone()));
+        let id = self.create(sb, spec).await?;
         sb.start(&id).await?;
         Ok(id)
     }

@@ -210,7 +210,7 @@ fn os_bytes(s: &OsStr) -> Vec<u8> {
 }
 
 /// Resolves `.` and `..` without touching the file system.
-fn normalize(path: &Path) -> PathBuf {
+pub(super) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
         match part {

@@ -21,6 +21,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::error::{TaskError, TaskErrorKind, quote};
+use super::load::not_a_task_dir;
 
 type Result<T> = std::result::Result<T, TaskError>;
 
@@ -309,15 +310,6 @@ pub(crate) fn natural_cmp(a: &str, b: &str) -> Ordering {
 fn trim_zeros(digits: &[u8]) -> &[u8] {
     let zeros = digits.iter().take_while(|c| **c == b'0').count();
     &digits[zeros..]
-}
-
-fn not_a_task_dir(dir: &Path, why: &str) -> TaskError {
-    TaskError::new(
-        TaskErrorKind::NotATaskDir,
-        dir,
-        None,
-        format!("not a task directory ({why})"),
-    )
 }
 
 fn field_error(file: &Path, field: &str, message: &str) -> TaskError {

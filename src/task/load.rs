@@ -271,7 +271,7 @@ pub fn load_all(dirs: &[PathBuf]) -> Result<Vec<Task>> {
     Ok(tasks)
 }
 
-fn not_a_task_dir(dir: &Path, why: &str) -> TaskError {
+pub(super) fn not_a_task_dir(dir: &Path, why: &str) -> TaskError {
     TaskError::new(
         TaskErrorKind::NotATaskDir,
         dir,

@@ -14,7 +14,7 @@ use crate::task::{IntegrityMode, VerifierMode};
 use crate::verifier::integrity::{Integrity, VerifiedOn};
 use crate::verifier::{self, VerifierOutcome, VerifierStatus, VerifyInput};
 
-use super::phases::{self, Ctx, Infra, infra, round3, sandbox_network};
+use super::phases::{self, Ctx, Infra, infra, round3};
 use super::plan::{Phase, TrialPlan};
 use super::record::*;
 use super::scrub;
@@ -122,13 +122,11 @@ async fn phases<S: Sandbox>(
     on_phase: &(dyn Fn(Phase) + Send + Sync),
 ) -> Result<Option<CompletionRecord>, Infra> {
     let trial = ctx.plan;
-    for sub in ["agent", "artifacts", "verifier"] {
-        let dir = ctx.path(sub);
-        std::fs::create_dir_all(&dir).map_err(|e| Infra {
-            phase: Phase::Environment,
-            message: format!("{}: {e}", dir.display()),
-        })?;
-    }
+    phases::make_dirs(
+        &trial.dir,
+        &["agent", "artifacts", "verifier"],
+        Phase::Environment,
+    )?;
     // Harbor `[[steps]]`: each phase runs on the view of the step at hand (the first until the
     // agent phase, then the last step that ran); empty for a single-step task.
     let views = phases::steps::views(trial)?;
@@ -255,17 +253,7 @@ async fn phases<S: Sandbox>(
         return Ok(completion);
     };
 
-    let input = VerifyInput {
-        task,
-        dir: &plan.dir,
-        limits: ctx.limits(),
-        network: sandbox_network(task.verifier.network),
-        pass_threshold: settings.pass_threshold,
-        timeout_multiplier: settings.verifier_timeout_multiplier,
-        log_cap_bytes: settings.log_cap_bytes,
-        grace: settings.kill_grace,
-        egress: egress.for_verifier(task),
-    };
+    let input = VerifyInput::new(task, &plan.dir, ctx.limits(), settings, &egress.verifier);
     let has_validation = task
         .completion
         .as_ref()

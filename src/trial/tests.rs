@@ -30,6 +30,13 @@ fn solving() -> FakeSandbox {
     fake
 }
 
+/// A trial of `task_toml` (see `plan_in`) in a fresh directory, on [`solving`]'s backend.
+fn solving_in(task_toml: &str) -> (tempfile::TempDir, TrialPlan, Arc<FakeSandbox>) {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(root.path(), task_toml);
+    (root, plan, Arc::new(solving()))
+}
+
 struct Run {
     run: TrialRun,
     /// The phases announced, each with the number of backend calls made before it.
@@ -65,9 +72,7 @@ fn record(run: TrialRun) -> TrialRecord {
 
 #[tokio::test(start_paused = true)]
 async fn phases_run_in_order_and_leave_nothing() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("");
     let out = run_on(&fake, &plan, None).await;
     let order: Vec<Phase> = out.phases.iter().map(|(p, _)| *p).collect();
     assert_eq!(
@@ -143,9 +148,7 @@ async fn a_verifier_unlike_the_agents_container_runs_in_a_fresh_container_of_the
             "[[completion.validation]]\nid = \"v\"\nshell = \"true\"\n",
         ),
     ] {
-        let root = tempfile::tempdir().expect("tmp");
-        let plan = plan_in(root.path(), toml);
-        let fake = Arc::new(solving());
+        let (_root, plan, fake) = solving_in(toml);
         let rec = record(run_on(&fake, &plan, None).await.run);
         assert_eq!(
             rec.verifier.status,
@@ -242,9 +245,7 @@ async fn cancellation_at_any_phase_records_nothing_and_removes_everything() {
         Phase::Collect,
         Phase::Verify,
     ] {
-        let root = tempfile::tempdir().expect("tmp");
-        let plan = plan_in(root.path(), "");
-        let fake = Arc::new(solving());
+        let (_root, plan, fake) = solving_in("");
         let out = run_on(&fake, &plan, Some(phase)).await;
         assert!(
             matches!(out.run, TrialRun::Cancelled),
@@ -261,9 +262,7 @@ async fn cancellation_at_any_phase_records_nothing_and_removes_everything() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancel_during_a_long_agent_run_stops_it_at_once() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "[agent]\ntimeout_sec = 3600\n");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("[agent]\ntimeout_sec = 3600\n");
     fake.on_exec(
         "/solution/solve.sh",
         FakeExec::exits(0).takes(Duration::from_secs(3000)),
@@ -289,9 +288,7 @@ async fn a_cancel_during_a_long_agent_run_stops_it_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn an_agent_past_its_deadline_is_a_timeout_and_still_verified() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "[agent]\ntimeout_sec = 10\n");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("[agent]\ntimeout_sec = 10\n");
     fake.on_exec(
         "/solution/solve.sh",
         FakeExec {
@@ -319,9 +316,7 @@ async fn an_agent_past_its_deadline_is_a_timeout_and_still_verified() {
 
 #[tokio::test(start_paused = true)]
 async fn an_oom_killed_agent_is_oom() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "memory_mb = 64\n");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("memory_mb = 64\n");
     fake.on_exec(
         "/solution/solve.sh",
         FakeExec {
@@ -342,9 +337,7 @@ async fn an_oom_killed_agent_is_oom() {
 
 #[tokio::test(start_paused = true)]
 async fn an_agent_over_its_storage_limit_is_stopped_and_never_frozen() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "storage_mb = 10\n");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("storage_mb = 10\n");
     fake.on_exec(
         "/solution/solve.sh",
         FakeExec {
@@ -373,9 +366,7 @@ async fn an_agent_over_its_storage_limit_is_stopped_and_never_frozen() {
 
 #[tokio::test(start_paused = true)]
 async fn a_container_that_vanishes_is_an_infra_error() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("");
     fake.vanish_at(Op::Download, 1);
     let rec = record(run_on(&fake, &plan, None).await.run);
     let infra = rec.infra_error.expect("infra");
@@ -416,9 +407,7 @@ async fn a_verifier_that_writes_no_reward_is_an_error_and_a_failed_one_fails() {
 
 #[tokio::test(start_paused = true)]
 async fn a_shadowed_interpreter_is_tampered_and_never_passes() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("");
     fake.image_files("fake/image", &[("/usr/bin/python3", b"\x7fELF")]);
     // The verifier still "passes": what it ran was the agent's python3.
     fake.on_exec(
@@ -464,9 +453,7 @@ async fn a_shadowed_interpreter_is_tampered_and_never_passes() {
 
 #[tokio::test(start_paused = true)]
 async fn an_honest_solve_is_clean() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "workdir = \"/app\"\n");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("workdir = \"/app\"\n");
     fake.image_files(
         "fake/image",
         &[
@@ -500,9 +487,7 @@ async fn an_honest_solve_is_clean() {
 
 #[tokio::test(start_paused = true)]
 async fn enforce_verifies_a_tampered_trial_on_the_pristine_toolchain() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "[verifier]\nintegrity = \"enforce\"\n");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("[verifier]\nintegrity = \"enforce\"\n");
     fake.image_files("fake/image", &[("/usr/bin/python3", b"\x7fELF")]);
     fake.on_exec(
         "/solution/solve.sh",
@@ -541,9 +526,7 @@ async fn enforce_verifies_a_tampered_trial_on_the_pristine_toolchain() {
 
 #[tokio::test(start_paused = true)]
 async fn clean_mode_replays_the_agents_work_onto_the_original_image() {
-    let root = tempfile::tempdir().expect("tmp");
-    let plan = plan_in(root.path(), "[verifier]\nenvironment_mode = \"clean\"\n");
-    let fake = Arc::new(solving());
+    let (_root, plan, fake) = solving_in("[verifier]\nenvironment_mode = \"clean\"\n");
     let rec = record(run_on(&fake, &plan, None).await.run);
     assert_eq!(rec.verifier.mode, crate::task::VerifierMode::Clean);
     assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
@@ -664,9 +647,7 @@ async fn the_images_own_path_decides_what_shadows_a_command() {
         (Some("PATH=/opt/tools/bin:/usr/bin:/bin"), true),
         (None, false),
     ] {
-        let root = tempfile::tempdir().expect("tmp");
-        let plan = plan_in(root.path(), "");
-        let fake = Arc::new(solving());
+        let (_root, plan, fake) = solving_in("");
         fake.image_files("fake/image", &[("/usr/bin/python3", b"\x7fELF")]);
         if let Some(env) = env {
             fake.set_image_env("fake/image", &[env]);

@@ -71,7 +71,34 @@ pub(crate) enum VerifyError {
     },
 }
 
-impl VerifyInput<'_> {
+impl<'a> VerifyInput<'a> {
+    /// The verifier of `task` with the job's `settings`, its files under `dir`, on the
+    /// task's verifier network; with `[verifier] network_mode = "allowlist"`, its proxy's
+    /// attempts go to `events`.
+    pub(crate) fn new(
+        task: &'a Task,
+        dir: &'a Path,
+        limits: ContainerLimits,
+        settings: &crate::trial::TrialSettings,
+        events: &'a std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
+    ) -> Self {
+        let allowlist = task.verifier.network == crate::task::NetworkMode::Allowlist;
+        VerifyInput {
+            task,
+            dir,
+            limits,
+            network: crate::trial::sandbox_network(task.verifier.network),
+            pass_threshold: settings.pass_threshold,
+            timeout_multiplier: settings.verifier_timeout_multiplier,
+            log_cap_bytes: settings.log_cap_bytes,
+            grace: settings.kill_grace,
+            egress: allowlist.then_some(VerifierEgress {
+                hosts: &task.verifier.allowed_hosts,
+                events,
+            }),
+        }
+    }
+
     pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
     }

@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value as Yaml;
 
+use super::super::checksum::normalize;
 use super::super::error::{FileCtx, TaskError, TaskErrorKind, quote};
 use super::values::{
-    depends_on, environment, health_test, key_text, normalize, parse_duration, scalar, type_error,
+    depends_on, environment, health_test, key_text, parse_duration, scalar, type_error,
     valid_service_name, words,
 };
 use super::{

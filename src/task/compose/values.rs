@@ -2,7 +2,6 @@
 //! tests, `depends_on`, durations.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
 
 use serde_yaml::Value as Yaml;
 
@@ -273,21 +272,6 @@ pub(super) fn split_words(text: &str) -> Option<Vec<String>> {
         out.push(word);
     }
     Some(out)
-}
-
-/// Resolves `.` and `..` without touching the file system.
-pub(super) fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

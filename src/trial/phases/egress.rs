@@ -125,17 +125,6 @@ pub(crate) struct Proxies {
 }
 
 impl Proxies {
-    /// What a verifier run of `task` needs to serve its proxy, when its network is `allowlist`.
-    pub(crate) fn for_verifier<'a>(
-        &'a self,
-        task: &'a crate::task::Task,
-    ) -> Option<crate::verifier::VerifierEgress<'a>> {
-        (task.verifier.network == NetworkMode::Allowlist).then(|| crate::verifier::VerifierEgress {
-            hosts: &task.verifier.allowed_hosts,
-            events: &self.verifier,
-        })
-    }
-
     /// Stop what still runs and record every attempt (agent's first, then the verifiers').
     pub(crate) async fn finish(&mut self, rec: &mut TrialRecord) {
         if let Some(proxy) = self.agent.take() {
@@ -170,22 +159,27 @@ mod tests {
     ) -> (TrialRecord, Arc<FakeSandbox>, tempfile::TempDir) {
         let root = tempfile::tempdir().expect("tmp");
         let task = task_dir(root.path(), "t", task_toml);
-        let job = root.path().join("job.yaml");
-        std::fs::write(
-            &job,
-            format!(
-                "tasks: [{}]\nagents:\n  - name: fetch\n    kind: command\n    run: [python3, /agent.py]\n{agent_yaml}",
-                task.display()
-            ),
-        )
-        .expect("job.yaml");
+        let yaml = format!(
+            "tasks: [{}]\nagents:\n  - name: fetch\n    kind: command\n    run: [python3, /agent.py]\n{agent_yaml}",
+            task.display()
+        );
+        let (rec, fake) = run_job(root.path(), &yaml).await;
+        (rec, fake, root)
+    }
+
+    /// The first trial of the job `yaml` (written in `root`), with the job's model gateway
+    /// when it names models, on the fake where `/agent.py` exits 0 and the tests reward 1.
+    async fn run_job(root: &std::path::Path, yaml: &str) -> (TrialRecord, Arc<FakeSandbox>) {
+        let job = root.join("job.yaml");
+        std::fs::write(&job, yaml).expect("job.yaml");
         let spec = resolve(&RunArgs {
             config: Some(job),
-            job_dir: Some(root.path().join("out")),
+            job_dir: Some(root.join("out")),
             ..RunArgs::default()
         })
         .expect("job resolves");
-        let plan = spec.trials_with(Default::default(), None).remove(0);
+        let gateway = spec.start_gateway().expect("gateway");
+        let plan = spec.trials_with(Default::default(), gateway).remove(0);
         std::fs::create_dir_all(&plan.dir).expect("trial dir");
         let fake = Arc::new(FakeSandbox::new());
         fake.on_exec("/agent.py", FakeExec::exits(0));
@@ -198,7 +192,7 @@ mod tests {
             TrialRun::Finished(rec) => *rec,
             TrialRun::Cancelled => panic!("cancelled"),
         };
-        (rec, fake, root)
+        (rec, fake)
     }
 
     fn env_of(fake: &FakeSandbox, needle: &str) -> Vec<(String, String)> {
@@ -316,37 +310,11 @@ mod tests {
             "network_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n",
         );
         std::fs::write(root.path().join("script.json"), r#"{"turns": []}"#).expect("script");
-        let job = root.path().join("job.yaml");
-        std::fs::write(
-            &job,
-            format!(
-                "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - name: caller\n    kind: command\n    run: [python3, /agent.py]\n    model: {{provider: fake, name: m}}\n",
-                task.display()
-            ),
-        )
-        .expect("job.yaml");
-        let spec = resolve(&RunArgs {
-            config: Some(job),
-            job_dir: Some(root.path().join("out")),
-            ..RunArgs::default()
-        })
-        .expect("job resolves");
-        let gateway = spec.start_gateway().expect("gateway").expect("a gateway");
-        let plan = spec
-            .trials_with(Default::default(), Some(gateway))
-            .remove(0);
-        std::fs::create_dir_all(&plan.dir).expect("trial dir");
-        let fake = Arc::new(FakeSandbox::new());
-        fake.on_exec("/agent.py", FakeExec::exits(0));
-        fake.on_exec(
-            "/tests/test.sh",
-            FakeExec::exits(0).writes("/logs/verifier/reward.txt", b"1\n"),
+        let yaml = format!(
+            "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - name: caller\n    kind: command\n    run: [python3, /agent.py]\n    model: {{provider: fake, name: m}}\n",
+            task.display()
         );
-        let (_tx, rx) = watch::channel(false);
-        let rec = match run(fake.clone(), &plan, rx, &|_| {}).await {
-            TrialRun::Finished(rec) => *rec,
-            TrialRun::Cancelled => panic!("cancelled"),
-        };
+        let (rec, fake) = run_job(root.path(), &yaml).await;
         assert_eq!(rec.infra_error, None, "{:?}", rec.termination);
         let env = env_of(&fake, "/agent.py");
         let base = get(&env, "OPENAI_BASE_URL").expect("the gateway's URL");

@@ -121,6 +121,18 @@ impl<S: Sandbox> Ctx<'_, S> {
     }
 }
 
+/// Create `subs` under `base` on the host (a trial's or a step's own directories).
+pub(crate) fn make_dirs(base: &Path, subs: &[&str], phase: Phase) -> Result<(), Infra> {
+    for sub in subs {
+        let dir = base.join(sub);
+        std::fs::create_dir_all(&dir).map_err(|e| Infra {
+            phase,
+            message: format!("{}: {e}", dir.display()),
+        })?;
+    }
+    Ok(())
+}
+
 pub(crate) fn sandbox_network(mode: NetworkMode) -> Network {
     match mode {
         NetworkMode::NoNetwork => Network::None,

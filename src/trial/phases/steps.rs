@@ -37,14 +37,14 @@ use std::time::{Duration, Instant};
 
 use crate::agent::{AgentKind, resolve_env};
 use crate::sandbox::{
-    ContainerId, ExecEnd, Resource, Role, Sandbox, TarEntry, dir_to_tar, files_to_tar,
+    ContainerId, ExecEnd, ExecSpec, Resource, Role, Sandbox, TarEntry, dir_to_tar, files_to_tar,
 };
 use crate::task::{Healthcheck, MinReward, MultiStepReward, Step, Task, VerifierMode};
 use crate::trial::plan::{Phase, TrialPlan};
 use crate::trial::record::{ArtifactEntry, StepRecord, Termination};
 use crate::verifier::{self, Reward, VerifierOutcome, VerifierStatus, VerifyInput, judge};
 
-use super::{AgentDone, Ctx, EnvReady, Infra, infra, round3, sandbox_network};
+use super::{AgentDone, Ctx, EnvReady, Infra, infra, round3};
 
 /// Host directory (in the trial dir) holding each step's merged tests; removed by cleanup.
 pub(crate) const STEP_TESTS_DIR: &str = ".step-tests";
@@ -160,13 +160,7 @@ pub(crate) async fn run<S: Sandbox>(
             scope: ctx.scope,
         };
         let step_dir = step_path(ctx.plan, step);
-        for sub in ["agent", "verifier", "artifacts"] {
-            let dir = step_dir.join(sub);
-            std::fs::create_dir_all(&dir).map_err(|e| Infra {
-                phase: Phase::Agent,
-                message: format!("{}: {e}", dir.display()),
-            })?;
-        }
+        super::make_dirs(&step_dir, &["agent", "verifier", "artifacts"], Phase::Agent)?;
         let own_env;
         let env_k = if k == 0 {
             env
@@ -484,19 +478,13 @@ async fn prepare<S: Sandbox>(
             let script = format!("{trimmed}/setup.sh");
             let rel = format!("steps/{}/setup", step.name);
             let (out, err) = (format!("{rel}.stdout.log"), format!("{rel}.stderr.log"));
-            let mut spec = ctx.exec_spec(
+            let spec = ctx.exec_spec(
                 vec!["bash".to_string(), script],
                 user.clone(),
                 Duration::try_from_secs_f64(task.agent.timeout_sec).unwrap_or(Duration::MAX),
                 Some((&out, &err)),
             );
-            spec.env = task_env.clone();
-            let end = ctx
-                .sb
-                .exec(id, &spec)
-                .await
-                .map_err(infra(Phase::Agent))?
-                .end;
+            let end = exec_with(ctx, id, spec, &task_env).await?;
             if end != ExecEnd::Exited(0) {
                 return Ok(Err(format!(
                     "step {}'s setup.sh {} (see {err})",
@@ -561,19 +549,13 @@ async fn healthcheck<S: Sandbox>(
     let started = tokio::time::Instant::now();
     let mut failures = 0u32;
     loop {
-        let mut spec = ctx.exec_spec(
+        let spec = ctx.exec_spec(
             vec!["sh".to_string(), "-c".to_string(), check.command.clone()],
             user.clone(),
             secs(check.timeout_sec),
             None,
         );
-        spec.env = env.to_vec();
-        let end = ctx
-            .sb
-            .exec(id, &spec)
-            .await
-            .map_err(infra(Phase::Agent))?
-            .end;
+        let end = exec_with(ctx, id, spec, env).await?;
         if end == ExecEnd::Exited(0) {
             return Ok(Ok(()));
         }
@@ -638,22 +620,7 @@ async fn verify_step<S: Sandbox>(
 ) -> Result<VerifierOutcome, Infra> {
     let task = &ctx.plan.task;
     let settings = &ctx.plan.settings;
-    let input = VerifyInput {
-        task,
-        dir: step_dir,
-        limits: ctx.limits(),
-        network: sandbox_network(task.verifier.network),
-        pass_threshold: settings.pass_threshold,
-        timeout_multiplier: settings.verifier_timeout_multiplier,
-        log_cap_bytes: settings.log_cap_bytes,
-        grace: settings.kill_grace,
-        egress: (task.verifier.network == crate::task::NetworkMode::Allowlist).then(|| {
-            crate::verifier::VerifierEgress {
-                hosts: &task.verifier.allowed_hosts,
-                events: egress,
-            }
-        }),
-    };
+    let input = VerifyInput::new(task, step_dir, ctx.limits(), settings, egress);
     let before = ctx.scope.held();
     let target = if task.verifier.mode == VerifierMode::Live {
         verifier::Target::Live(id.clone())
@@ -708,6 +675,22 @@ async fn step_artifacts<S: Sandbox>(
         out.push(entry);
     }
     Ok(out)
+}
+
+/// `spec` run in the agent's container with `env`: how it ended.
+async fn exec_with<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    id: &ContainerId,
+    mut spec: ExecSpec,
+    env: &[(String, String)],
+) -> Result<ExecEnd, Infra> {
+    spec.env = env.to_vec();
+    Ok(ctx
+        .sb
+        .exec(id, &spec)
+        .await
+        .map_err(infra(Phase::Agent))?
+        .end)
 }
 
 #[cfg(test)]
