@@ -91,31 +91,25 @@ fn anthropic_usage(u: &Value) -> Tokens {
 
 /// OpenAI Chat `usage`: `prompt_tokens` includes `prompt_tokens_details.cached_tokens`.
 fn chat_usage(u: &Value) -> Tokens {
-    let prompt = num(u, "prompt_tokens").unwrap_or(0);
-    let cached = u
-        .get("prompt_tokens_details")
-        .and_then(|d| num(d, "cached_tokens"))
-        .unwrap_or(0)
-        .min(prompt);
-    Tokens {
-        input: prompt - cached,
-        output: num(u, "completion_tokens").unwrap_or(0),
-        cache_read: cached,
-        cache_write: 0,
-    }
+    openai_usage(u, "prompt_tokens", "completion_tokens")
 }
 
 /// OpenAI Responses `usage`: `input_tokens` includes `input_tokens_details.cached_tokens`.
 fn responses_usage(u: &Value) -> Tokens {
-    let input = num(u, "input_tokens").unwrap_or(0);
+    openai_usage(u, "input_tokens", "output_tokens")
+}
+
+/// An OpenAI `usage` whose `input` count includes `<input>_details.cached_tokens`.
+fn openai_usage(u: &Value, input: &str, output: &str) -> Tokens {
+    let total = num(u, input).unwrap_or(0);
     let cached = u
-        .get("input_tokens_details")
+        .get(format!("{input}_details"))
         .and_then(|d| num(d, "cached_tokens"))
         .unwrap_or(0)
-        .min(input);
+        .min(total);
     Tokens {
-        input: input - cached,
-        output: num(u, "output_tokens").unwrap_or(0),
+        input: total - cached,
+        output: num(u, output).unwrap_or(0),
         cache_read: cached,
         cache_write: 0,
     }
@@ -276,17 +270,15 @@ impl SseMeter {
                 if let Some(u) = usage_object(v.get("usage")) {
                     // Cumulative counts; newer streams repeat the input side here too.
                     let t = self.anthropic.get_or_insert_with(Tokens::default);
-                    if let Some(n) = num(u, "output_tokens") {
-                        t.output = n;
-                    }
-                    if let Some(n) = num(u, "input_tokens") {
-                        t.input = n;
-                    }
-                    if let Some(n) = num(u, "cache_read_input_tokens") {
-                        t.cache_read = n;
-                    }
-                    if let Some(n) = num(u, "cache_creation_input_tokens") {
-                        t.cache_write = n;
+                    for (key, count) in [
+                        ("output_tokens", &mut t.output),
+                        ("input_tokens", &mut t.input),
+                        ("cache_read_input_tokens", &mut t.cache_read),
+                        ("cache_creation_input_tokens", &mut t.cache_write),
+                    ] {
+                        if let Some(n) = num(u, key) {
+                            *count = n;
+                        }
                     }
                 }
                 if let Some(r) = v

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::request::{str_of, text_of};
+use super::request::{items, str_of, text_of};
 use crate::gateway::ledger::CallRecord;
 use crate::gateway::usage::Protocol;
 
@@ -152,12 +152,7 @@ fn anthropic_reply(v: &Value) -> Reply {
         model: model_of(v),
         ..Reply::default()
     };
-    for block in v
-        .get("content")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for block in items(v, "content") {
         anthropic_block(&mut reply, block);
     }
     reply
@@ -223,12 +218,7 @@ fn chat_reply(v: &Value) -> Reply {
     {
         reply.reasoning = r.to_string();
     }
-    for c in msg
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for c in items(msg, "tool_calls") {
         let (arguments, raw) = arguments_value(c.pointer("/function/arguments"));
         reply.calls.push(Call {
             id: str_of(c, "id").to_string(),
@@ -272,12 +262,7 @@ fn chat_stream(events: &[Value]) -> Reply {
                 .and_then(Value::as_str)
                 .unwrap_or_default(),
         );
-        for c in delta
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for c in items(delta, "tool_calls") {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
             let at = match calls.iter().position(|k| k.0 == index) {
                 Some(i) => i,
@@ -313,12 +298,7 @@ fn chat_stream(events: &[Value]) -> Reply {
 fn responses_item(reply: &mut Reply, item: &Value) {
     match str_of(item, "type") {
         "message" => {
-            for part in item
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for part in items(item, "content") {
                 match str_of(part, "type") {
                     "output_text" => push_text(&mut reply.text, str_of(part, "text")),
                     "refusal" => push_text(&mut reply.text, str_of(part, "refusal")),
@@ -328,12 +308,7 @@ fn responses_item(reply: &mut Reply, item: &Value) {
         }
         "reasoning" => {
             for key in ["summary", "content"] {
-                for part in item
-                    .get(key)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
+                for part in items(item, key) {
                     push_text(&mut reply.reasoning, str_of(part, "text"));
                 }
             }
@@ -368,12 +343,7 @@ fn responses_reply(v: &Value) -> Reply {
         model: model_of(v),
         ..Reply::default()
     };
-    for item in v
-        .get("output")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for item in items(v, "output") {
         responses_item(&mut reply, item);
     }
     reply
