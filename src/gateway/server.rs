@@ -301,9 +301,9 @@ impl Gateway {
             only,
         };
         let router = Router::new()
-            .route("/v1/messages", post(anthropic_messages))
-            .route("/v1/chat/completions", post(chat_completions))
-            .route("/v1/responses", post(responses))
+            .route("/v1/messages", endpoint(Protocol::AnthropicMessages))
+            .route("/v1/chat/completions", endpoint(Protocol::ChatCompletions))
+            .route("/v1/responses", endpoint(Protocol::Responses))
             .route("/v1/models", get(list_models))
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
@@ -424,26 +424,13 @@ impl Gateway {
 // ---------------------------------------------------------------------------------------------
 // Handlers
 
-async fn anthropic_messages(
-    State(app): State<App>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    proxy(app, Protocol::AnthropicMessages, uri, headers, body).await
-}
-
-async fn chat_completions(
-    State(app): State<App>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    proxy(app, Protocol::ChatCompletions, uri, headers, body).await
-}
-
-async fn responses(State(app): State<App>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    proxy(app, Protocol::Responses, uri, headers, body).await
+/// `POST` of `protocol`'s endpoint: the call is proxied as that protocol.
+fn endpoint(protocol: Protocol) -> axum::routing::MethodRouter<App> {
+    post(
+        move |State(app): State<App>, uri: Uri, headers: HeaderMap, body: Bytes| {
+            proxy(app, protocol, uri, headers, body)
+        },
+    )
 }
 
 async fn not_found(headers: HeaderMap, uri: Uri) -> Response {

@@ -476,13 +476,24 @@ data: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\
             .collect()
     }
 
-    #[test]
-    fn anthropic_stream_counts_start_and_delta_with_cache() {
-        for m in stream(Protocol::AnthropicMessages, ANTHROPIC_SSE) {
-            assert_eq!(m.tokens, t(472, 89, 3000, 12));
-            assert_eq!(m.stop_reason.as_deref(), Some("tool_use"));
+    /// However `text` is split, it meters as a complete call with `tokens` and `stop`.
+    fn assert_complete(protocol: Protocol, text: &str, tokens: Option<Tokens>, stop: &str) {
+        for m in stream(protocol, text) {
+            assert_eq!(m.tokens, tokens);
+            assert_eq!(m.stop_reason.as_deref(), Some(stop));
             assert!(m.complete);
         }
+    }
+
+    #[test]
+    fn anthropic_stream_counts_start_and_delta_with_cache() {
+        let tokens = t(472, 89, 3000, 12);
+        assert_complete(
+            Protocol::AnthropicMessages,
+            ANTHROPIC_SSE,
+            tokens,
+            "tool_use",
+        );
         // Cut before message_stop: counts so far, not complete.
         let cut = &ANTHROPIC_SSE[..ANTHROPIC_SSE.find("event: message_delta").unwrap()];
         let m = stream(Protocol::AnthropicMessages, cut).pop().unwrap();
@@ -500,11 +511,8 @@ data: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\
 
     #[test]
     fn chat_stream_final_usage_chunk() {
-        for m in stream(Protocol::ChatCompletions, CHAT_SSE) {
-            assert_eq!(m.tokens, t(388, 12, 512, 0));
-            assert_eq!(m.stop_reason.as_deref(), Some("tool_calls"));
-            assert!(m.complete);
-        }
+        let tokens = t(388, 12, 512, 0);
+        assert_complete(Protocol::ChatCompletions, CHAT_SSE, tokens, "tool_calls");
         let crlf = CHAT_SSE.replace('\n', "\r\n");
         let m = stream(Protocol::ChatCompletions, &crlf).pop().unwrap();
         assert_eq!(m.tokens, t(388, 12, 512, 0));
@@ -512,11 +520,8 @@ data: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\
 
     #[test]
     fn responses_stream_completed_event() {
-        for m in stream(Protocol::Responses, RESPONSES_SSE) {
-            assert_eq!(m.tokens, t(904, 30, 4096, 0));
-            assert_eq!(m.stop_reason.as_deref(), Some("tool_call"));
-            assert!(m.complete);
-        }
+        let tokens = t(904, 30, 4096, 0);
+        assert_complete(Protocol::Responses, RESPONSES_SSE, tokens, "tool_call");
     }
 
     #[test]

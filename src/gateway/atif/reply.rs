@@ -147,15 +147,24 @@ fn anthropic_block(reply: &mut Reply, block: &Value) {
     }
 }
 
-fn anthropic_reply(v: &Value) -> Reply {
+/// The reply of `model` that `read` builds from each of `parts` in turn.
+fn assemble<'a>(
+    model: Option<String>,
+    parts: impl IntoIterator<Item = &'a Value>,
+    read: fn(&mut Reply, &Value),
+) -> Reply {
     let mut reply = Reply {
-        model: model_of(v),
+        model,
         ..Reply::default()
     };
-    for block in items(v, "content") {
-        anthropic_block(&mut reply, block);
+    for part in parts {
+        read(&mut reply, part);
     }
     reply
+}
+
+fn anthropic_reply(v: &Value) -> Reply {
+    assemble(model_of(v), items(v, "content"), anthropic_block)
 }
 
 fn anthropic_stream(events: &[Value]) -> Reply {
@@ -186,20 +195,21 @@ fn anthropic_stream(events: &[Value]) -> Reply {
             _ => {}
         }
     }
-    let mut reply = Reply {
-        model,
-        ..Reply::default()
-    };
-    for (_, mut block, acc) in blocks {
-        match str_of(&block, "type") {
-            "text" => block["text"] = json!(format!("{}{acc}", str_of(&block, "text"))),
-            "thinking" => block["thinking"] = json!(format!("{}{acc}", str_of(&block, "thinking"))),
-            "tool_use" | "server_tool_use" if !acc.is_empty() => block["input"] = json!(acc),
-            _ => {}
-        }
-        anthropic_block(&mut reply, &block);
-    }
-    reply
+    let blocks: Vec<Value> = blocks
+        .into_iter()
+        .map(|(_, mut block, acc)| {
+            match str_of(&block, "type") {
+                "text" => block["text"] = json!(format!("{}{acc}", str_of(&block, "text"))),
+                "thinking" => {
+                    block["thinking"] = json!(format!("{}{acc}", str_of(&block, "thinking")))
+                }
+                "tool_use" | "server_tool_use" if !acc.is_empty() => block["input"] = json!(acc),
+                _ => {}
+            }
+            block
+        })
+        .collect();
+    assemble(model, &blocks, anthropic_block)
 }
 
 fn chat_reply(v: &Value) -> Reply {
@@ -339,14 +349,7 @@ fn responses_item(reply: &mut Reply, item: &Value) {
 }
 
 fn responses_reply(v: &Value) -> Reply {
-    let mut reply = Reply {
-        model: model_of(v),
-        ..Reply::default()
-    };
-    for item in items(v, "output") {
-        responses_item(&mut reply, item);
-    }
-    reply
+    assemble(model_of(v), items(v, "output"), responses_item)
 }
 
 fn responses_stream(events: &[Value]) -> Reply {
@@ -419,13 +422,6 @@ fn responses_stream(events: &[Value]) -> Reply {
             _ => {}
         }
     }
-    let mut reply = Reply {
-        model,
-        ..Reply::default()
-    };
     items.sort_by_key(|i| i.0);
-    for (_, item) in &items {
-        responses_item(&mut reply, item);
-    }
-    reply
+    assemble(model, items.iter().map(|(_, item)| item), responses_item)
 }

@@ -153,6 +153,14 @@ fn steps(v: &Value) -> &Vec<Value> {
     v["steps"].as_array().unwrap()
 }
 
+/// The `source` of each step, in order.
+fn sources(v: &Value) -> Vec<&str> {
+    steps(v)
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn each_protocol_streaming_or_not_becomes_system_user_and_agent_steps_with_observations() {
     for api in [
@@ -167,9 +175,8 @@ fn each_protocol_streaming_or_not_becomes_system_user_and_agent_steps_with_obser
             let v = trajectory(&calls, 0, "trial-1", &agent()).unwrap();
             valid(&v);
             let s = steps(&v);
-            let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
             assert_eq!(
-                sources,
+                sources(&v),
                 ["system", "user", "agent", "agent"],
                 "{what}: {v:#}"
             );
@@ -383,8 +390,7 @@ fn truncated_bodies_are_marked_and_do_not_break_the_trajectory() {
     let v = trajectory(&calls, 0, "t", &agent()).unwrap();
     valid(&v);
     let s = steps(&v);
-    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
-    assert_eq!(sources, ["system", "user", "agent", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["system", "user", "agent", "agent"], "{v:#}");
     // The cut event is dropped; the text before it is kept.
     assert_eq!(s[2]["message"], "Looking.");
     assert_eq!(s[2]["extra"]["response_truncated"], true);
@@ -475,8 +481,7 @@ fn refused_and_retried_calls_are_steps_without_inference_and_the_turn_is_not_rep
     let v = trajectory(&[refused, again], 0, "t", &agent()).unwrap();
     valid(&v);
     let s = steps(&v);
-    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
-    assert_eq!(sources, ["user", "agent", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["user", "agent", "agent"], "{v:#}");
     assert_eq!(s[1]["llm_call_count"], 0);
     assert!(s[1].get("metrics").is_none());
     assert_eq!(s[1]["extra"]["outcome"], "budget_exhausted");
@@ -596,8 +601,7 @@ fn a_cut_stream_and_an_unreachable_upstream_are_steps_that_say_so() {
     let v = trajectory(&[cut, down], 0, "t", &agent()).unwrap();
     valid(&v);
     let s = steps(&v);
-    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
-    assert_eq!(sources, ["user", "agent", "user", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["user", "agent", "user", "agent"], "{v:#}");
     assert_eq!(s[1]["extra"]["outcome"], "stream_cut");
     assert_eq!(s[1]["extra"]["upstream_errors"], json!(["stream_cut"]));
     let text = s[1]["message"].as_str().unwrap();
@@ -619,11 +623,7 @@ fn the_same_user_message_in_a_later_turn_is_a_new_step() {
     b.seq = 2;
     let v = trajectory(&[a, b], 0, "t", &agent()).unwrap();
     valid(&v);
-    let sources: Vec<&str> = steps(&v)
-        .iter()
-        .map(|s| s["source"].as_str().unwrap())
-        .collect();
-    assert_eq!(sources, ["user", "agent", "user", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["user", "agent", "user", "agent"], "{v:#}");
 }
 
 #[test]
@@ -639,8 +639,7 @@ fn a_cut_request_is_read_from_the_fields_whole_before_the_cut() {
     let v = trajectory(&calls, 0, "t", &agent()).unwrap();
     valid(&v);
     let s = steps(&v);
-    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
-    assert_eq!(sources, ["system", "user", "agent", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["system", "user", "agent", "agent"], "{v:#}");
     // The tool result (only in the cut request) is still found.
     assert_eq!(s[2]["observation"]["results"][0]["content"], OUTPUT);
     assert_eq!(s[3]["extra"]["request_truncated"], true);
