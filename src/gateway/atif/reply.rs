@@ -352,6 +352,30 @@ fn responses_reply(v: &Value) -> Reply {
     assemble(model_of(v), items(v, "output"), responses_item)
 }
 
+/// The streamed item at output `index`, an empty object until an event fills it.
+fn slot(items: &mut Vec<(u64, Value)>, index: u64) -> &mut Value {
+    let i = match items.iter().position(|i| i.0 == index) {
+        Some(i) => i,
+        None => {
+            items.push((index, json!({})));
+            items.len() - 1
+        }
+    };
+    &mut items[i].1
+}
+
+/// `item` becomes a `kind` whose `key` is one `part` holding its text so far and `delta`.
+fn grow_part(item: &mut Value, kind: &str, key: &str, part: &str, delta: &str) {
+    item["type"] = json!(kind);
+    let text = format!(
+        "{}{delta}",
+        item.pointer(&format!("/{key}/0/text"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    );
+    item[key] = json!([{"type": part, "text": text}]);
+}
+
 fn responses_stream(events: &[Value]) -> Reply {
     // The final response object says it all when the stream got that far.
     for e in events.iter().rev() {
@@ -370,54 +394,36 @@ fn responses_stream(events: &[Value]) -> Reply {
     let mut model = None;
     for e in events {
         let index = e.get("output_index").and_then(Value::as_u64).unwrap_or(0);
-        let slot = |items: &mut Vec<(u64, Value)>| -> usize {
-            match items.iter().position(|i| i.0 == index) {
-                Some(i) => i,
-                None => {
-                    items.push((index, json!({})));
-                    items.len() - 1
-                }
-            }
-        };
+        let delta = str_of(e, "delta");
         match str_of(e, "type") {
             "response.created" | "response.in_progress" => {
                 model = e.get("response").and_then(model_of);
             }
             "response.output_item.added" | "response.output_item.done" => {
-                let i = slot(&mut items);
-                items[i].1 = e.get("item").cloned().unwrap_or_else(|| json!({}));
+                *slot(&mut items, index) = e.get("item").cloned().unwrap_or_else(|| json!({}));
             }
             "response.output_text.delta" => {
-                let i = slot(&mut items);
-                let item = &mut items[i].1;
-                item["type"] = json!("message");
-                let text = format!(
-                    "{}{}",
-                    item.pointer("/content/0/text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                    str_of(e, "delta")
+                grow_part(
+                    slot(&mut items, index),
+                    "message",
+                    "content",
+                    "output_text",
+                    delta,
                 );
-                item["content"] = json!([{"type": "output_text", "text": text}]);
             }
             "response.function_call_arguments.delta" => {
-                let i = slot(&mut items);
-                let item = &mut items[i].1;
-                let args = format!("{}{}", str_of(item, "arguments"), str_of(e, "delta"));
+                let item = slot(&mut items, index);
+                let args = format!("{}{delta}", str_of(item, "arguments"));
                 item["arguments"] = json!(args);
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                let i = slot(&mut items);
-                let item = &mut items[i].1;
-                item["type"] = json!("reasoning");
-                let text = format!(
-                    "{}{}",
-                    item.pointer("/summary/0/text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                    str_of(e, "delta")
+                grow_part(
+                    slot(&mut items, index),
+                    "reasoning",
+                    "summary",
+                    "summary_text",
+                    delta,
                 );
-                item["summary"] = json!([{"type": "summary_text", "text": text}]);
             }
             _ => {}
         }
