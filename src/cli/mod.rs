@@ -322,14 +322,7 @@ async fn run(
         }
     };
     let spec = job::resolve(&args)?;
-    // Every command arbiter runs in a container comes from the harness toolbox (SPEC §5).
-    let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
-    let sandbox = Arc::new(
-        DockerSandbox::connect()
-            .await
-            .map_err(CliError::Engine)?
-            .with_toolbox(&toolbox),
-    );
+    let sandbox = engine_with_toolbox().await?;
     // A task needing GPUs the engine cannot give is refused before any trial starts.
     if job::gpus_wanted(&spec.tasks) > 0 {
         let gpus = sandbox.gpus().await.map_err(CliError::Engine)?;
@@ -401,23 +394,56 @@ async fn run(
     }))
 }
 
+/// The Docker engine, with the harness toolbox: every command arbiter runs in a container
+/// comes from it (SPEC §5).
+async fn engine_with_toolbox() -> Result<Arc<DockerSandbox>, CliError> {
+    let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
+    Ok(Arc::new(
+        DockerSandbox::connect()
+            .await
+            .map_err(CliError::Engine)?
+            .with_toolbox(&toolbox),
+    ))
+}
+
+/// Ctrl-C and SIGTERM, as one stream of interrupts.
+struct Interrupts {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    /// `None` (with a warning) when the handlers cannot be installed.
+    fn install() -> Option<Interrupts> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(int), Ok(term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            tracing::warn!("cannot install signal handlers");
+            return None;
+        };
+        Some(Interrupts { int, term })
+    }
+
+    /// The next interrupt, of either kind.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
 /// First Ctrl-C / SIGTERM: stop starting trials and let running ones clean up.
 /// Second: stop waiting and remove everything at once.
 async fn watch_signals(cancel: tokio::sync::watch::Sender<Option<job::CancelReason>>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        tracing::warn!("cannot install signal handlers");
+    let Some(mut interrupts) = Interrupts::install() else {
         return;
     };
     let mut count = 0;
     loop {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
+        interrupts.next().await;
         count += 1;
         let reason = if count == 1 {
             job::CancelReason::Interrupt

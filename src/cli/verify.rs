@@ -1,13 +1,11 @@
 //! `arbiter verify`: regrade a job's saved agent work (SPEC §13; the logic is `crate::regrade`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
 
 use crate::job::{self, ConfigError, RunArgs};
 use crate::regrade::{RegradeArgs, RegradeOutcome, RowStatus};
-use crate::sandbox::DockerSandbox;
 use crate::verifier::VerifierStatus;
 
 use super::packet::{Counts, Packet};
@@ -58,30 +56,15 @@ pub(super) async fn main(cmd: VerifyCmd) -> Result<u8, CliError> {
         repeat: cmd.repeat,
         concurrency: cmd.concurrency.unwrap_or(spec.concurrency),
     };
-    let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
-    let sandbox = Arc::new(
-        DockerSandbox::connect()
-            .await
-            .map_err(CliError::Engine)?
-            .with_toolbox(&toolbox),
-    );
+    let sandbox = super::engine_with_toolbox().await?;
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
     // Ctrl-C or SIGTERM: no new trial starts, running ones stop and clean up, nothing
     // half-done is recorded (the same command continues the regrade).
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            tracing::warn!("cannot install signal handlers");
-            return;
-        };
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
+        if let Some(mut interrupts) = super::Interrupts::install() {
+            interrupts.next().await;
+            let _ = cancel_tx.send(true);
         }
-        let _ = cancel_tx.send(true);
     });
     let outcome = crate::regrade::regrade(&spec, &args, sandbox, cancel_rx).await?;
     let mut text = String::new();

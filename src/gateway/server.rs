@@ -301,9 +301,9 @@ impl Gateway {
             only,
         };
         let router = Router::new()
-            .route("/v1/messages", post(anthropic_messages))
-            .route("/v1/chat/completions", post(chat_completions))
-            .route("/v1/responses", post(responses))
+            .route("/v1/messages", endpoint(Protocol::AnthropicMessages))
+            .route("/v1/chat/completions", endpoint(Protocol::ChatCompletions))
+            .route("/v1/responses", endpoint(Protocol::Responses))
             .route("/v1/models", get(list_models))
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
@@ -424,26 +424,13 @@ impl Gateway {
 // ---------------------------------------------------------------------------------------------
 // Handlers
 
-async fn anthropic_messages(
-    State(app): State<App>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    proxy(app, Protocol::AnthropicMessages, uri, headers, body).await
-}
-
-async fn chat_completions(
-    State(app): State<App>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    proxy(app, Protocol::ChatCompletions, uri, headers, body).await
-}
-
-async fn responses(State(app): State<App>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    proxy(app, Protocol::Responses, uri, headers, body).await
+/// `POST` of `protocol`'s endpoint: the call is proxied as that protocol.
+fn endpoint(protocol: Protocol) -> axum::routing::MethodRouter<App> {
+    post(
+        move |State(app): State<App>, uri: Uri, headers: HeaderMap, body: Bytes| {
+            proxy(app, protocol, uri, headers, body)
+        },
+    )
 }
 
 async fn not_found(headers: HeaderMap, uri: Uri) -> Response {
@@ -575,22 +562,46 @@ impl Drop for CallStart {
     /// still gets its ledger line, so none is lost.
     fn drop(&mut self) {
         if !self.done {
-            self.write(CallEnd {
-                status: 499,
-                outcome: CallOutcome::ClientClosed,
-                attempts: 0,
-                metered: Metered::default(),
-                upstream_errors: Vec::new(),
-                detail: Some("the agent closed the connection before the response".into()),
-                response: BodyRecord::default(),
-            });
+            self.write(CallEnd::unanswered(
+                499,
+                CallOutcome::ClientClosed,
+                "the agent closed the connection before the response".into(),
+            ));
         }
+    }
+}
+
+impl CallEnd {
+    /// A call that ended before any upstream reply was metered, for the reason `detail`.
+    fn unanswered(status: u16, outcome: CallOutcome, detail: String) -> CallEnd {
+        CallEnd {
+            status,
+            outcome,
+            attempts: 0,
+            metered: Metered::default(),
+            upstream_errors: Vec::new(),
+            detail: Some(detail),
+            response: BodyRecord::default(),
+        }
+    }
+
+    /// The model cannot be reached (502 `unavailable`), for the reason `why`.
+    fn unavailable(why: String) -> CallEnd {
+        CallEnd::unanswered(502, CallOutcome::Unavailable, why)
     }
 }
 
 impl CallStart {
     fn finish(mut self, end: CallEnd) {
         self.write(end);
+    }
+
+    /// Ends the call as `end` (built on [`CallEnd::unavailable`]) and answers the agent with
+    /// the matching 502.
+    fn unavailable(self, end: CallEnd) -> Response {
+        let resp = unavailable_response(self.protocol, end.detail.as_deref().unwrap_or_default());
+        self.finish(end);
+        resp
     }
 
     fn write(&mut self, end: CallEnd) {
@@ -746,30 +757,16 @@ async fn proxy(
             "budget_exhausted",
             &message,
         );
-        start.finish(CallEnd {
-            status: 400,
-            outcome: CallOutcome::BudgetExhausted,
-            attempts: 0,
-            metered: Metered::default(),
-            upstream_errors: Vec::new(),
-            detail: Some(limit.to_string()),
-            response: BodyRecord::default(),
-        });
+        start.finish(CallEnd::unanswered(
+            400,
+            CallOutcome::BudgetExhausted,
+            limit.to_string(),
+        ));
         return resp;
     }
     if let Some(why) = unavailable {
         // The upstream already failed for this trial: the trial is an infra error anyway.
-        let resp = unavailable_response(protocol, &why);
-        start.finish(CallEnd {
-            status: 502,
-            outcome: CallOutcome::Unavailable,
-            attempts: 0,
-            metered: Metered::default(),
-            upstream_errors: Vec::new(),
-            detail: Some(why),
-            response: BodyRecord::default(),
-        });
-        return resp;
+        return start.unavailable(CallEnd::unavailable(why));
     }
 
     // What goes upstream: the agent's body, except that a streaming chat call always asks for
@@ -792,17 +789,7 @@ async fn proxy(
     let permit = match trial.provider.permits.clone().acquire_owned().await {
         Ok(p) => p,
         Err(_) => {
-            let resp = unavailable_response(protocol, "provider closed");
-            start.finish(CallEnd {
-                status: 502,
-                outcome: CallOutcome::Unavailable,
-                attempts: 0,
-                metered: Metered::default(),
-                upstream_errors: Vec::new(),
-                detail: Some("provider closed".into()),
-                response: BodyRecord::default(),
-            });
-            return resp;
+            return start.unavailable(CallEnd::unavailable("provider closed".into()));
         }
     };
 
@@ -829,18 +816,13 @@ async fn proxy(
                     "upstream refused arbiter's credentials for provider {:?} (HTTP {})",
                     trial.grant.provider, reply.status
                 );
-                let resp = unavailable_response(protocol, &why);
                 let response = BodyRecord::of(&reply.read_all().await.unwrap_or_default());
-                start.finish(CallEnd {
-                    status: 502,
-                    outcome: CallOutcome::Unavailable,
+                return start.unavailable(CallEnd {
                     attempts,
-                    metered: Metered::default(),
                     upstream_errors: errors,
-                    detail: Some(why),
                     response,
+                    ..CallEnd::unavailable(why)
                 });
-                return resp;
             }
             Ok(reply) if is_retryable(reply.status) && !last_try => {
                 errors.push(reply.status.to_string());
@@ -867,17 +849,11 @@ async fn proxy(
                     trial.grant.provider
                 );
                 let why = scrub(&why, &trial.secrets);
-                let resp = unavailable_response(protocol, &why);
-                start.finish(CallEnd {
-                    status: 502,
-                    outcome: CallOutcome::Unavailable,
+                return start.unavailable(CallEnd {
                     attempts,
-                    metered: Metered::default(),
                     upstream_errors: errors,
-                    detail: Some(why),
-                    response: BodyRecord::default(),
+                    ..CallEnd::unavailable(why)
                 });
-                return resp;
             }
         }
     };
@@ -927,13 +903,9 @@ async fn proxy(
             errors.push("stream_cut".to_string());
             let why = scrub(&format!("upstream body broke off: {e}"), &trial.secrets);
             start.finish(CallEnd {
-                status: 502,
-                outcome: CallOutcome::StreamCut,
                 attempts,
-                metered: Metered::default(),
                 upstream_errors: errors,
-                detail: Some(why.clone()),
-                response: BodyRecord::default(),
+                ..CallEnd::unanswered(502, CallOutcome::StreamCut, why.clone())
             });
             error_response(protocol, StatusCode::BAD_GATEWAY, "api_error", &why)
         }

@@ -91,31 +91,25 @@ fn anthropic_usage(u: &Value) -> Tokens {
 
 /// OpenAI Chat `usage`: `prompt_tokens` includes `prompt_tokens_details.cached_tokens`.
 fn chat_usage(u: &Value) -> Tokens {
-    let prompt = num(u, "prompt_tokens").unwrap_or(0);
-    let cached = u
-        .get("prompt_tokens_details")
-        .and_then(|d| num(d, "cached_tokens"))
-        .unwrap_or(0)
-        .min(prompt);
-    Tokens {
-        input: prompt - cached,
-        output: num(u, "completion_tokens").unwrap_or(0),
-        cache_read: cached,
-        cache_write: 0,
-    }
+    openai_usage(u, "prompt_tokens", "completion_tokens")
 }
 
 /// OpenAI Responses `usage`: `input_tokens` includes `input_tokens_details.cached_tokens`.
 fn responses_usage(u: &Value) -> Tokens {
-    let input = num(u, "input_tokens").unwrap_or(0);
+    openai_usage(u, "input_tokens", "output_tokens")
+}
+
+/// An OpenAI `usage` whose `input` count includes `<input>_details.cached_tokens`.
+fn openai_usage(u: &Value, input: &str, output: &str) -> Tokens {
+    let total = num(u, input).unwrap_or(0);
     let cached = u
-        .get("input_tokens_details")
+        .get(format!("{input}_details"))
         .and_then(|d| num(d, "cached_tokens"))
         .unwrap_or(0)
-        .min(input);
+        .min(total);
     Tokens {
-        input: input - cached,
-        output: num(u, "output_tokens").unwrap_or(0),
+        input: total - cached,
+        output: num(u, output).unwrap_or(0),
         cache_read: cached,
         cache_write: 0,
     }
@@ -276,17 +270,15 @@ impl SseMeter {
                 if let Some(u) = usage_object(v.get("usage")) {
                     // Cumulative counts; newer streams repeat the input side here too.
                     let t = self.anthropic.get_or_insert_with(Tokens::default);
-                    if let Some(n) = num(u, "output_tokens") {
-                        t.output = n;
-                    }
-                    if let Some(n) = num(u, "input_tokens") {
-                        t.input = n;
-                    }
-                    if let Some(n) = num(u, "cache_read_input_tokens") {
-                        t.cache_read = n;
-                    }
-                    if let Some(n) = num(u, "cache_creation_input_tokens") {
-                        t.cache_write = n;
+                    for (key, count) in [
+                        ("output_tokens", &mut t.output),
+                        ("input_tokens", &mut t.input),
+                        ("cache_read_input_tokens", &mut t.cache_read),
+                        ("cache_creation_input_tokens", &mut t.cache_write),
+                    ] {
+                        if let Some(n) = num(u, key) {
+                            *count = n;
+                        }
                     }
                 }
                 if let Some(r) = v
@@ -484,13 +476,24 @@ data: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\
             .collect()
     }
 
-    #[test]
-    fn anthropic_stream_counts_start_and_delta_with_cache() {
-        for m in stream(Protocol::AnthropicMessages, ANTHROPIC_SSE) {
-            assert_eq!(m.tokens, t(472, 89, 3000, 12));
-            assert_eq!(m.stop_reason.as_deref(), Some("tool_use"));
+    /// However `text` is split, it meters as a complete call with `tokens` and `stop`.
+    fn assert_complete(protocol: Protocol, text: &str, tokens: Option<Tokens>, stop: &str) {
+        for m in stream(protocol, text) {
+            assert_eq!(m.tokens, tokens);
+            assert_eq!(m.stop_reason.as_deref(), Some(stop));
             assert!(m.complete);
         }
+    }
+
+    #[test]
+    fn anthropic_stream_counts_start_and_delta_with_cache() {
+        let tokens = t(472, 89, 3000, 12);
+        assert_complete(
+            Protocol::AnthropicMessages,
+            ANTHROPIC_SSE,
+            tokens,
+            "tool_use",
+        );
         // Cut before message_stop: counts so far, not complete.
         let cut = &ANTHROPIC_SSE[..ANTHROPIC_SSE.find("event: message_delta").unwrap()];
         let m = stream(Protocol::AnthropicMessages, cut).pop().unwrap();
@@ -508,11 +511,8 @@ data: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\
 
     #[test]
     fn chat_stream_final_usage_chunk() {
-        for m in stream(Protocol::ChatCompletions, CHAT_SSE) {
-            assert_eq!(m.tokens, t(388, 12, 512, 0));
-            assert_eq!(m.stop_reason.as_deref(), Some("tool_calls"));
-            assert!(m.complete);
-        }
+        let tokens = t(388, 12, 512, 0);
+        assert_complete(Protocol::ChatCompletions, CHAT_SSE, tokens, "tool_calls");
         let crlf = CHAT_SSE.replace('\n', "\r\n");
         let m = stream(Protocol::ChatCompletions, &crlf).pop().unwrap();
         assert_eq!(m.tokens, t(388, 12, 512, 0));
@@ -520,11 +520,8 @@ data: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\
 
     #[test]
     fn responses_stream_completed_event() {
-        for m in stream(Protocol::Responses, RESPONSES_SSE) {
-            assert_eq!(m.tokens, t(904, 30, 4096, 0));
-            assert_eq!(m.stop_reason.as_deref(), Some("tool_call"));
-            assert!(m.complete);
-        }
+        let tokens = t(904, 30, 4096, 0);
+        assert_complete(Protocol::Responses, RESPONSES_SSE, tokens, "tool_call");
     }
 
     #[test]

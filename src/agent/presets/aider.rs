@@ -16,15 +16,13 @@
 //! aider never runs the shell commands it suggests (`--yes-always` does not extend to them),
 //! so tasks that need a command run (e.g. `chmod +x`) are beyond it.
 
-use std::collections::BTreeMap;
-
 use serde_json::json;
 
 use super::{
-    AgentEnd, Failure, Fidelity, NativeOutcome, PresetInput, PresetKind, PresetPlan, Semantic,
-    tar_with_mtime,
+    AgentEnd, Failure, NativeOutcome, PresetInput, PresetKind, PresetPlan, Semantic, args, env_of,
+    root_upload,
 };
-use crate::agent::{AgentError, INSTRUCTION_PATH, Upload};
+use crate::agent::{AgentError, INSTRUCTION_PATH};
 
 pub const PINNED_VERSION: &str = "0.86.2";
 pub const PYPI_PACKAGE: &str = "aider-chat";
@@ -39,7 +37,7 @@ pub const CHAT_HISTORY: &str = "/logs/agent/aider.chat.history.md";
 /// network, a failed DNS lookup on every start).
 pub(crate) fn plan(input: &PresetInput<'_>, mtime: u64) -> Result<PresetPlan, AgentError> {
     let bin = format!("{}/{ENTRY_POINT}", PresetKind::Aider.mount_point());
-    let mut argv: Vec<String> = [
+    let mut argv = args(&[
         bin.as_str(),
         "--message-file",
         INSTRUCTION_PATH,
@@ -61,24 +59,18 @@ pub(crate) fn plan(input: &PresetInput<'_>, mtime: u64) -> Result<PresetPlan, Ag
         "--llm-history-file",
         "/logs/agent/aider.llm.history",
         "--model",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     argv.push(format!("openai/{}", input.model.model));
     argv.extend(input.config.flags.iter().cloned());
-    let env = BTreeMap::from(
-        [
-            ("OPENAI_API_BASE", input.model.openai_base_url.as_str()),
-            ("OPENAI_API_KEY", input.model.token.as_str()),
-            ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
-            ("HOME", HOME),
-            ("PYTHONDONTWRITEBYTECODE", "1"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string())),
-    );
+    let env = env_of(&[
+        ("OPENAI_API_BASE", input.model.openai_base_url.as_str()),
+        ("OPENAI_API_KEY", input.model.token.as_str()),
+        ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+        ("HOME", HOME),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+    ]);
     let placeholder: &[u8] = b"{\"arbiter-offline-placeholder\": {}}\n";
-    let tar = tar_with_mtime(
+    let upload = root_upload(
         &[
             ("arbiter/", None, 0o755),
             ("arbiter/aider-home/", None, 0o777),
@@ -91,18 +83,12 @@ pub(crate) fn plan(input: &PresetInput<'_>, mtime: u64) -> Result<PresetPlan, Ag
             ),
         ],
         mtime,
-    )
-    .map_err(|source| AgentError::Pack {
-        path: HOME.into(),
-        source,
-    })?;
+        HOME,
+    )?;
     Ok(PresetPlan {
         argv,
         env,
-        uploads: vec![Upload {
-            dest: "/".to_string(),
-            tar,
-        }],
+        uploads: vec![upload],
         trajectory_path: Some(CHAT_HISTORY.to_string()),
     })
 }
@@ -156,31 +142,19 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
     let (semantic, failure) = match (&failing_error, code) {
         (Some(name), _) => (
             Semantic::InfrastructureFailed,
-            Some(Failure {
-                stage: "model",
-                error_code: "model_api_error".to_string(),
-                error_type: Some(name.clone()),
-            }),
+            Some(Failure::model_api(Some(name.clone()))),
         ),
         (None, 0) => (Semantic::Succeeded, None),
         (None, code) => (
             Semantic::TaskFailed,
-            Some(Failure {
-                stage: "agent",
-                error_code: format!("exit_{code}"),
-                error_type: None,
-            }),
+            Some(Failure::agent(&format!("exit_{code}"))),
         ),
     };
     let edited: Vec<&str> = edits.iter().map(|(_, f)| f.as_str()).collect();
     let error_names: Vec<&str> = errors.iter().map(|(_, n)| n.as_str()).collect();
     Ok(Some(NativeOutcome {
         semantic,
-        fidelity: if end.stdout_truncated {
-            Fidelity::Partial
-        } else {
-            Fidelity::Complete
-        },
+        fidelity: end.stdout_fidelity(),
         llm_calls: Some(llm_calls),
         tool_calls: Some(edits.len() as u64),
         failure,
@@ -198,17 +172,12 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::presets::test_support::{fixture, semantic, wiring};
+    use crate::agent::presets::test_support::{self, semantic, wiring};
     use crate::agent::presets::{Adapter, PresetAgent};
     use crate::outcome::ClaimStatus;
 
     fn claim_of(file: &str, exit: Option<i64>) -> crate::outcome::Claim {
-        let stdout = fixture(&format!("aider/{file}"));
-        Adapter::Aider.claim(&AgentEnd {
-            exit_code: exit,
-            stdout: &stdout,
-            ..AgentEnd::default()
-        })
+        test_support::claim_of(Adapter::Aider, "aider", file, exit)
     }
 
     #[test]
@@ -265,15 +234,7 @@ mod tests {
             ..PresetAgent::default()
         };
         let w = wiring();
-        let plan = plan(
-            &PresetInput {
-                config: &config,
-                instruction: "ignored: aider reads the file",
-                model: &w,
-            },
-            1_800_000_000,
-        )
-        .expect("plan");
+        let plan = test_support::plan(PresetKind::Aider, &config, "ignored: aider reads the file");
         let joined = plan.argv.join(" ");
         assert!(joined.contains("--message-file /arbiter/instruction.md"));
         for flag in [

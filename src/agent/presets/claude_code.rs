@@ -12,12 +12,12 @@
 //! - no `result` event (killed, timed out) → claim `missing`; stdout cut by the log cap
 //!   before it → `invalid`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
 use super::{
-    AgentEnd, Failure, Fidelity, NativeOutcome, PresetInput, PresetKind, PresetPlan, Semantic,
+    AgentEnd, Failure, NativeOutcome, PresetInput, PresetKind, PresetPlan, Semantic, env_of,
     json_lines,
 };
 
@@ -59,30 +59,27 @@ pub(crate) fn plan(input: &PresetInput<'_>) -> PresetPlan {
     }
     argv.extend(input.config.flags.iter().cloned());
     let model = &input.model.model;
-    let env = BTreeMap::from(
-        [
-            (
-                "ANTHROPIC_BASE_URL",
-                input.model.anthropic_base_url.as_str(),
-            ),
-            ("ANTHROPIC_API_KEY", input.model.token.as_str()),
-            // Side calls (titles, summaries) go to the same model, through the same gateway.
-            ("ANTHROPIC_SMALL_FAST_MODEL", model),
-            ("ANTHROPIC_DEFAULT_HAIKU_MODEL", model),
-            // --dangerously-skip-permissions is refused as root unless the CLI is told it
-            // runs in a sandbox.
-            ("IS_SANDBOX", "1"),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-            ("DISABLE_TELEMETRY", "1"),
-            ("DISABLE_AUTOUPDATER", "1"),
-            ("DISABLE_ERROR_REPORTING", "1"),
-            // The gateway retries upstream errors itself; the CLI's own backoff (10 tries)
-            // would only stretch a refused budget or a dead endpoint into minutes.
-            ("CLAUDE_CODE_MAX_RETRIES", "0"),
-            ("CLAUDE_CONFIG_DIR", CONFIG_DIR),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string())),
-    );
+    let env = env_of(&[
+        (
+            "ANTHROPIC_BASE_URL",
+            input.model.anthropic_base_url.as_str(),
+        ),
+        ("ANTHROPIC_API_KEY", input.model.token.as_str()),
+        // Side calls (titles, summaries) go to the same model, through the same gateway.
+        ("ANTHROPIC_SMALL_FAST_MODEL", model),
+        ("ANTHROPIC_DEFAULT_HAIKU_MODEL", model),
+        // --dangerously-skip-permissions is refused as root unless the CLI is told it
+        // runs in a sandbox.
+        ("IS_SANDBOX", "1"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+        // The gateway retries upstream errors itself; the CLI's own backoff (10 tries)
+        // would only stretch a refused budget or a dead endpoint into minutes.
+        ("CLAUDE_CODE_MAX_RETRIES", "0"),
+        ("CLAUDE_CONFIG_DIR", CONFIG_DIR),
+    ]);
     PresetPlan {
         argv,
         env,
@@ -98,12 +95,7 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
         .rev()
         .find(|e| e["type"].as_str() == Some("result"))
     else {
-        if end.stdout_truncated {
-            return Err(
-                "stdout was cut by the log cap before Claude Code's final result event".into(),
-            );
-        }
-        return Ok(None);
+        return end.stdout_without("Claude Code's final result event");
     };
     let mut messages = BTreeSet::new();
     let mut tool_calls = 0u64;
@@ -120,30 +112,17 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
     let is_error = result["is_error"].as_bool().unwrap_or(true);
     let api_status = result["api_error_status"].as_u64();
     let api_error = api_status.is_some() || result["terminal_reason"] == "api_error";
-    let failure = |code: &str, error_type: Option<String>| {
-        Some(Failure {
-            stage: "agent",
-            error_code: code.to_string(),
-            error_type,
-        })
-    };
+    let failed = |code: &str| (Semantic::TaskFailed, Some(Failure::agent(code)));
     let (semantic, failure) = match (subtype, is_error) {
         ("success", false) => (Semantic::Succeeded, None),
-        ("error_max_turns", _) => (Semantic::TaskFailed, failure("max_turns", None)),
-        ("error_max_budget_usd", _) => (Semantic::TaskFailed, failure("max_budget", None)),
+        ("error_max_turns", _) => failed("max_turns"),
+        ("error_max_budget_usd", _) => failed("max_budget"),
         _ if api_error => (
             Semantic::InfrastructureFailed,
-            Some(Failure {
-                stage: "model",
-                error_code: "model_api_error".to_string(),
-                error_type: api_status.map(|s| format!("http_{s}")),
-            }),
+            Some(Failure::model_api(api_status.map(|s| format!("http_{s}")))),
         ),
-        ("success", true) => (Semantic::TaskFailed, failure("is_error", None)),
-        (other, _) => (
-            Semantic::TaskFailed,
-            failure(if other.is_empty() { "unknown" } else { other }, None),
-        ),
+        ("success", true) => failed("is_error"),
+        (other, _) => failed(if other.is_empty() { "unknown" } else { other }),
     };
     let keep = [
         "subtype",
@@ -164,11 +143,7 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
         .collect();
     Ok(Some(NativeOutcome {
         semantic,
-        fidelity: if end.stdout_truncated {
-            Fidelity::Partial
-        } else {
-            Fidelity::Complete
-        },
+        fidelity: end.stdout_fidelity(),
         llm_calls: Some(messages.len() as u64),
         tool_calls: Some(tool_calls),
         failure,
@@ -186,7 +161,7 @@ mod tests {
     use crate::outcome::{ClaimSource, ClaimStatus};
 
     fn claim_of(file: &str, exit: i64) -> crate::outcome::Claim {
-        test_support::claim_of(Adapter::ClaudeCode, "claude-code", file, exit)
+        test_support::claim_of(Adapter::ClaudeCode, "claude-code", file, Some(exit))
     }
 
     #[test]
@@ -258,11 +233,7 @@ mod tests {
             ..PresetAgent::default()
         };
         let w = wiring();
-        let plan = plan(&PresetInput {
-            config: &config,
-            instruction: "--- title\nfix it",
-            model: &w,
-        });
+        let plan = test_support::plan(PresetKind::ClaudeCode, &config, "--- title\nfix it");
         assert_eq!(plan.argv[0], "/opt/arbiter/agents/claude-code/bin/claude");
         assert_eq!(plan.argv[1], "-p");
         assert_eq!(plan.argv[2], "\n--- title\nfix it", "kept positional");
@@ -287,13 +258,7 @@ mod tests {
 
     #[test]
     fn no_max_turns_flag_unless_configured() {
-        let config = PresetAgent::default();
-        let w = wiring();
-        let plan = plan(&PresetInput {
-            config: &config,
-            instruction: "hi",
-            model: &w,
-        });
+        let plan = test_support::plan(PresetKind::ClaudeCode, &PresetAgent::default(), "hi");
         assert!(!plan.argv.iter().any(|a| a == "--max-turns"));
     }
 }

@@ -15,16 +15,13 @@
 //! key included, under `$CODEX_HOME`); `$CODEX_HOME` is `/arbiter/codex-home`, outside the
 //! collected `/logs/agent`.
 
-use std::collections::BTreeMap;
-
 use serde_json::json;
 
 use super::{
-    AgentEnd, Failure, Fidelity, NativeOutcome, PresetInput, PresetKind, PresetPlan, Semantic,
-    json_lines,
+    AgentEnd, Failure, NativeOutcome, PresetInput, PresetKind, PresetPlan, Semantic, env_of,
+    json_lines, root_upload,
 };
-use crate::agent::{AgentError, Upload};
-use crate::sandbox::{TarEntry, files_to_tar};
+use crate::agent::AgentError;
 
 pub const PINNED_VERSION: &str = "0.171.0";
 pub const NPM_PACKAGE: &str = "@openai/codex";
@@ -83,38 +80,28 @@ pub(crate) fn plan(input: &PresetInput<'_>) -> Result<PresetPlan, AgentError> {
     }
     argv.extend(input.config.flags.iter().cloned());
     let config = config_toml(&input.model.openai_base_url, &input.model.model);
-    let tar = files_to_tar(&[
-        TarEntry {
-            path: "arbiter/",
-            content: None,
-            mode: 0o755,
-        },
-        TarEntry {
-            path: "arbiter/codex-home/",
-            content: None,
-            mode: 0o777,
-        },
-        TarEntry {
-            path: "arbiter/codex-home/config.toml",
-            content: Some(config.as_bytes()),
-            mode: 0o644,
-        },
-    ])
-    .map_err(|source| AgentError::Pack {
-        path: "codex config.toml".into(),
-        source,
-    })?;
-    let env = BTreeMap::from([
-        ("CODEX_HOME".to_string(), CODEX_HOME.to_string()),
-        (KEY_ENV.to_string(), input.model.token.clone()),
+    // mtime 0, as the generic archive helper writes it.
+    let upload = root_upload(
+        &[
+            ("arbiter/", None, 0o755),
+            ("arbiter/codex-home/", None, 0o777),
+            (
+                "arbiter/codex-home/config.toml",
+                Some(config.as_bytes()),
+                0o644,
+            ),
+        ],
+        0,
+        "codex config.toml",
+    )?;
+    let env = env_of(&[
+        ("CODEX_HOME", CODEX_HOME),
+        (KEY_ENV, input.model.token.as_str()),
     ]);
     Ok(PresetPlan {
         argv,
         env,
-        uploads: vec![Upload {
-            dest: "/".to_string(),
-            tar,
-        }],
+        uploads: vec![upload],
         trajectory_path: None,
     })
 }
@@ -145,10 +132,7 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
         .rev()
         .find(|e| matches!(e["type"].as_str(), Some("turn.completed" | "turn.failed")))
     else {
-        if end.stdout_truncated {
-            return Err("stdout was cut by the log cap before Codex's last turn event".into());
-        }
-        return Ok(None);
+        return end.stdout_without("Codex's last turn event");
     };
     let tool_calls = events
         .iter()
@@ -182,31 +166,19 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
         match endpoint_failure(&message) {
             Some(status) => (
                 Semantic::InfrastructureFailed,
-                Some(Failure {
-                    stage: "model",
-                    error_code: "model_api_error".to_string(),
-                    error_type: status.map(|s| format!("http_{s}")),
-                }),
+                Some(Failure::model_api(status.map(|s| format!("http_{s}")))),
                 native,
             ),
             None => (
                 Semantic::TaskFailed,
-                Some(Failure {
-                    stage: "agent",
-                    error_code: "turn_failed".to_string(),
-                    error_type: None,
-                }),
+                Some(Failure::agent("turn_failed")),
                 native,
             ),
         }
     };
     Ok(Some(NativeOutcome {
         semantic,
-        fidelity: if end.stdout_truncated {
-            Fidelity::Partial
-        } else {
-            Fidelity::Complete
-        },
+        fidelity: end.stdout_fidelity(),
         llm_calls: None,
         tool_calls: Some(tool_calls),
         failure,
@@ -224,7 +196,7 @@ mod tests {
     use crate::outcome::ClaimStatus;
 
     fn claim_of(file: &str, exit: i64) -> crate::outcome::Claim {
-        test_support::claim_of(Adapter::Codex, "codex", file, exit)
+        test_support::claim_of(Adapter::Codex, "codex", file, Some(exit))
     }
 
     #[test]
@@ -278,12 +250,7 @@ mod tests {
             ..PresetAgent::default()
         };
         let w = wiring();
-        let plan = plan(&PresetInput {
-            config: &config,
-            instruction: "fix the bug",
-            model: &w,
-        })
-        .expect("plan");
+        let plan = test_support::plan(PresetKind::Codex, &config, "fix the bug");
         assert_eq!(
             plan.argv[..3],
             ["/opt/arbiter/agents/codex/bin/codex", "exec", "fix the bug"]

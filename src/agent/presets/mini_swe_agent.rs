@@ -13,15 +13,13 @@
 //!   `failure.error_type`)
 //! - no trajectory file → claim `missing`; one that does not parse → `invalid`.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 
 use super::{
     AgentEnd, Failure, Fidelity, NativeOutcome, PresetInput, PresetKind, PresetPlan, Semantic,
+    env_of, root_upload,
 };
-use crate::agent::{AgentError, Upload};
-use crate::sandbox::{TarEntry, files_to_tar};
+use crate::agent::AgentError;
 
 pub const PINNED_VERSION: &str = "2.4.6";
 pub const PYPI_PACKAGE: &str = "mini-swe-agent";
@@ -55,47 +53,34 @@ pub(crate) fn plan(input: &PresetInput<'_>) -> Result<PresetPlan, AgentError> {
     }
     argv.extend(input.config.flags.iter().cloned());
     let base = input.model.openai_base_url.as_str();
-    let env = BTreeMap::from(
-        [
-            // Without these three it prompts for set-up or fetches a price map at import.
-            ("MSWEA_CONFIGURED", "true"),
-            ("MSWEA_COST_TRACKING", "ignore_errors"),
-            ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
-            ("MSWEA_SILENT_STARTUP", "1"),
-            ("MSWEA_GLOBAL_CONFIG_DIR", CONFIG_DIR),
-            // The gateway retries upstream errors; one attempt here.
-            ("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1"),
-            // The venv is read-only and precompiled; never write bytecode into the task.
-            ("PYTHONDONTWRITEBYTECODE", "1"),
-            ("OPENAI_API_BASE", base),
-            ("OPENAI_BASE_URL", base),
-            ("OPENAI_API_KEY", input.model.token.as_str()),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string())),
-    );
-    let tar = files_to_tar(&[
-        TarEntry {
-            path: "arbiter/",
-            content: None,
-            mode: 0o755,
-        },
-        TarEntry {
-            path: "arbiter/mini-swe-agent/",
-            content: None,
-            mode: 0o777,
-        },
-    ])
-    .map_err(|source| AgentError::Pack {
-        path: CONFIG_DIR.into(),
-        source,
-    })?;
+    let env = env_of(&[
+        // Without these three it prompts for set-up or fetches a price map at import.
+        ("MSWEA_CONFIGURED", "true"),
+        ("MSWEA_COST_TRACKING", "ignore_errors"),
+        ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+        ("MSWEA_SILENT_STARTUP", "1"),
+        ("MSWEA_GLOBAL_CONFIG_DIR", CONFIG_DIR),
+        // The gateway retries upstream errors; one attempt here.
+        ("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1"),
+        // The venv is read-only and precompiled; never write bytecode into the task.
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+        ("OPENAI_API_BASE", base),
+        ("OPENAI_BASE_URL", base),
+        ("OPENAI_API_KEY", input.model.token.as_str()),
+    ]);
+    // mtime 0, as the generic archive helper writes it.
+    let upload = root_upload(
+        &[
+            ("arbiter/", None, 0o755),
+            ("arbiter/mini-swe-agent/", None, 0o777),
+        ],
+        0,
+        CONFIG_DIR,
+    )?;
     Ok(PresetPlan {
         argv,
         env,
-        uploads: vec![Upload {
-            dest: "/".to_string(),
-            tar,
-        }],
+        uploads: vec![upload],
         trajectory_path: Some(TRAJECTORY_PATH.to_string()),
     })
 }
@@ -126,34 +111,23 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
         .sum();
     let assistant_turns = messages.iter().filter(|m| m["role"] == "assistant").count() as u64;
     let exit = messages.iter().rev().find(|m| m["role"] == "exit");
-    let failure = |stage: &'static str, code: &str, error_type: Option<&str>| {
-        Some(Failure {
-            stage,
-            error_code: code.to_string(),
-            error_type: error_type.map(str::to_string),
-        })
-    };
+    let failed = |code: &str| (Semantic::TaskFailed, Some(Failure::agent(code)));
     let (semantic, failure) = match status {
         "Submitted" => (Semantic::Succeeded, None),
-        "LimitsExceeded" => (
-            Semantic::TaskFailed,
-            failure("agent", "limits_exceeded", None),
-        ),
-        "TimeExceeded" => (
-            Semantic::TaskFailed,
-            failure("agent", "time_exceeded", None),
-        ),
-        "RepeatedFormatError" | "FormatError" => {
-            (Semantic::TaskFailed, failure("agent", "format_error", None))
-        }
+        "LimitsExceeded" => failed("limits_exceeded"),
+        "TimeExceeded" => failed("time_exceeded"),
+        "RepeatedFormatError" | "FormatError" => failed("format_error"),
         "KeyboardInterrupt" | "UserInterruption" => (Semantic::Cancelled, None),
         name if super::LITELLM_ENDPOINT_ERRORS.contains(&name) => (
             Semantic::InfrastructureFailed,
-            failure("model", "model_api_error", Some(name)),
+            Some(Failure::model_api(Some(name.to_string()))),
         ),
         name => (
             Semantic::TaskFailed,
-            failure("agent", "exception", Some(name)),
+            Some(Failure {
+                error_type: Some(name.to_string()),
+                ..Failure::agent("exception")
+            }),
         ),
     };
     let submission = info["submission"].as_str().filter(|s| !s.trim().is_empty());
@@ -188,7 +162,7 @@ pub(crate) fn read_end(end: &AgentEnd<'_>) -> Result<Option<NativeOutcome>, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::presets::test_support::{fixture, semantic, wiring};
+    use crate::agent::presets::test_support::{self, fixture, semantic, wiring};
     use crate::agent::presets::{Adapter, AdapterReads, PresetAgent};
     use crate::outcome::ClaimStatus;
 
@@ -263,12 +237,7 @@ mod tests {
             ..PresetAgent::default()
         };
         let w = wiring();
-        let plan = plan(&PresetInput {
-            config: &config,
-            instruction: "solve",
-            model: &w,
-        })
-        .expect("plan");
+        let plan = test_support::plan(PresetKind::MiniSweAgent, &config, "solve");
         assert_eq!(plan.argv[0], "/opt/arbiter/agents/mini-swe-agent/bin/mini");
         let joined = plan.argv.join(" ");
         assert!(joined.contains("-y --exit-immediately -m openai/scripted-model -t solve"));

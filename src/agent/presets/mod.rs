@@ -330,12 +330,7 @@ pub(crate) fn fill_plan(plan: &mut AgentPlan, input: FillInput<'_>) -> Result<()
             .map(|d| d.as_secs())
             .unwrap_or(0)
     });
-    let preset = match kind {
-        PresetKind::ClaudeCode => claude_code::plan(&preset_input),
-        PresetKind::Codex => codex::plan(&preset_input)?,
-        PresetKind::MiniSweAgent => mini_swe_agent::plan(&preset_input)?,
-        PresetKind::Aider => aider::plan(&preset_input, now)?,
-    };
+    let preset = preset_plan(kind, &preset_input, now)?;
     let mut configured = config.env.clone();
     configured.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
     let resolved = resolve_env(&configured)?;
@@ -362,6 +357,20 @@ pub(crate) fn fill_plan(plan: &mut AgentPlan, input: FillInput<'_>) -> Result<()
     plan.trajectory_path = preset.trajectory_path;
     plan.adapter = Some(kind.adapter());
     Ok(())
+}
+
+/// The preset's own part of a plan (`now`: Unix seconds, for the files aider needs fresh).
+fn preset_plan(
+    kind: PresetKind,
+    input: &PresetInput<'_>,
+    now: u64,
+) -> Result<PresetPlan, AgentError> {
+    match kind {
+        PresetKind::ClaudeCode => Ok(claude_code::plan(input)),
+        PresetKind::Codex => codex::plan(input),
+        PresetKind::MiniSweAgent => mini_swe_agent::plan(input),
+        PresetKind::Aider => aider::plan(input, now),
+    }
 }
 
 /// Reads an agent's native end state as a claim.
@@ -394,6 +403,26 @@ pub struct AgentEnd<'a> {
     pub stderr: &'a [u8],
     /// The bytes of [`AdapterReads::File`], when the agent wrote it.
     pub file: Option<&'a [u8]>,
+}
+
+impl AgentEnd<'_> {
+    /// `partial` when the log cap cut stdout (the adapter read it), else `complete`.
+    pub(crate) fn stdout_fidelity(&self) -> Fidelity {
+        if self.stdout_truncated {
+            Fidelity::Partial
+        } else {
+            Fidelity::Complete
+        }
+    }
+
+    /// What an adapter reading stdout says when `event` never came: `invalid` when the log
+    /// cap may have cut it, else no claim (`missing`).
+    pub(crate) fn stdout_without(&self, event: &str) -> Result<Option<NativeOutcome>, String> {
+        if self.stdout_truncated {
+            return Err(format!("stdout was cut by the log cap before {event}"));
+        }
+        Ok(None)
+    }
 }
 
 impl Adapter {
@@ -507,6 +536,26 @@ pub(crate) struct Failure {
     pub error_type: Option<String>,
 }
 
+impl Failure {
+    /// The agent failed by itself (stage `agent`), for the reason `code`.
+    pub(crate) fn agent(code: &str) -> Failure {
+        Failure {
+            stage: "agent",
+            error_code: code.to_string(),
+            error_type: None,
+        }
+    }
+
+    /// The model endpoint failed, not the agent (stage `model`, `model_api_error`).
+    pub(crate) fn model_api(error_type: Option<String>) -> Failure {
+        Failure {
+            stage: "model",
+            error_code: "model_api_error".to_string(),
+            error_type,
+        }
+    }
+}
+
 /// What an adapter read from a native end state, before it becomes an outcome record.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct NativeOutcome {
@@ -601,6 +650,36 @@ pub(crate) fn tar_with_mtime(
     builder.into_inner()
 }
 
+/// A preset's env from `(key, value)` pairs.
+pub(crate) fn env_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Owned argv pieces.
+pub(crate) fn args(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// A preset's files (entries as [`tar_with_mtime`] takes them) as one archive unpacked at
+/// `/`; `what` names it in an error.
+pub(crate) fn root_upload(
+    entries: &[(&str, Option<&[u8]>, u32)],
+    mtime: u64,
+    what: &str,
+) -> Result<super::Upload, AgentError> {
+    let tar = tar_with_mtime(entries, mtime).map_err(|source| AgentError::Pack {
+        path: what.into(),
+        source,
+    })?;
+    Ok(super::Upload {
+        dest: "/".to_string(),
+        tar,
+    })
+}
+
 /// Exceptions of litellm (the model client of aider and mini-swe-agent, printed as
 /// `litellm.<Name>: …`) that mean the model endpoint failed, not the agent.
 pub(crate) const LITELLM_ENDPOINT_ERRORS: &[&str] = &[
@@ -644,13 +723,24 @@ pub(crate) mod test_support {
     }
 
     /// The claim `adapter` reads from fixture `tests/fixtures/agents/{dir}/{file}` as stdout.
-    pub fn claim_of(adapter: Adapter, dir: &str, file: &str, exit: i64) -> Claim {
+    pub fn claim_of(adapter: Adapter, dir: &str, file: &str, exit: Option<i64>) -> Claim {
         let stdout = fixture(&format!("{dir}/{file}"));
         adapter.claim(&AgentEnd {
-            exit_code: Some(exit),
+            exit_code: exit,
             stdout: &stdout,
             ..AgentEnd::default()
         })
+    }
+
+    /// `kind`'s own plan for `instruction` with [`wiring`], at Unix time 1,800,000,000.
+    pub fn plan(kind: PresetKind, config: &PresetAgent, instruction: &str) -> PresetPlan {
+        let model = wiring();
+        let input = PresetInput {
+            config,
+            instruction,
+            model: &model,
+        };
+        preset_plan(kind, &input, 1_800_000_000).expect("plan")
     }
 }
 
@@ -690,16 +780,11 @@ mod tests {
     #[test]
     fn a_budget_refusal_is_a_typed_task_failure_whatever_the_agent_says() {
         // Claude Code calls the gateway's 400 an API error; aider "completes" its reply.
-        for (adapter, fixture) in [
-            (Adapter::ClaudeCode, "claude-code/stream-budget.jsonl"),
-            (Adapter::Aider, "aider/stdout-budget.txt"),
+        for (adapter, dir, fixture) in [
+            (Adapter::ClaudeCode, "claude-code", "stream-budget.jsonl"),
+            (Adapter::Aider, "aider", "stdout-budget.txt"),
         ] {
-            let stdout = test_support::fixture(fixture);
-            let claim = adapter.claim(&AgentEnd {
-                exit_code: Some(0),
-                stdout: &stdout,
-                ..AgentEnd::default()
-            });
+            let claim = test_support::claim_of(adapter, dir, fixture, Some(0));
             assert_eq!(test_support::semantic(&claim), "task_failed", "{fixture}");
             let record = claim.record.expect("record");
             assert_eq!(
@@ -709,12 +794,12 @@ mod tests {
             assert_eq!(record["failure"]["stage"], "model", "{fixture}");
         }
         // Without the refusal the same adapter reads the native end state.
-        let stdout = test_support::fixture("claude-code/stream-success.jsonl");
-        let claim = Adapter::ClaudeCode.claim(&AgentEnd {
-            exit_code: Some(0),
-            stdout: &stdout,
-            ..AgentEnd::default()
-        });
+        let claim = test_support::claim_of(
+            Adapter::ClaudeCode,
+            "claude-code",
+            "stream-success.jsonl",
+            Some(0),
+        );
         assert_eq!(test_support::semantic(&claim), "succeeded");
     }
 

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::request::{str_of, text_of};
+use super::request::{items, str_of, text_of};
 use crate::gateway::ledger::CallRecord;
 use crate::gateway::usage::Protocol;
 
@@ -16,6 +16,18 @@ pub(super) struct Call {
     pub(super) arguments: Value,
     /// The arguments as sent when they were not a JSON object.
     pub(super) raw: Option<String>,
+}
+
+impl Call {
+    /// A call of `name` with `args` as [`arguments_of`] or [`arguments_value`] read them.
+    fn new(id: &str, name: &str, (arguments, raw): (Value, Option<String>)) -> Call {
+        Call {
+            id: id.to_string(),
+            name: name.to_string(),
+            arguments,
+            raw,
+        }
+    }
 }
 
 /// A reply as reassembled.
@@ -134,33 +146,33 @@ fn anthropic_block(reply: &mut Reply, block: &Value) {
         "text" => push_text(&mut reply.text, str_of(block, "text")),
         "thinking" => push_text(&mut reply.reasoning, str_of(block, "thinking")),
         "redacted_thinking" => push_text(&mut reply.reasoning, "[redacted thinking]"),
-        "tool_use" | "server_tool_use" => {
-            let (arguments, raw) = arguments_value(block.get("input"));
-            reply.calls.push(Call {
-                id: str_of(block, "id").to_string(),
-                name: str_of(block, "name").to_string(),
-                arguments,
-                raw,
-            });
-        }
+        "tool_use" | "server_tool_use" => reply.calls.push(Call::new(
+            str_of(block, "id"),
+            str_of(block, "name"),
+            arguments_value(block.get("input")),
+        )),
         _ => {}
     }
 }
 
-fn anthropic_reply(v: &Value) -> Reply {
+/// The reply of `model` that `read` builds from each of `parts` in turn.
+fn assemble<'a>(
+    model: Option<String>,
+    parts: impl IntoIterator<Item = &'a Value>,
+    read: fn(&mut Reply, &Value),
+) -> Reply {
     let mut reply = Reply {
-        model: model_of(v),
+        model,
         ..Reply::default()
     };
-    for block in v
-        .get("content")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        anthropic_block(&mut reply, block);
+    for part in parts {
+        read(&mut reply, part);
     }
     reply
+}
+
+fn anthropic_reply(v: &Value) -> Reply {
+    assemble(model_of(v), items(v, "content"), anthropic_block)
 }
 
 fn anthropic_stream(events: &[Value]) -> Reply {
@@ -191,20 +203,21 @@ fn anthropic_stream(events: &[Value]) -> Reply {
             _ => {}
         }
     }
-    let mut reply = Reply {
-        model,
-        ..Reply::default()
-    };
-    for (_, mut block, acc) in blocks {
-        match str_of(&block, "type") {
-            "text" => block["text"] = json!(format!("{}{acc}", str_of(&block, "text"))),
-            "thinking" => block["thinking"] = json!(format!("{}{acc}", str_of(&block, "thinking"))),
-            "tool_use" | "server_tool_use" if !acc.is_empty() => block["input"] = json!(acc),
-            _ => {}
-        }
-        anthropic_block(&mut reply, &block);
-    }
-    reply
+    let blocks: Vec<Value> = blocks
+        .into_iter()
+        .map(|(_, mut block, acc)| {
+            match str_of(&block, "type") {
+                "text" => block["text"] = json!(format!("{}{acc}", str_of(&block, "text"))),
+                "thinking" => {
+                    block["thinking"] = json!(format!("{}{acc}", str_of(&block, "thinking")))
+                }
+                "tool_use" | "server_tool_use" if !acc.is_empty() => block["input"] = json!(acc),
+                _ => {}
+            }
+            block
+        })
+        .collect();
+    assemble(model, &blocks, anthropic_block)
 }
 
 fn chat_reply(v: &Value) -> Reply {
@@ -223,32 +236,19 @@ fn chat_reply(v: &Value) -> Reply {
     {
         reply.reasoning = r.to_string();
     }
-    for c in msg
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let (arguments, raw) = arguments_value(c.pointer("/function/arguments"));
-        reply.calls.push(Call {
-            id: str_of(c, "id").to_string(),
-            name: c
-                .pointer("/function/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            arguments,
-            raw,
-        });
+    for c in items(msg, "tool_calls") {
+        let name = c.pointer("/function/name").and_then(Value::as_str);
+        reply.calls.push(Call::new(
+            str_of(c, "id"),
+            name.unwrap_or_default(),
+            arguments_value(c.pointer("/function/arguments")),
+        ));
     }
     if let Some(f) = msg.get("function_call") {
-        let (arguments, raw) = arguments_value(f.get("arguments"));
-        reply.calls.push(Call {
-            id: str_of(f, "name").to_string(),
-            name: str_of(f, "name").to_string(),
-            arguments,
-            raw,
-        });
+        let name = str_of(f, "name");
+        reply
+            .calls
+            .push(Call::new(name, name, arguments_value(f.get("arguments"))));
     }
     reply
 }
@@ -256,7 +256,7 @@ fn chat_reply(v: &Value) -> Reply {
 fn chat_stream(events: &[Value]) -> Reply {
     let mut reply = Reply::default();
     // Tool calls by index: id, name, argument text.
-    let mut calls: Vec<(u64, String, String, String)> = Vec::new();
+    let mut calls: Vec<(u64, (String, String, String))> = Vec::new();
     for e in events {
         if reply.model.is_none() {
             reply.model = model_of(e);
@@ -272,40 +272,22 @@ fn chat_stream(events: &[Value]) -> Reply {
                 .and_then(Value::as_str)
                 .unwrap_or_default(),
         );
-        for c in delta
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for c in items(delta, "tool_calls") {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
-            let at = match calls.iter().position(|k| k.0 == index) {
-                Some(i) => i,
-                None => {
-                    calls.push((index, String::new(), String::new(), String::new()));
-                    calls.len() - 1
-                }
-            };
-            let entry = &mut calls[at];
-            if let Some(id) = c.get("id").and_then(Value::as_str) {
-                entry.1 = id.to_string();
+            let (id, name, args) = slot(&mut calls, index, Default::default);
+            if let Some(s) = c.get("id").and_then(Value::as_str) {
+                *id = s.to_string();
             }
-            if let Some(name) = c.pointer("/function/name").and_then(Value::as_str) {
-                entry.2.push_str(name);
+            if let Some(s) = c.pointer("/function/name").and_then(Value::as_str) {
+                name.push_str(s);
             }
-            if let Some(args) = c.pointer("/function/arguments").and_then(Value::as_str) {
-                entry.3.push_str(args);
+            if let Some(s) = c.pointer("/function/arguments").and_then(Value::as_str) {
+                args.push_str(s);
             }
         }
     }
-    for (_, id, name, args) in calls {
-        let (arguments, raw) = arguments_of(&args);
-        reply.calls.push(Call {
-            id,
-            name,
-            arguments,
-            raw,
-        });
+    for (_, (id, name, args)) in calls {
+        reply.calls.push(Call::new(&id, &name, arguments_of(&args)));
     }
     reply
 }
@@ -313,12 +295,7 @@ fn chat_stream(events: &[Value]) -> Reply {
 fn responses_item(reply: &mut Reply, item: &Value) {
     match str_of(item, "type") {
         "message" => {
-            for part in item
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for part in items(item, "content") {
                 match str_of(part, "type") {
                     "output_text" => push_text(&mut reply.text, str_of(part, "text")),
                     "refusal" => push_text(&mut reply.text, str_of(part, "refusal")),
@@ -328,55 +305,60 @@ fn responses_item(reply: &mut Reply, item: &Value) {
         }
         "reasoning" => {
             for key in ["summary", "content"] {
-                for part in item
-                    .get(key)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
+                for part in items(item, key) {
                     push_text(&mut reply.reasoning, str_of(part, "text"));
                 }
             }
         }
-        "function_call" => {
-            let (arguments, raw) = arguments_value(item.get("arguments"));
-            reply.calls.push(Call {
-                id: str_of(item, "call_id").to_string(),
-                name: str_of(item, "name").to_string(),
-                arguments,
-                raw,
-            });
-        }
-        "custom_tool_call" => reply.calls.push(Call {
-            id: str_of(item, "call_id").to_string(),
-            name: str_of(item, "name").to_string(),
-            arguments: json!({"input": str_of(item, "input")}),
-            raw: None,
-        }),
-        "local_shell_call" => reply.calls.push(Call {
-            id: str_of(item, "call_id").to_string(),
-            name: "local_shell".to_string(),
-            arguments: item.get("action").cloned().unwrap_or_else(|| json!({})),
-            raw: None,
-        }),
+        "function_call" => reply.calls.push(Call::new(
+            str_of(item, "call_id"),
+            str_of(item, "name"),
+            arguments_value(item.get("arguments")),
+        )),
+        "custom_tool_call" => reply.calls.push(Call::new(
+            str_of(item, "call_id"),
+            str_of(item, "name"),
+            (json!({"input": str_of(item, "input")}), None),
+        )),
+        "local_shell_call" => reply.calls.push(Call::new(
+            str_of(item, "call_id"),
+            "local_shell",
+            (
+                item.get("action").cloned().unwrap_or_else(|| json!({})),
+                None,
+            ),
+        )),
         _ => {}
     }
 }
 
 fn responses_reply(v: &Value) -> Reply {
-    let mut reply = Reply {
-        model: model_of(v),
-        ..Reply::default()
+    assemble(model_of(v), items(v, "output"), responses_item)
+}
+
+/// The streamed part at `index` (a tool call, an output item), `empty()` until an event
+/// fills it.
+fn slot<T>(parts: &mut Vec<(u64, T)>, index: u64, empty: impl FnOnce() -> T) -> &mut T {
+    let i = match parts.iter().position(|p| p.0 == index) {
+        Some(i) => i,
+        None => {
+            parts.push((index, empty()));
+            parts.len() - 1
+        }
     };
-    for item in v
-        .get("output")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        responses_item(&mut reply, item);
-    }
-    reply
+    &mut parts[i].1
+}
+
+/// `item` becomes a `kind` whose `key` is one `part` holding its text so far and `delta`.
+fn grow_part(item: &mut Value, kind: &str, key: &str, part: &str, delta: &str) {
+    item["type"] = json!(kind);
+    let text = format!(
+        "{}{delta}",
+        item.pointer(&format!("/{key}/0/text"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    );
+    item[key] = json!([{"type": part, "text": text}]);
 }
 
 fn responses_stream(events: &[Value]) -> Reply {
@@ -397,65 +379,98 @@ fn responses_stream(events: &[Value]) -> Reply {
     let mut model = None;
     for e in events {
         let index = e.get("output_index").and_then(Value::as_u64).unwrap_or(0);
-        let slot = |items: &mut Vec<(u64, Value)>| -> usize {
-            match items.iter().position(|i| i.0 == index) {
-                Some(i) => i,
-                None => {
-                    items.push((index, json!({})));
-                    items.len() - 1
-                }
-            }
-        };
+        let delta = str_of(e, "delta");
         match str_of(e, "type") {
             "response.created" | "response.in_progress" => {
                 model = e.get("response").and_then(model_of);
             }
             "response.output_item.added" | "response.output_item.done" => {
-                let i = slot(&mut items);
-                items[i].1 = e.get("item").cloned().unwrap_or_else(|| json!({}));
+                *slot(&mut items, index, || json!({})) =
+                    e.get("item").cloned().unwrap_or_else(|| json!({}));
             }
             "response.output_text.delta" => {
-                let i = slot(&mut items);
-                let item = &mut items[i].1;
-                item["type"] = json!("message");
-                let text = format!(
-                    "{}{}",
-                    item.pointer("/content/0/text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                    str_of(e, "delta")
+                grow_part(
+                    slot(&mut items, index, || json!({})),
+                    "message",
+                    "content",
+                    "output_text",
+                    delta,
                 );
-                item["content"] = json!([{"type": "output_text", "text": text}]);
             }
             "response.function_call_arguments.delta" => {
-                let i = slot(&mut items);
-                let item = &mut items[i].1;
-                let args = format!("{}{}", str_of(item, "arguments"), str_of(e, "delta"));
+                let item = slot(&mut items, index, || json!({}));
+                let args = format!("{}{delta}", str_of(item, "arguments"));
                 item["arguments"] = json!(args);
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                let i = slot(&mut items);
-                let item = &mut items[i].1;
-                item["type"] = json!("reasoning");
-                let text = format!(
-                    "{}{}",
-                    item.pointer("/summary/0/text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                    str_of(e, "delta")
+                grow_part(
+                    slot(&mut items, index, || json!({})),
+                    "reasoning",
+                    "summary",
+                    "summary_text",
+                    delta,
                 );
-                item["summary"] = json!([{"type": "summary_text", "text": text}]);
             }
             _ => {}
         }
     }
-    let mut reply = Reply {
-        model,
-        ..Reply::default()
-    };
     items.sort_by_key(|i| i.0);
-    for (_, item) in &items {
-        responses_item(&mut reply, item);
+    assemble(model, items.iter().map(|(_, item)| item), responses_item)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, name: &str, arguments: Value, raw: Option<&str>) -> Call {
+        Call {
+            id: id.to_string(),
+            name: name.to_string(),
+            arguments,
+            raw: raw.map(str::to_string),
+        }
     }
-    reply
+
+    #[test]
+    fn custom_shell_and_legacy_function_calls_are_read() {
+        let r = responses_reply(&json!({"model": "m", "output": [
+            {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin"},
+            {"type": "local_shell_call", "call_id": "c2", "action": {"command": ["ls"]}},
+            {"type": "function_call", "call_id": "c3", "name": "f", "arguments": "not json"},
+        ]}));
+        assert_eq!(r.model.as_deref(), Some("m"));
+        assert_eq!(
+            r.calls,
+            [
+                call("c1", "apply_patch", json!({"input": "*** Begin"}), None),
+                call("c2", "local_shell", json!({"command": ["ls"]}), None),
+                call("c3", "f", json!({}), Some("not json")),
+            ]
+        );
+        let r = chat_reply(&json!({"choices": [{"message": {"content": "hi",
+            "function_call": {"name": "g", "arguments": "{\"a\": 1}"}}}]}));
+        assert_eq!(r.text, "hi");
+        assert_eq!(r.calls, [call("g", "g", json!({"a": 1}), None)]);
+    }
+
+    #[test]
+    fn streamed_chat_tool_calls_join_their_deltas_by_index() {
+        let chunk = |delta: Value| json!({"model": "m", "choices": [{"delta": delta}]});
+        let r = chat_stream(&[
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "sh", "arguments": "{\"x\""}}]}),
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "ed", "arguments": "{}"}}]}),
+            ),
+            chunk(json!({"tool_calls": [{"index": 1, "function": {"arguments": ": 2}"}}]})),
+        ]);
+        assert_eq!(
+            r.calls,
+            [
+                call("b", "sh", json!({"x": 2}), None),
+                call("a", "ed", json!({}), None),
+            ]
+        );
+    }
 }

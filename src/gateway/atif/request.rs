@@ -158,6 +158,11 @@ pub(super) fn text_of(v: &Value) -> String {
     }
 }
 
+/// The elements of the array at `v[key]`, none when it is absent or not an array.
+pub(super) fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+    v.get(key).and_then(Value::as_array).into_iter().flatten()
+}
+
 pub(super) fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or_default()
 }
@@ -170,12 +175,7 @@ fn anthropic_request(v: &Value) -> Request {
             inputs.push(Input::System(s));
         }
     }
-    for m in v
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for m in items(v, "messages") {
         let content = m.get("content").unwrap_or(&Value::Null);
         match str_of(m, "role") {
             "assistant" => inputs.push(Input::Assistant),
@@ -204,11 +204,7 @@ fn anthropic_request(v: &Value) -> Request {
             },
         }
     }
-    let tools = v
-        .get("tools")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let tools = items(v, "tools")
         .map(|t| match t.get("input_schema") {
             Some(schema) => json!({"type": "function", "function": {
                 "name": str_of(t, "name"),
@@ -223,12 +219,7 @@ fn anthropic_request(v: &Value) -> Request {
 
 fn chat_request(v: &Value) -> Request {
     let mut inputs = Vec::new();
-    for m in v
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for m in items(v, "messages") {
         let content = m.get("content").unwrap_or(&Value::Null);
         match str_of(m, "role") {
             "system" | "developer" => inputs.push(Input::System(text_of(content))),
@@ -293,11 +284,7 @@ fn responses_request(v: &Value) -> Request {
         }
         _ => {}
     }
-    let tools = v
-        .get("tools")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let tools = items(v, "tools")
         .map(|t| {
             if str_of(t, "type") == "function" && t.get("function").is_none() {
                 json!({"type": "function", "function": {

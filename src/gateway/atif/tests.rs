@@ -153,6 +153,21 @@ fn steps(v: &Value) -> &Vec<Value> {
     v["steps"].as_array().unwrap()
 }
 
+/// The trajectory of `calls` (session `t`), checked against the schema.
+fn checked(calls: &[CallRecord]) -> Value {
+    let v = trajectory(calls, 0, "t", &agent()).unwrap();
+    valid(&v);
+    v
+}
+
+/// The `source` of each step, in order.
+fn sources(v: &Value) -> Vec<&str> {
+    steps(v)
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn each_protocol_streaming_or_not_becomes_system_user_and_agent_steps_with_observations() {
     for api in [
@@ -167,9 +182,8 @@ fn each_protocol_streaming_or_not_becomes_system_user_and_agent_steps_with_obser
             let v = trajectory(&calls, 0, "trial-1", &agent()).unwrap();
             valid(&v);
             let s = steps(&v);
-            let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
             assert_eq!(
-                sources,
+                sources(&v),
                 ["system", "user", "agent", "agent"],
                 "{what}: {v:#}"
             );
@@ -230,8 +244,7 @@ fn each_protocol_streaming_or_not_becomes_system_user_and_agent_steps_with_obser
 fn ledger_lines_in_end_order_are_put_in_start_order() {
     let mut calls = conversation(Protocol::ChatCompletions, false);
     calls.reverse();
-    let v = trajectory(&calls, 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&calls);
     assert_eq!(steps(&v)[2]["extra"]["seq"], 1);
     assert_eq!(steps(&v)[3]["extra"]["seq"], 2);
 }
@@ -350,16 +363,14 @@ fn streamed_tool_call_arguments_are_joined_and_bad_ones_kept_raw() {
             "data: {\"type\":\"message_stop\"}\n\n"
         ),
     );
-    let v = trajectory(&[chat], 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&[chat]);
     let calls = &steps(&v)[1]["tool_calls"];
     assert_eq!(calls[0]["tool_call_id"], "call_a");
     assert_eq!(calls[0]["arguments"], json!({"command": "ls"}));
     assert_eq!(calls[1]["function_name"], "edit");
     assert_eq!(calls[1]["arguments"], json!({}));
     assert_eq!(calls[1]["extra"]["raw_arguments"], "not json");
-    let v = trajectory(&[anthropic], 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&[anthropic]);
     let call = &steps(&v)[1]["tool_calls"][0];
     assert_eq!(call["tool_call_id"], "toolu_a");
     assert_eq!(call["arguments"], json!({"command": "ls"}));
@@ -380,11 +391,9 @@ fn truncated_bodies_are_marked_and_do_not_break_the_trajectory() {
     );
     calls[0].response = BodyRecord::of(stream.as_bytes());
     assert!(calls[0].response.truncated);
-    let v = trajectory(&calls, 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&calls);
     let s = steps(&v);
-    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
-    assert_eq!(sources, ["system", "user", "agent", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["system", "user", "agent", "agent"], "{v:#}");
     // The cut event is dropped; the text before it is kept.
     assert_eq!(s[2]["message"], "Looking.");
     assert_eq!(s[2]["extra"]["response_truncated"], true);
@@ -413,8 +422,7 @@ fn a_non_streaming_reply_cut_at_the_cap_is_an_empty_marked_step() {
         "z".repeat(BODY_CAP)
     );
     let call = with_reply(Protocol::ChatCompletions, false, req, &body);
-    let v = trajectory(&[call], 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&[call]);
     let step = &steps(&v)[1];
     assert_eq!(step["message"], "");
     assert_eq!(step["extra"]["response_truncated"], true);
@@ -439,8 +447,7 @@ fn a_tool_result_without_its_call_goes_to_a_system_step() {
         req,
         r#"{"choices": [{"message": {"content": "ok"}}]}"#,
     );
-    let v = trajectory(&[call], 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&[call]);
     let s = steps(&v);
     assert_eq!(s[0]["source"], "system");
     let r = &s[0]["observation"]["results"][0];
@@ -472,11 +479,9 @@ fn refused_and_retried_calls_are_steps_without_inference_and_the_turn_is_not_rep
     );
     again.seq = 2;
     again.cost_usd = Some(0.25);
-    let v = trajectory(&[refused, again], 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&[refused, again]);
     let s = steps(&v);
-    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
-    assert_eq!(sources, ["user", "agent", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["user", "agent", "agent"], "{v:#}");
     assert_eq!(s[1]["llm_call_count"], 0);
     assert!(s[1].get("metrics").is_none());
     assert_eq!(s[1]["extra"]["outcome"], "budget_exhausted");
@@ -500,8 +505,7 @@ fn cost_is_per_step_and_summed_when_priced() {
     for c in &mut calls {
         c.cost_usd = c.tokens.map(|t| t.cost(&price));
     }
-    let v = trajectory(&calls, 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&calls);
     let want: f64 = calls.iter().filter_map(|c| c.cost_usd).sum();
     let got = v["final_metrics"]["total_cost_usd"].as_f64().unwrap();
     assert!((got - want).abs() < 1e-12, "{got} {want}");
@@ -593,11 +597,9 @@ fn a_cut_stream_and_an_unreachable_upstream_are_steps_that_say_so() {
     down.outcome = CallOutcome::Unavailable;
     down.status = 502;
     down.tokens = None;
-    let v = trajectory(&[cut, down], 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&[cut, down]);
     let s = steps(&v);
-    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
-    assert_eq!(sources, ["user", "agent", "user", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["user", "agent", "user", "agent"], "{v:#}");
     assert_eq!(s[1]["extra"]["outcome"], "stream_cut");
     assert_eq!(s[1]["extra"]["upstream_errors"], json!(["stream_cut"]));
     let text = s[1]["message"].as_str().unwrap();
@@ -617,13 +619,8 @@ fn the_same_user_message_in_a_later_turn_is_a_new_step() {
     let a = with_reply(Protocol::ChatCompletions, false, first, reply);
     let mut b = with_reply(Protocol::ChatCompletions, false, second, reply);
     b.seq = 2;
-    let v = trajectory(&[a, b], 0, "t", &agent()).unwrap();
-    valid(&v);
-    let sources: Vec<&str> = steps(&v)
-        .iter()
-        .map(|s| s["source"].as_str().unwrap())
-        .collect();
-    assert_eq!(sources, ["user", "agent", "user", "agent"], "{v:#}");
+    let v = checked(&[a, b]);
+    assert_eq!(sources(&v), ["user", "agent", "user", "agent"], "{v:#}");
 }
 
 #[test]
@@ -636,11 +633,9 @@ fn a_cut_request_is_read_from_the_fields_whole_before_the_cut() {
     assert!(body.find("\"messages\"").unwrap() < body.find("\"tools\"").unwrap());
     calls[1].request = BodyRecord::of(body.as_bytes());
     assert!(calls[1].request.truncated);
-    let v = trajectory(&calls, 0, "t", &agent()).unwrap();
-    valid(&v);
+    let v = checked(&calls);
     let s = steps(&v);
-    let sources: Vec<&str> = s.iter().map(|s| s["source"].as_str().unwrap()).collect();
-    assert_eq!(sources, ["system", "user", "agent", "agent"], "{v:#}");
+    assert_eq!(sources(&v), ["system", "user", "agent", "agent"], "{v:#}");
     // The tool result (only in the cut request) is still found.
     assert_eq!(s[2]["observation"]["results"][0]["content"], OUTPUT);
     assert_eq!(s[3]["extra"]["request_truncated"], true);
