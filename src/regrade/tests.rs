@@ -41,6 +41,20 @@ async fn run_job(spec: &JobSpec, fake: &Arc<FakeSandbox>) {
     assert!(!outcome.interrupted);
 }
 
+/// A finished job: the oracle on one task per `(name, task.toml addition)` (task dirs
+/// `<root>/<name>`), run on [`solving`]. The temp dir holds the tasks and the job dir.
+async fn ran(tasks: &[(&str, &str)]) -> (tempfile::TempDir, JobSpec, Arc<FakeSandbox>) {
+    let root = tempfile::tempdir().expect("tmp");
+    let tasks: Vec<_> = tasks
+        .iter()
+        .map(|(name, toml)| task_dir(root.path(), name, toml))
+        .collect();
+    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
+    let fake = solving();
+    run_job(&spec, &fake).await;
+    (root, spec, fake)
+}
+
 fn args(tests: Option<std::path::PathBuf>) -> RegradeArgs {
     RegradeArgs {
         tests,
@@ -80,13 +94,7 @@ fn fixed_tests(root: &std::path::Path) -> std::path::PathBuf {
 
 #[tokio::test(start_paused = true)]
 async fn a_regrade_appends_history_updates_the_verdict_and_rewrites_trials_jsonl() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks: Vec<_> = (0..2)
-        .map(|i| task_dir(root.path(), &format!("t{i}"), ""))
-        .collect();
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (root, spec, fake) = ran(&[("t0", ""), ("t1", "")]).await;
     let id = "t0__oracle__default__1";
     let before = load(&spec, id);
     assert_eq!(before.verifier.status, VerifierStatus::Passed);
@@ -131,7 +139,7 @@ async fn a_regrade_appends_history_updates_the_verdict_and_rewrites_trials_jsonl
     assert_eq!(original.outcome.status, VerifierStatus::Passed);
     assert_eq!(
         original.verifier_checksum,
-        crate::task::dir_checksum(&tasks[0].join("tests")).expect("checksum")
+        crate::task::dir_checksum(&root.path().join("t0/tests")).expect("checksum")
     );
     assert_eq!(new.source, VerifierSource::ChangeSet);
     assert_eq!(new.regrade.as_deref(), Some(out.id.as_str()));
@@ -197,13 +205,7 @@ async fn a_regrade_appends_history_updates_the_verdict_and_rewrites_trials_jsonl
 
 #[tokio::test(start_paused = true)]
 async fn an_interrupted_regrade_regrades_every_trial_exactly_once_on_rerun() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks: Vec<_> = (0..4)
-        .map(|i| task_dir(root.path(), &format!("t{i}"), ""))
-        .collect();
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (_root, spec, fake) = ran(&[("t0", ""), ("t1", ""), ("t2", ""), ("t3", "")]).await;
     let verifier_runs = |fake: &FakeSandbox| {
         fake.calls()
             .iter()
@@ -255,11 +257,7 @@ async fn an_interrupted_regrade_regrades_every_trial_exactly_once_on_rerun() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_regrade_records_nothing_half_done() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks = vec![task_dir(root.path(), "t0", "")];
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (_root, spec, fake) = ran(&[("t0", "")]).await;
     fake.on_exec(
         TEST_SH,
         FakeExec::exits(0)
@@ -283,19 +281,12 @@ async fn a_cancelled_regrade_records_nothing_half_done() {
 
 #[tokio::test(start_paused = true)]
 async fn trials_that_cannot_be_regraded_say_why_and_the_others_are_regraded() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks = vec![
-        task_dir(root.path(), "ok", ""),
-        task_dir(
-            root.path(),
-            "live",
-            "[verifier]\nenvironment_mode = \"live\"\n",
-        ),
-        task_dir(root.path(), "nokeep", ""),
-    ];
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (_root, spec, fake) = ran(&[
+        ("ok", ""),
+        ("live", "[verifier]\nenvironment_mode = \"live\"\n"),
+        ("nokeep", ""),
+    ])
+    .await;
     // A trial whose content was not kept (over the cap).
     let nokeep = "nokeep__oracle__default__1";
     let mut rec = load(&spec, nokeep);
@@ -340,11 +331,7 @@ async fn trials_that_cannot_be_regraded_say_why_and_the_others_are_regraded() {
 
 #[tokio::test(start_paused = true)]
 async fn repeat_records_the_rewards_seen_and_whether_they_agree() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks = vec![task_dir(root.path(), "t0", "")];
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (_root, spec, fake) = ran(&[("t0", "")]).await;
     let mut a = args(None);
     a.repeat = 3;
     let out = regrade_on(&spec, &fake, &a).await;
@@ -366,11 +353,7 @@ async fn repeat_records_the_rewards_seen_and_whether_they_agree() {
 
 #[tokio::test(start_paused = true)]
 async fn bad_arguments_name_the_flag() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks = vec![task_dir(root.path(), "t0", "")];
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (root, spec, fake) = ran(&[("t0", "")]).await;
     let (_tx, cancel) = watch::channel(false);
     let mut a = args(Some(root.path().join("nope")));
     let e = regrade(&spec, &a, fake.clone(), cancel.clone())
