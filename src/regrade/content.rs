@@ -289,6 +289,16 @@ mod tests {
         (tmp, trial, a)
     }
 
+    /// What a writer with a 1 MiB cap keeps of `subtrees` (changed root, its archive), each
+    /// 2 KiB unpacked.
+    fn keep(trial: &Path, subtrees: &[(&str, &PathBuf)]) -> ChangeContent {
+        let mut w = ContentWriter::new(trial, 1024 * 1024);
+        for (root, archive) in subtrees {
+            w.add(root, archive, 2048);
+        }
+        w.finish()
+    }
+
     /// How many entries `agent/` of `trial` holds.
     fn agent_entries(trial: &Path) -> usize {
         std::fs::read_dir(trial.join("agent")).expect("ls").count()
@@ -316,10 +326,7 @@ mod tests {
             "b",
             &[("new/", b""), ("new/x.py", b"print(1)\n")],
         );
-        let mut w = ContentWriter::new(&trial, 1024 * 1024);
-        w.add("/app/out.txt", &a, 2048);
-        w.add("/usr/lib/new", &b, 2048);
-        let content = w.finish();
+        let content = keep(&trial, &[("/app/out.txt", &a), ("/usr/lib/new", &b)]);
         assert!(content.regradable, "{content:?}");
         assert_eq!(content.file.as_deref(), Some(CHANGES_TAR));
         assert_eq!(content.roots, ["/app/out.txt", "/usr/lib/new"]);
@@ -385,10 +392,7 @@ mod tests {
                 ("evil/ok.py", b"y"),
             ],
         );
-        let mut w = ContentWriter::new(&trial, 1024 * 1024);
-        w.add("/app/out.txt", &a, 2048);
-        w.add("/usr/lib/evil", &b, 2048);
-        let content = w.finish();
+        let content = keep(&trial, &[("/app/out.txt", &a), ("/usr/lib/evil", &b)]);
         let (bytes, left_out) = without_findings(
             &trial.join(CHANGES_TAR),
             &content.roots,

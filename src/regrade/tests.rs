@@ -71,6 +71,11 @@ async fn regrade_on(spec: &JobSpec, fake: &Arc<FakeSandbox>, a: &RegradeArgs) ->
         .expect("regrade runs")
 }
 
+/// How many rows of `out` have a status that `f` accepts.
+fn rows_where(out: &RegradeOutcome, f: impl Fn(&RowStatus) -> bool) -> usize {
+    out.rows.iter().filter(|r| f(&r.status)).count()
+}
+
 fn load(spec: &JobSpec, id: &str) -> TrialRecord {
     let bytes = std::fs::read(spec.dir.join("trials").join(id).join("result.json")).expect("read");
     serde_json::from_slice(&bytes).expect("record")
@@ -220,12 +225,10 @@ async fn an_interrupted_regrade_regrades_every_trial_exactly_once_on_rerun() {
     a.concurrency = 1;
     let first = regrade_on(&spec, &fake, &a).await;
     assert_eq!(first.infra(), 1, "{:?}", first.rows);
-    let regraded_first = first
-        .rows
-        .iter()
-        .filter(|r| matches!(r.status, RowStatus::Regraded { .. }))
-        .count();
-    assert_eq!(regraded_first, 3);
+    assert_eq!(
+        rows_where(&first, |s| matches!(s, RowStatus::Regraded { .. })),
+        3
+    );
     assert!(journal::load_plans(&spec.dir)[0].finished_at.is_none());
     let runs_first = verifier_runs(&fake) - base;
 
@@ -234,12 +237,10 @@ async fn an_interrupted_regrade_regrades_every_trial_exactly_once_on_rerun() {
     assert!(second.resumed);
     assert_eq!(second.id, first.id);
     assert_eq!(second.infra(), 0);
-    let done_before = second
-        .rows
-        .iter()
-        .filter(|r| matches!(r.status, RowStatus::AlreadyDone { .. }))
-        .count();
-    assert_eq!(done_before, 3);
+    assert_eq!(
+        rows_where(&second, |s| matches!(s, RowStatus::AlreadyDone { .. })),
+        3
+    );
     assert_eq!(verifier_runs(&fake) - base - runs_first, 1);
     for task in 0..4 {
         let rec = load(&spec, &format!("t{task}__oracle__default__1"));

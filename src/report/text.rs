@@ -38,6 +38,30 @@ fn k_value(arm: &ArmStats, k: u32, hat: bool) -> String {
         .unwrap_or_else(|| "–".to_string())
 }
 
+/// The cells both arm tables (terminal and report.md) start with: agent, variant, tasks,
+/// trials, scored, infra, pass rate, its 95% CI, mean reward; `name` escapes agent and variant.
+fn arm_cells(a: &ArmStats, name: &dyn Fn(&str) -> String) -> Vec<String> {
+    vec![
+        name(&a.agent),
+        name(&a.variant),
+        a.tasks.to_string(),
+        a.trials.to_string(),
+        a.scored.to_string(),
+        a.infra.to_string(),
+        pct(a.pass_rate),
+        ci(a.pass_rate_ci),
+        num(a.mean_reward, 3),
+    ]
+}
+
+/// An arm's count of each audit verdict, in the order of the report's verdict columns.
+fn verdict_counts(r: &Report, arm: &ArmStats) -> Vec<String> {
+    r.verdict_columns()
+        .into_iter()
+        .map(|v| arm.verdicts.get(v).copied().unwrap_or(0).to_string())
+        .collect()
+}
+
 /// Outcome glyphs of a cell by attempt: `✓✓✗`, `·` for a missing attempt.
 pub(crate) fn glyphs(c: &Cell) -> String {
     (0..c.outcomes.len())
@@ -203,17 +227,7 @@ pub(crate) fn table(r: &Report) -> String {
     header.extend(["false compl.", "agent s med/p90"].map(String::from));
     let mut rows = vec![header];
     for a in &r.arms {
-        let mut row = vec![
-            a.agent.clone(),
-            a.variant.clone(),
-            a.tasks.to_string(),
-            a.trials.to_string(),
-            a.scored.to_string(),
-            a.infra.to_string(),
-            pct(a.pass_rate),
-            ci(a.pass_rate_ci),
-            num(a.mean_reward, 3),
-        ];
+        let mut row = arm_cells(a, &|s| s.to_string());
         if kmax > 1 {
             row.push(k_value(a, kmax, false));
             row.push(k_value(a, kmax, true));
@@ -242,11 +256,7 @@ pub(crate) fn table(r: &Report) -> String {
     ];
     for a in &r.arms {
         let mut row = vec![a.arm.clone()];
-        row.extend(
-            r.verdict_columns()
-                .into_iter()
-                .map(|v| a.verdicts.get(v).copied().unwrap_or(0).to_string()),
-        );
+        row.extend(verdict_counts(r, a));
         row.push(format!(
             "{} {}",
             pct(a.false_completion_rate),
@@ -424,19 +434,10 @@ pub(crate) fn markdown(r: &Report) -> String {
         .arms
         .iter()
         .map(|a| {
-            vec![
-                md(&a.agent),
-                md(&a.variant),
-                a.tasks.to_string(),
-                a.trials.to_string(),
-                a.scored.to_string(),
-                a.infra.to_string(),
-                pct(a.pass_rate),
-                ci(a.pass_rate_ci),
-                num(a.mean_reward, 3),
-                num(a.agent_seconds.as_ref().map(|t| t.median), 1),
-                num(a.agent_seconds.as_ref().map(|t| t.p90), 1),
-            ]
+            let mut row = arm_cells(a, &md);
+            row.push(num(a.agent_seconds.as_ref().map(|t| t.median), 1));
+            row.push(num(a.agent_seconds.as_ref().map(|t| t.p90), 1));
+            row
         })
         .collect();
     out.push_str(&md_table(&header, 2, &rows));
@@ -487,11 +488,7 @@ pub(crate) fn markdown(r: &Report) -> String {
         .iter()
         .map(|a| {
             let mut row = vec![md(&a.arm)];
-            row.extend(
-                r.verdict_columns()
-                    .into_iter()
-                    .map(|v| a.verdicts.get(v).copied().unwrap_or(0).to_string()),
-            );
+            row.extend(verdict_counts(r, a));
             row.push(a.claimed_success.to_string());
             row.push(pct(a.false_completion_rate));
             row.push(ci(a.false_completion_ci));
