@@ -143,10 +143,16 @@ fn value_width<'a>(labels: impl IntoIterator<Item = &'a (String, String)>) -> f6
         .ceil()
 }
 
-/// Open a chart's `<svg>`: `rows` arm rows, a value column `value_w` wide. Returns the height.
-fn svg_open(out: &mut String, rows: usize, label: &str, value_w: f64) -> f64 {
-    let h = TOP + rows as f64 * ROW_H + 8.0;
-    let w = LABEL_W + PLOT_W + value_w;
+/// Open a chart's `<svg>`: a row per arm of `r`, a value column that holds every one of
+/// `values` (see [`value_width`]). Returns the height.
+fn svg_open<'a>(
+    out: &mut String,
+    r: &Report,
+    label: &str,
+    values: impl IntoIterator<Item = &'a (String, String)>,
+) -> f64 {
+    let h = TOP + r.arms.len() as f64 * ROW_H + 8.0;
+    let w = LABEL_W + PLOT_W + value_width(values);
     let _ = write!(
         out,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{}\">",
@@ -228,9 +234,9 @@ fn pass_rate_chart(r: &Report) -> String {
         .collect();
     let h = svg_open(
         &mut out,
-        r.arms.len(),
+        r,
         "pass rate per arm with 95% Wilson intervals",
-        value_width(&labels),
+        &labels,
     );
     x_grid(&mut out, h, &percent_ticks());
     for (i, a) in r.arms.iter().enumerate() {
@@ -289,9 +295,9 @@ fn verdict_chart(r: &Report) -> String {
         .collect();
     let h = svg_open(
         &mut out,
-        r.arms.len(),
+        r,
         "audit verdicts per arm, share of scored trials",
-        value_width(&labels),
+        &labels,
     );
     x_grid(&mut out, h, &percent_ticks());
     let columns = r.verdict_columns();
@@ -362,9 +368,9 @@ fn time_chart(r: &Report) -> String {
         .collect();
     let h = svg_open(
         &mut out,
-        r.arms.len(),
+        r,
         "agent time per trial per arm (box plot)",
-        value_width(labels.iter().flatten()),
+        labels.iter().flatten(),
     );
     let mut ticks = Vec::new();
     let mut v = 0.0;
