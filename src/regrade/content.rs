@@ -279,6 +279,31 @@ mod tests {
         path
     }
 
+    /// A temp dir holding an empty trial dir (`trial/agent/` made) and the subtree archive of
+    /// `/app/out.txt` (`hi`): (temp dir, trial dir, archive).
+    fn trial_with_out_txt() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let trial = tmp.path().join("trial");
+        std::fs::create_dir_all(trial.join("agent")).expect("dir");
+        let a = subtree(tmp.path(), "a", &[("out.txt", b"hi\n")]);
+        (tmp, trial, a)
+    }
+
+    /// What a writer with a 1 MiB cap keeps of `subtrees` (changed root, its archive), each
+    /// 2 KiB unpacked.
+    fn keep(trial: &Path, subtrees: &[(&str, &PathBuf)]) -> ChangeContent {
+        let mut w = ContentWriter::new(trial, 1024 * 1024);
+        for (root, archive) in subtrees {
+            w.add(root, archive, 2048);
+        }
+        w.finish()
+    }
+
+    /// How many entries `agent/` of `trial` holds.
+    fn agent_entries(trial: &Path) -> usize {
+        std::fs::read_dir(trial.join("agent")).expect("ls").count()
+    }
+
     fn names(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
         let mut a = tar::Archive::new(bytes);
         a.entries()
@@ -295,19 +320,13 @@ mod tests {
 
     #[test]
     fn subtrees_are_rerooted_at_slash_and_renamed_into_place() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let trial = tmp.path().join("trial");
-        std::fs::create_dir_all(trial.join("agent")).expect("dir");
-        let a = subtree(tmp.path(), "a", &[("out.txt", b"hi\n")]);
+        let (tmp, trial, a) = trial_with_out_txt();
         let b = subtree(
             tmp.path(),
             "b",
             &[("new/", b""), ("new/x.py", b"print(1)\n")],
         );
-        let mut w = ContentWriter::new(&trial, 1024 * 1024);
-        w.add("/app/out.txt", &a, 2048);
-        w.add("/usr/lib/new", &b, 2048);
-        let content = w.finish();
+        let content = keep(&trial, &[("/app/out.txt", &a), ("/usr/lib/new", &b)]);
         assert!(content.regradable, "{content:?}");
         assert_eq!(content.file.as_deref(), Some(CHANGES_TAR));
         assert_eq!(content.roots, ["/app/out.txt", "/usr/lib/new"]);
@@ -318,18 +337,12 @@ mod tests {
         assert_eq!(paths, ["app/out.txt", "usr/lib/new", "usr/lib/new/x.py"]);
         assert_eq!(got[0].1, b"hi\n");
         // Only the archive is left in agent/ (no temp file).
-        assert_eq!(
-            std::fs::read_dir(trial.join("agent")).expect("ls").count(),
-            1
-        );
+        assert_eq!(agent_entries(&trial), 1);
     }
 
     #[test]
     fn over_the_cap_or_a_missing_subtree_keeps_nothing_and_says_why() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let trial = tmp.path().join("trial");
-        std::fs::create_dir_all(trial.join("agent")).expect("dir");
-        let a = subtree(tmp.path(), "a", &[("out.txt", b"hi\n")]);
+        let (_tmp, trial, a) = trial_with_out_txt();
         let mut w = ContentWriter::new(&trial, 1024 * 1024);
         w.add("/app/out.txt", &a, 2 * 1024 * 1024);
         let content = w.finish();
@@ -342,10 +355,7 @@ mod tests {
             "{content:?}"
         );
         assert!(!trial.join(CHANGES_TAR).exists());
-        assert_eq!(
-            std::fs::read_dir(trial.join("agent")).expect("ls").count(),
-            0
-        );
+        assert_eq!(agent_entries(&trial), 0);
 
         let mut w = ContentWriter::new(&trial, 1024 * 1024);
         w.add("/app/out.txt", &a, 2048);
@@ -372,10 +382,7 @@ mod tests {
 
     #[test]
     fn findings_leave_their_whole_subtree_out() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let trial = tmp.path().join("trial");
-        std::fs::create_dir_all(trial.join("agent")).expect("dir");
-        let a = subtree(tmp.path(), "a", &[("out.txt", b"hi\n")]);
+        let (tmp, trial, a) = trial_with_out_txt();
         let b = subtree(
             tmp.path(),
             "b",
@@ -385,10 +392,7 @@ mod tests {
                 ("evil/ok.py", b"y"),
             ],
         );
-        let mut w = ContentWriter::new(&trial, 1024 * 1024);
-        w.add("/app/out.txt", &a, 2048);
-        w.add("/usr/lib/evil", &b, 2048);
-        let content = w.finish();
+        let content = keep(&trial, &[("/app/out.txt", &a), ("/usr/lib/evil", &b)]);
         let (bytes, left_out) = without_findings(
             &trial.join(CHANGES_TAR),
             &content.roots,

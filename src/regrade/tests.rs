@@ -41,6 +41,20 @@ async fn run_job(spec: &JobSpec, fake: &Arc<FakeSandbox>) {
     assert!(!outcome.interrupted);
 }
 
+/// A finished job: the oracle on one task per `(name, task.toml addition)` (task dirs
+/// `<root>/<name>`), run on [`solving`]. The temp dir holds the tasks and the job dir.
+async fn ran(tasks: &[(&str, &str)]) -> (tempfile::TempDir, JobSpec, Arc<FakeSandbox>) {
+    let root = tempfile::tempdir().expect("tmp");
+    let tasks: Vec<_> = tasks
+        .iter()
+        .map(|(name, toml)| task_dir(root.path(), name, toml))
+        .collect();
+    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
+    let fake = solving();
+    run_job(&spec, &fake).await;
+    (root, spec, fake)
+}
+
 fn args(tests: Option<std::path::PathBuf>) -> RegradeArgs {
     RegradeArgs {
         tests,
@@ -55,6 +69,11 @@ async fn regrade_on(spec: &JobSpec, fake: &Arc<FakeSandbox>, a: &RegradeArgs) ->
     regrade(spec, a, fake.clone(), cancel)
         .await
         .expect("regrade runs")
+}
+
+/// How many rows of `out` have a status that `f` accepts.
+fn rows_where(out: &RegradeOutcome, f: impl Fn(&RowStatus) -> bool) -> usize {
+    out.rows.iter().filter(|r| f(&r.status)).count()
 }
 
 fn load(spec: &JobSpec, id: &str) -> TrialRecord {
@@ -80,13 +99,7 @@ fn fixed_tests(root: &std::path::Path) -> std::path::PathBuf {
 
 #[tokio::test(start_paused = true)]
 async fn a_regrade_appends_history_updates_the_verdict_and_rewrites_trials_jsonl() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks: Vec<_> = (0..2)
-        .map(|i| task_dir(root.path(), &format!("t{i}"), ""))
-        .collect();
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (root, spec, fake) = ran(&[("t0", ""), ("t1", "")]).await;
     let id = "t0__oracle__default__1";
     let before = load(&spec, id);
     assert_eq!(before.verifier.status, VerifierStatus::Passed);
@@ -131,7 +144,7 @@ async fn a_regrade_appends_history_updates_the_verdict_and_rewrites_trials_jsonl
     assert_eq!(original.outcome.status, VerifierStatus::Passed);
     assert_eq!(
         original.verifier_checksum,
-        crate::task::dir_checksum(&tasks[0].join("tests")).expect("checksum")
+        crate::task::dir_checksum(&root.path().join("t0/tests")).expect("checksum")
     );
     assert_eq!(new.source, VerifierSource::ChangeSet);
     assert_eq!(new.regrade.as_deref(), Some(out.id.as_str()));
@@ -197,13 +210,7 @@ async fn a_regrade_appends_history_updates_the_verdict_and_rewrites_trials_jsonl
 
 #[tokio::test(start_paused = true)]
 async fn an_interrupted_regrade_regrades_every_trial_exactly_once_on_rerun() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks: Vec<_> = (0..4)
-        .map(|i| task_dir(root.path(), &format!("t{i}"), ""))
-        .collect();
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (_root, spec, fake) = ran(&[("t0", ""), ("t1", ""), ("t2", ""), ("t3", "")]).await;
     let verifier_runs = |fake: &FakeSandbox| {
         fake.calls()
             .iter()
@@ -218,12 +225,10 @@ async fn an_interrupted_regrade_regrades_every_trial_exactly_once_on_rerun() {
     a.concurrency = 1;
     let first = regrade_on(&spec, &fake, &a).await;
     assert_eq!(first.infra(), 1, "{:?}", first.rows);
-    let regraded_first = first
-        .rows
-        .iter()
-        .filter(|r| matches!(r.status, RowStatus::Regraded { .. }))
-        .count();
-    assert_eq!(regraded_first, 3);
+    assert_eq!(
+        rows_where(&first, |s| matches!(s, RowStatus::Regraded { .. })),
+        3
+    );
     assert!(journal::load_plans(&spec.dir)[0].finished_at.is_none());
     let runs_first = verifier_runs(&fake) - base;
 
@@ -232,12 +237,10 @@ async fn an_interrupted_regrade_regrades_every_trial_exactly_once_on_rerun() {
     assert!(second.resumed);
     assert_eq!(second.id, first.id);
     assert_eq!(second.infra(), 0);
-    let done_before = second
-        .rows
-        .iter()
-        .filter(|r| matches!(r.status, RowStatus::AlreadyDone { .. }))
-        .count();
-    assert_eq!(done_before, 3);
+    assert_eq!(
+        rows_where(&second, |s| matches!(s, RowStatus::AlreadyDone { .. })),
+        3
+    );
     assert_eq!(verifier_runs(&fake) - base - runs_first, 1);
     for task in 0..4 {
         let rec = load(&spec, &format!("t{task}__oracle__default__1"));
@@ -255,11 +258,7 @@ async fn an_interrupted_regrade_regrades_every_trial_exactly_once_on_rerun() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_regrade_records_nothing_half_done() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks = vec![task_dir(root.path(), "t0", "")];
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (_root, spec, fake) = ran(&[("t0", "")]).await;
     fake.on_exec(
         TEST_SH,
         FakeExec::exits(0)
@@ -283,19 +282,12 @@ async fn a_cancelled_regrade_records_nothing_half_done() {
 
 #[tokio::test(start_paused = true)]
 async fn trials_that_cannot_be_regraded_say_why_and_the_others_are_regraded() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks = vec![
-        task_dir(root.path(), "ok", ""),
-        task_dir(
-            root.path(),
-            "live",
-            "[verifier]\nenvironment_mode = \"live\"\n",
-        ),
-        task_dir(root.path(), "nokeep", ""),
-    ];
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (_root, spec, fake) = ran(&[
+        ("ok", ""),
+        ("live", "[verifier]\nenvironment_mode = \"live\"\n"),
+        ("nokeep", ""),
+    ])
+    .await;
     // A trial whose content was not kept (over the cap).
     let nokeep = "nokeep__oracle__default__1";
     let mut rec = load(&spec, nokeep);
@@ -340,11 +332,7 @@ async fn trials_that_cannot_be_regraded_say_why_and_the_others_are_regraded() {
 
 #[tokio::test(start_paused = true)]
 async fn repeat_records_the_rewards_seen_and_whether_they_agree() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks = vec![task_dir(root.path(), "t0", "")];
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (_root, spec, fake) = ran(&[("t0", "")]).await;
     let mut a = args(None);
     a.repeat = 3;
     let out = regrade_on(&spec, &fake, &a).await;
@@ -366,11 +354,7 @@ async fn repeat_records_the_rewards_seen_and_whether_they_agree() {
 
 #[tokio::test(start_paused = true)]
 async fn bad_arguments_name_the_flag() {
-    let root = tempfile::tempdir().expect("tmp");
-    let tasks = vec![task_dir(root.path(), "t0", "")];
-    let spec = job_spec(root.path(), &tasks, &["oracle"], 1);
-    let fake = solving();
-    run_job(&spec, &fake).await;
+    let (root, spec, fake) = ran(&[("t0", "")]).await;
     let (_tx, cancel) = watch::channel(false);
     let mut a = args(Some(root.path().join("nope")));
     let e = regrade(&spec, &a, fake.clone(), cancel.clone())

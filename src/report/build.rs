@@ -75,17 +75,7 @@ pub(crate) fn step_rows(job: &JobData) -> Vec<StepRow> {
 pub(crate) fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
     let cells = task_cells(job);
     let mut arms = Vec::with_capacity(job.arms.len());
-    // trials are sorted by arm: walk them in slices
-    let mut start = 0;
-    for (a, key) in job.arms.iter().enumerate() {
-        let end = start
-            + job.trials[start..]
-                .iter()
-                .take_while(|t| t.arm as usize == a)
-                .count();
-        let trials = &job.trials[start..end];
-        start = end;
-
+    for (a, key, trials) in job.trials_by_arm() {
         let scored = trials.iter().filter(|t| t.outcome.scored()).count();
         let passed = trials.iter().filter(|t| t.outcome.passed()).count();
         let unverified = trials

@@ -15,11 +15,18 @@ use std::fmt::Write as _;
 use super::compare::{ComparisonSet, fmt_p, pts};
 use super::load::{JobData, Outcome};
 use super::model::{ArmStats, Cell, Report, tokens, usd};
-use super::text::{ci, glyphs, pct, unverified_line};
+use super::text::{ci, glyphs, pct, reward_key_lines, unverified_line};
 use super::trial_page::trial_href;
 
 /// Escape text for HTML content and attribute values.
 pub(crate) fn esc(s: &str) -> String {
+    escape_markup(s, "&#39;", &['\n', '\t'], &[])
+}
+
+/// Escape `&`, `<`, `>`, `"` and `'` (as `apos`) for markup content or attribute values
+/// (HTML here, XML in `junit`); a control character not in `keep`, or a character in `bad`,
+/// becomes U+FFFD.
+pub(crate) fn escape_markup(s: &str, apos: &str, keep: &[char], bad: &[char]) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
         match ch {
@@ -27,8 +34,10 @@ pub(crate) fn esc(s: &str) -> String {
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
+            '\'' => out.push_str(apos),
+            c if ((c as u32) < 0x20 && !keep.contains(&c)) || bad.contains(&c) => {
+                out.push('\u{FFFD}')
+            }
             c => out.push(c),
         }
     }
@@ -124,19 +133,26 @@ pub(crate) const CHAR_W: f64 = 7.2;
 /// `LABEL_W` at `CHAR_W`.
 const LABEL_CHARS: usize = 30;
 
-/// Width of a value column that holds every one of `labels` (plain text, before escaping).
-fn value_width<'a>(labels: impl IntoIterator<Item = &'a str>) -> f64 {
+/// Width of a value column that holds every one of `labels`, each shown as `main muted`
+/// (plain text, before escaping; see [`value_label`]).
+fn value_width<'a>(labels: impl IntoIterator<Item = &'a (String, String)>) -> f64 {
     labels
         .into_iter()
-        .map(|l| l.chars().count() as f64 * CHAR_W + 16.0)
+        .map(|(main, muted)| format!("{main} {muted}").chars().count() as f64 * CHAR_W + 16.0)
         .fold(VALUE_W, f64::max)
         .ceil()
 }
 
-/// Open a chart's `<svg>`: `rows` arm rows, a value column `value_w` wide. Returns the height.
-fn svg_open(out: &mut String, rows: usize, label: &str, value_w: f64) -> f64 {
-    let h = TOP + rows as f64 * ROW_H + 8.0;
-    let w = LABEL_W + PLOT_W + value_w;
+/// Open a chart's `<svg>`: a row per arm of `r`, a value column that holds every one of
+/// `values` (see [`value_width`]). Returns the height.
+fn svg_open<'a>(
+    out: &mut String,
+    r: &Report,
+    label: &str,
+    values: impl IntoIterator<Item = &'a (String, String)>,
+) -> f64 {
+    let h = TOP + r.arms.len() as f64 * ROW_H + 8.0;
+    let w = LABEL_W + PLOT_W + value_width(values);
     let _ = write!(
         out,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{}\">",
@@ -161,7 +177,10 @@ fn x_grid(out: &mut String, h: f64, ticks: &[(f64, String)]) {
     out.push_str("</g>");
 }
 
-fn arm_label(out: &mut String, y: f64, arm: &ArmStats) {
+/// Start the chart row of the `i`th arm: its label, left of the plot. Returns the row's
+/// vertical middle.
+fn arm_row(out: &mut String, i: usize, arm: &ArmStats) -> f64 {
+    let y = TOP + i as f64 * ROW_H + ROW_H / 2.0;
     let _ = write!(
         out,
         "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\"><title>{}</title>{}</text>",
@@ -169,6 +188,17 @@ fn arm_label(out: &mut String, y: f64, arm: &ArmStats) {
         y + 4.0,
         esc(&arm.arm),
         esc(&clip(&arm.arm, LABEL_CHARS))
+    );
+    y
+}
+
+/// A muted note at the start of a chart row in place of its plot (`text` is not escaped).
+fn row_note(out: &mut String, y: f64, text: &str) {
+    let _ = write!(
+        out,
+        "<text class=\"muted\" x=\"{:.1}\" y=\"{:.1}\">{text}</text>",
+        LABEL_W + 6.0,
+        y + 4.0
     );
 }
 
@@ -204,21 +234,13 @@ fn pass_rate_chart(r: &Report) -> String {
         .collect();
     let h = svg_open(
         &mut out,
-        r.arms.len(),
+        r,
         "pass rate per arm with 95% Wilson intervals",
-        value_width(
-            labels
-                .iter()
-                .map(|(m, n)| format!("{m} {n}"))
-                .collect::<Vec<_>>()
-                .iter()
-                .map(String::as_str),
-        ),
+        &labels,
     );
     x_grid(&mut out, h, &percent_ticks());
     for (i, a) in r.arms.iter().enumerate() {
-        let y = TOP + i as f64 * ROW_H + ROW_H / 2.0;
-        arm_label(&mut out, y, a);
+        let y = arm_row(&mut out, i, a);
         let x = |v: f64| LABEL_W + v.clamp(0.0, 1.0) * PLOT_W;
         match (a.pass_rate, a.pass_rate_ci) {
             (Some(rate), Some([lo, hi])) => {
@@ -252,15 +274,7 @@ fn pass_rate_chart(r: &Report) -> String {
                 );
                 value_label(&mut out, y, &labels[i].0, &labels[i].1);
             }
-            _ => {
-                let _ = write!(
-                    out,
-                    "<text class=\"muted\" x=\"{:.1}\" y=\"{:.1}\">nothing scored ({} infra)</text>",
-                    LABEL_W + 6.0,
-                    y + 4.0,
-                    a.infra
-                );
-            }
+            _ => row_note(&mut out, y, &format!("nothing scored ({} infra)", a.infra)),
         }
     }
     out.push_str("</svg>");
@@ -281,30 +295,17 @@ fn verdict_chart(r: &Report) -> String {
         .collect();
     let h = svg_open(
         &mut out,
-        r.arms.len(),
+        r,
         "audit verdicts per arm, share of scored trials",
-        value_width(
-            labels
-                .iter()
-                .map(|(m, n)| format!("{m} {n}"))
-                .collect::<Vec<_>>()
-                .iter()
-                .map(String::as_str),
-        ),
+        &labels,
     );
     x_grid(&mut out, h, &percent_ticks());
     let columns = r.verdict_columns();
     for (i, a) in r.arms.iter().enumerate() {
-        let y = TOP + i as f64 * ROW_H + ROW_H / 2.0;
-        arm_label(&mut out, y, a);
+        let y = arm_row(&mut out, i, a);
         let total: usize = a.verdicts.values().sum();
         if total == 0 {
-            let _ = write!(
-                out,
-                "<text class=\"muted\" x=\"{:.1}\" y=\"{:.1}\">no audited trial</text>",
-                LABEL_W + 6.0,
-                y + 4.0
-            );
+            row_note(&mut out, y, "no audited trial");
             continue;
         }
         let mut x = LABEL_W;
@@ -367,17 +368,9 @@ fn time_chart(r: &Report) -> String {
         .collect();
     let h = svg_open(
         &mut out,
-        r.arms.len(),
+        r,
         "agent time per trial per arm (box plot)",
-        value_width(
-            labels
-                .iter()
-                .flatten()
-                .map(|(m, n)| format!("{m} {n}"))
-                .collect::<Vec<_>>()
-                .iter()
-                .map(String::as_str),
-        ),
+        labels.iter().flatten(),
     );
     let mut ticks = Vec::new();
     let mut v = 0.0;
@@ -388,15 +381,9 @@ fn time_chart(r: &Report) -> String {
     x_grid(&mut out, h, &ticks);
     let x = |v: f64| LABEL_W + (v / top).clamp(0.0, 1.0) * PLOT_W;
     for (i, a) in r.arms.iter().enumerate() {
-        let y = TOP + i as f64 * ROW_H + ROW_H / 2.0;
-        arm_label(&mut out, y, a);
+        let y = arm_row(&mut out, i, a);
         let (Some(t), Some((main, n))) = (&a.agent_seconds, &labels[i]) else {
-            let _ = write!(
-                out,
-                "<text class=\"muted\" x=\"{:.1}\" y=\"{:.1}\">no timed trial</text>",
-                LABEL_W + 6.0,
-                y + 4.0
-            );
+            row_note(&mut out, y, "no timed trial");
             continue;
         };
         let _ = write!(
@@ -807,20 +794,11 @@ fn arms_table(r: &Report) -> String {
         }
         out.push_str("</tbody></table></div>");
     }
-    let keyed: Vec<&ArmStats> = r
-        .arms
-        .iter()
-        .filter(|a| !a.reward_keys.is_empty())
-        .collect();
+    let keyed = reward_key_lines(r, &|k| k.to_string());
     if !keyed.is_empty() {
         out.push_str("<ul class=\"conv\">");
-        for a in keyed {
-            let keys: Vec<String> = a
-                .reward_keys
-                .iter()
-                .map(|(k, m)| format!("{k} = {:.3} (n={})", m.mean, m.n))
-                .collect();
-            let _ = write!(out, "<li>{}: {}</li>", esc(&a.arm), esc(&keys.join(", ")));
+        for (arm, keys) in keyed {
+            let _ = write!(out, "<li>{}: {}</li>", esc(arm), esc(&keys));
         }
         out.push_str("</ul>");
     }
@@ -984,6 +962,19 @@ mod tests {
             scored,
             passed,
         }
+    }
+
+    #[test]
+    fn html_and_xml_escapes_differ_only_in_apostrophe_and_control_characters() {
+        let raw = "a&b<c>\"d'e\tf\ng\rh\u{1}i\u{FFFE}j";
+        assert_eq!(
+            esc(raw),
+            "a&amp;b&lt;c&gt;&quot;d&#39;e\tf\ng\u{FFFD}h\u{FFFD}i\u{FFFE}j"
+        );
+        assert_eq!(
+            crate::report::junit::xml(raw),
+            "a&amp;b&lt;c&gt;&quot;d&apos;e\tf\ng\rh\u{FFFD}i\u{FFFD}j"
+        );
     }
 
     #[test]

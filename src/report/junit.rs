@@ -10,25 +10,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use super::html::escape_markup;
 use super::load::{JobData, Outcome, Trial};
 use super::model::Report;
 
 /// Escape text for XML content or attribute values, dropping characters XML 1.0 forbids.
 pub(crate) fn xml(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(ch),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
+    escape_markup(s, "&apos;", &['\t', '\n', '\r'], &['\u{FFFE}', '\u{FFFF}'])
 }
 
 fn secs(x: f64) -> String {
@@ -200,15 +188,7 @@ pub(crate) fn write_junit<W: std::io::Write + ?Sized>(
         job.trials.len() - failures - report.totals.passed,
         secs(total_time)
     );
-    let mut start = 0;
-    for (a, arm) in job.arms.iter().enumerate() {
-        let end = start
-            + job.trials[start..]
-                .iter()
-                .take_while(|t| t.arm as usize == a)
-                .count();
-        let trials = &job.trials[start..end];
-        start = end;
+    for (a, arm, trials) in job.trials_by_arm() {
         let stats = &report.arms[a];
         let failures = trials
             .iter()

@@ -200,6 +200,23 @@ pub(crate) struct JobData {
     pub has_integrity: bool,
 }
 
+impl JobData {
+    /// Each arm (index and key, in job order) with its trials: `trials` is sorted by arm, so
+    /// an arm's trials are one slice (empty when it has none).
+    pub(crate) fn trials_by_arm(&self) -> impl Iterator<Item = (usize, &ArmKey, &[Trial])> {
+        let mut start = 0;
+        self.arms.iter().enumerate().map(move |(a, key)| {
+            let len = self.trials[start..]
+                .iter()
+                .take_while(|t| t.arm as usize == a)
+                .count();
+            let trials = &self.trials[start..start + len];
+            start += len;
+            (a, key, trials)
+        })
+    }
+}
+
 #[derive(Deserialize)]
 struct RawTrial<'a> {
     #[serde(borrow)]

@@ -38,11 +38,40 @@ fn k_value(arm: &ArmStats, k: u32, hat: bool) -> String {
         .unwrap_or_else(|| "–".to_string())
 }
 
+/// The cells both arm tables (terminal and report.md) start with: agent, variant, tasks,
+/// trials, scored, infra, pass rate, its 95% CI, mean reward; `name` escapes agent and variant.
+fn arm_cells(a: &ArmStats, name: &dyn Fn(&str) -> String) -> Vec<String> {
+    vec![
+        name(&a.agent),
+        name(&a.variant),
+        a.tasks.to_string(),
+        a.trials.to_string(),
+        a.scored.to_string(),
+        a.infra.to_string(),
+        pct(a.pass_rate),
+        ci(a.pass_rate_ci),
+        num(a.mean_reward, 3),
+    ]
+}
+
+/// An arm's count of each audit verdict, in the order of the report's verdict columns.
+fn verdict_counts(r: &Report, arm: &ArmStats) -> Vec<String> {
+    r.verdict_columns()
+        .into_iter()
+        .map(|v| arm.verdicts.get(v).copied().unwrap_or(0).to_string())
+        .collect()
+}
+
 /// Outcome glyphs of a cell by attempt: `✓✓✗`, `·` for a missing attempt.
 pub(crate) fn glyphs(c: &Cell) -> String {
     (0..c.outcomes.len())
         .map(|i| c.outcome(i).map(|o| o.glyph()).unwrap_or('·'))
         .collect()
+}
+
+/// Owned column names, for a table's header row.
+fn cols(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
 }
 
 /// Align columns: the first `left` columns left-aligned, the rest right-aligned.
@@ -97,22 +126,18 @@ pub(crate) fn unverified_line(r: &Report) -> Option<String> {
 /// The usage table (header first), one row per arm with a usage record; `name` escapes the
 /// arm's label for the target format.
 pub(crate) fn usage_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
-    let mut rows = vec![
-        [
-            "arm",
-            "trials w/ usage",
-            "requests",
-            "input tokens",
-            "output tokens",
-            "cache read",
-            "cost",
-            "cost / solved task",
-            "upstream errors",
-            "budget exhausted",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
+    let mut rows = vec![cols(&[
+        "arm",
+        "trials w/ usage",
+        "requests",
+        "input tokens",
+        "output tokens",
+        "cache read",
+        "cost",
+        "cost / solved task",
+        "upstream errors",
+        "budget exhausted",
+    ])];
     for a in &r.arms {
         let Some(u) = &a.usage else { continue };
         rows.push(vec![
@@ -133,17 +158,39 @@ pub(crate) fn usage_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<S
     rows
 }
 
-/// The terminal table.
+/// Each arm with a multi-key reward: its label and its keys as `key = mean (n=…)`, joined
+/// with commas; `name` escapes each key for the target format (the label is left as it is).
+pub(crate) fn reward_key_lines<'a>(
+    r: &'a Report,
+    name: &dyn Fn(&str) -> String,
+) -> Vec<(&'a str, String)> {
+    r.arms
+        .iter()
+        .filter(|a| !a.reward_keys.is_empty())
+        .map(|a| {
+            let keys: Vec<String> = a
+                .reward_keys
+                .iter()
+                .map(|(k, m)| format!("{} = {:.3} (n={})", name(k), m.mean, m.n))
+                .collect();
+            (a.arm.as_str(), keys.join(", "))
+        })
+        .collect()
+}
+
 /// The per-step table of a job with Harbor multi-step tasks (header first); `None` without.
 pub(crate) fn step_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Option<Vec<Vec<String>>> {
     if r.steps.is_empty() {
         return None;
     }
-    let mut rows = vec![
-        ["task", "step", "arm", "ran", "passed", "mean reward"]
-            .map(String::from)
-            .to_vec(),
-    ];
+    let mut rows = vec![cols(&[
+        "task",
+        "step",
+        "arm",
+        "ran",
+        "passed",
+        "mean reward",
+    ])];
     for s in &r.steps {
         rows.push(vec![
             name(&s.task),
@@ -157,11 +204,12 @@ pub(crate) fn step_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Option<Vec
     Some(rows)
 }
 
+/// The terminal table.
 pub(crate) fn table(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}\n", totals_line(r));
     let kmax = r.attempts;
-    let mut header: Vec<String> = [
+    let mut header = cols(&[
         "agent",
         "variant",
         "tasks",
@@ -171,10 +219,7 @@ pub(crate) fn table(r: &Report) -> String {
         "pass rate",
         "95% CI",
         "reward",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     if kmax > 1 {
         header.push(format!("pass@{kmax}"));
         header.push(format!("pass^{kmax}"));
@@ -182,17 +227,7 @@ pub(crate) fn table(r: &Report) -> String {
     header.extend(["false compl.", "agent s med/p90"].map(String::from));
     let mut rows = vec![header];
     for a in &r.arms {
-        let mut row = vec![
-            a.agent.clone(),
-            a.variant.clone(),
-            a.tasks.to_string(),
-            a.trials.to_string(),
-            a.scored.to_string(),
-            a.infra.to_string(),
-            pct(a.pass_rate),
-            ci(a.pass_rate_ci),
-            num(a.mean_reward, 3),
-        ];
+        let mut row = arm_cells(a, &|s| s.to_string());
         if kmax > 1 {
             row.push(k_value(a, kmax, false));
             row.push(k_value(a, kmax, true));
@@ -221,11 +256,7 @@ pub(crate) fn table(r: &Report) -> String {
     ];
     for a in &r.arms {
         let mut row = vec![a.arm.clone()];
-        row.extend(
-            r.verdict_columns()
-                .into_iter()
-                .map(|v| a.verdicts.get(v).copied().unwrap_or(0).to_string()),
-        );
+        row.extend(verdict_counts(r, a));
         row.push(format!(
             "{} {}",
             pct(a.false_completion_rate),
@@ -279,6 +310,15 @@ pub(crate) fn table(r: &Report) -> String {
     out.trim_end().to_string()
 }
 
+/// `v` joined with commas, at most `max` of them, then how many more there are.
+fn at_most(v: &[String], max: usize) -> String {
+    let mut s = v.iter().take(max).cloned().collect::<Vec<_>>().join(", ");
+    if v.len() > max {
+        let _ = write!(s, ", … ({} more)", v.len() - max);
+    }
+    s
+}
+
 /// Comparison verdicts in plain words, listing at most `max_tasks` tasks per list.
 pub(crate) fn comparison_text(c: &ComparisonSet, max_tasks: usize) -> String {
     let mut out = String::new();
@@ -287,18 +327,7 @@ pub(crate) fn comparison_text(c: &ComparisonSet, max_tasks: usize) -> String {
         "comparisons (by {}; paired on tasks; {} bootstrap resamples, seed {}):",
         c.by, c.resamples, c.seed
     );
-    let list = |v: &[String]| {
-        let mut s = v
-            .iter()
-            .take(max_tasks)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ");
-        if v.len() > max_tasks {
-            let _ = write!(s, ", … ({} more)", v.len() - max_tasks);
-        }
-        s
-    };
+    let list = |v: &[String]| at_most(v, max_tasks);
     for r in &c.results {
         let _ = writeln!(out, "- {}", r.verdict);
         let _ = writeln!(
@@ -388,7 +417,7 @@ pub(crate) fn markdown(r: &Report) -> String {
     let _ = writeln!(out, "# arbiter report: {}\n", md(&r.job));
     let _ = writeln!(out, "{}\n", md(&totals_line(r)));
     out.push_str("## Arms\n\n");
-    let header: Vec<String> = [
+    let header = cols(&[
         "agent",
         "variant",
         "tasks",
@@ -400,26 +429,15 @@ pub(crate) fn markdown(r: &Report) -> String {
         "mean reward",
         "agent s median",
         "agent s p90",
-    ]
-    .map(String::from)
-    .to_vec();
+    ]);
     let rows: Vec<Vec<String>> = r
         .arms
         .iter()
         .map(|a| {
-            vec![
-                md(&a.agent),
-                md(&a.variant),
-                a.tasks.to_string(),
-                a.trials.to_string(),
-                a.scored.to_string(),
-                a.infra.to_string(),
-                pct(a.pass_rate),
-                ci(a.pass_rate_ci),
-                num(a.mean_reward, 3),
-                num(a.agent_seconds.as_ref().map(|t| t.median), 1),
-                num(a.agent_seconds.as_ref().map(|t| t.p90), 1),
-            ]
+            let mut row = arm_cells(a, &md);
+            row.push(num(a.agent_seconds.as_ref().map(|t| t.median), 1));
+            row.push(num(a.agent_seconds.as_ref().map(|t| t.p90), 1));
+            row
         })
         .collect();
     out.push_str(&md_table(&header, 2, &rows));
@@ -437,20 +455,11 @@ pub(crate) fn markdown(r: &Report) -> String {
         let _ = writeln!(out, "\n> **Warning:** {}", md(w));
     }
 
-    let keyed: Vec<&ArmStats> = r
-        .arms
-        .iter()
-        .filter(|a| !a.reward_keys.is_empty())
-        .collect();
+    let keyed = reward_key_lines(r, &md);
     if !keyed.is_empty() {
         out.push_str("\n### Reward keys (mean over trials with that key)\n\n");
-        for a in keyed {
-            let keys: Vec<String> = a
-                .reward_keys
-                .iter()
-                .map(|(k, m)| format!("{} = {:.3} (n={})", md(k), m.mean, m.n))
-                .collect();
-            let _ = writeln!(out, "- {}: {}", md(&a.arm), keys.join(", "));
+        for (arm, keys) in keyed {
+            let _ = writeln!(out, "- {}: {keys}", md(arm));
         }
     }
 
@@ -479,11 +488,7 @@ pub(crate) fn markdown(r: &Report) -> String {
         .iter()
         .map(|a| {
             let mut row = vec![md(&a.arm)];
-            row.extend(
-                r.verdict_columns()
-                    .into_iter()
-                    .map(|v| a.verdicts.get(v).copied().unwrap_or(0).to_string()),
-            );
+            row.extend(verdict_counts(r, a));
             row.push(a.claimed_success.to_string());
             row.push(pct(a.false_completion_rate));
             row.push(ci(a.false_completion_ci));
@@ -509,7 +514,7 @@ pub(crate) fn markdown(r: &Report) -> String {
             "\n## Comparisons (by {}, paired on tasks)\n\n{} bootstrap resamples, seed {}.\n",
             c.by, c.resamples, c.seed
         );
-        let header: Vec<String> = [
+        let header = cols(&[
             "control",
             "arm",
             "paired tasks",
@@ -520,9 +525,7 @@ pub(crate) fn markdown(r: &Report) -> String {
             "pass→fail",
             "fail→pass",
             "verdict",
-        ]
-        .map(String::from)
-        .to_vec();
+        ]);
         let rows: Vec<Vec<String>> = c
             .results
             .iter()
@@ -616,18 +619,7 @@ pub(crate) fn check_text(c: &CheckOutcome, max_tasks: usize) -> String {
         "check: a task is solved when pass@{} ≥ 50%; an arm regresses when its solved rate drops more than {:.1} pts",
         c.pass_k, c.max_drop_pts
     );
-    let list = |v: &[String]| {
-        let mut s = v
-            .iter()
-            .take(max_tasks)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ");
-        if v.len() > max_tasks {
-            let _ = write!(s, ", … ({} more)", v.len() - max_tasks);
-        }
-        s
-    };
+    let list = |v: &[String]| at_most(v, max_tasks);
     for a in &c.arms {
         let _ = writeln!(
             out,
