@@ -43,6 +43,11 @@ const ATTACKS: &[(&str, &str, &str)] = &[
         "for f in /usr/bin/grep /usr/bin/python3.11; do printf '#!/bin/sh\\nexit 0\\n' > \"$f\"; done",
     ),
     (
+        "stealth-edit",
+        "a pre-existing executable rewritten with its size and mtime kept",
+        "for f in /usr/bin/grep /usr/bin/python3.11; do s=$(stat -c %s \"$f\"); cp -p \"$f\" /tmp/ref; { printf '#!/bin/sh\\nexit 0\\n#'; head -c $((s - 18)) /dev/zero | tr '\\0' x; } > /tmp/new; cat /tmp/new > \"$f\"; touch -r /tmp/ref \"$f\"; done",
+    ),
+    (
         "shadow-path",
         "a new command earlier on PATH",
         "for c in grep python3; do printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/$c && chmod +x /usr/local/bin/$c; done",

@@ -309,6 +309,73 @@ async fn a_restarted_container_once_halted_is_read_from_its_layer() {
     }
 }
 
+/// The change list of a stopped container comes from its layers on this host: the engine's
+/// list, path for path, for every kind of change an agent makes — plus the file whose content
+/// it rewrote keeping size and mtime, which the engine's metadata-only diff misses.
+#[tokio::test]
+async fn a_stopped_containers_change_list_from_its_layers_is_the_engines() {
+    if !common::docker_available() {
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let sb = DockerSandbox::connect().await.expect("engine");
+    let id = sb.create(&plain_spec("changes")).await.expect("create");
+    let result = AssertUnwindSafe(async {
+        sb.start(&id).await.expect("start");
+        let script = r#"set -e
+mkdir -p /work/sub && printf 'new' > /work/sub/f && ln -s /etc/passwd /work/link && mkfifo /work/fifo
+printf 'edited' >> /etc/debian_version
+chmod 0600 /etc/hostname.orig 2>/dev/null || true
+chmod 0700 /var/log
+chown 1234 /etc/issue
+rm /etc/issue.net
+rm -rf /usr/share/doc/bash && mkdir /usr/share/doc/bash && printf 'mine' > /usr/share/doc/bash/README
+rm -rf /usr/share/man && printf 'a file now' > /usr/share/man
+rm -f /etc/motd && mkdir /etc/motd && printf 'x' > /etc/motd/inside
+touch /etc/profile
+cat /etc/bash.bashrc > /dev/null
+cp -p /etc/shells /tmp/shells.ref
+tr 'a-z' 'b-za' < /etc/shells > /tmp/shells.new
+cat /tmp/shells.new > /etc/shells && touch -r /tmp/shells.ref /etc/shells
+cmp -s /etc/shells /tmp/shells.ref && exit 9
+[ "$(stat -c '%s %Y' /etc/shells)" = "$(stat -c '%s %Y' /tmp/shells.ref)" ]
+ln /work/sub/f /work/hard
+"#;
+        let out = sb
+            .exec(&id, &exec(&["bash", "-c", script]))
+            .await
+            .expect("exec");
+        assert_eq!(out.end, ExecEnd::Exited(0), "{out:?}");
+        let sorted = |mut v: Vec<arbiter::sandbox::Change>| {
+            v.sort_by(|a, b| a.path.cmp(&b.path));
+            v.into_iter()
+                .map(|c| (c.path, c.kind))
+                .collect::<Vec<_>>()
+        };
+        // Running: the engine's list.
+        let engine = sorted(sb.changes(&id).await.expect("engine changes"));
+        sb.stop(&id).await.expect("stop");
+        let before = engine_requests();
+        let layers = sorted(sb.changes(&id).await.expect("layer changes"));
+        assert_eq!(engine_requests(), before, "no engine request");
+        use arbiter::sandbox::ChangeKind::Modified;
+        let rewritten = ("/etc/shells".to_string(), Modified);
+        assert!(!engine.contains(&rewritten), "the engine's diff misses it");
+        assert!(layers.contains(&rewritten), "{layers:?}");
+        let without: Vec<_> = layers.iter().filter(|c| **c != rewritten).cloned().collect();
+        assert_eq!(without, engine);
+        for path in ["/work/sub/f", "/etc/issue.net", "/usr/share/man", "/etc/motd/inside"] {
+            assert!(layers.iter().any(|(p, _)| p == path), "{path}: {layers:?}");
+        }
+    })
+    .catch_unwind()
+    .await;
+    sb.remove(&Resource::Container(id)).await.expect("remove");
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 fn plain_spec(trial: &str) -> ContainerSpec {
     ContainerSpec {
         base: Base::Image(ImageRef::new(IMAGE)),

@@ -1117,6 +1117,15 @@ impl Sandbox for DockerSandbox {
 
     async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
         use bollard::models::ChangeType;
+        // A stopped container's list from its layers on this host (see layer_changes.rs).
+        if let Some(layer) = self.upper.layer_of_stopped(id.as_str()) {
+            match tokio::task::spawn_blocking(move || layer.changes()).await {
+                Ok(Ok(Some(list))) => return Ok(list),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::debug!(%id, "change list from the layers: {e}"),
+                Err(e) => tracing::debug!(%id, "change list from the layers: {e}"),
+            }
+        }
         let list = self
             .docker
             .container_changes(id.as_str())

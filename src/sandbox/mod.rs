@@ -24,6 +24,7 @@ mod fake;
 mod fetch;
 mod gpus;
 mod layer;
+mod layer_changes;
 mod scope;
 mod tarball;
 pub mod toolbox;
