@@ -17,8 +17,8 @@ use tokio::task::JoinSet;
 use crate::job::{JobSpec, JobStore, StoreError, reap_job, write_atomic};
 use crate::outcome::CompletionRecord;
 use crate::sandbox::{
-    Base, Cancellable, ContainerLimits, ContainerSpec, ImageRef, ImageSpec, Owner, Role, Sandbox,
-    SandboxError, Scope,
+    Base, Cancellable, ContainerSpec, ImageRef, ImageSpec, Owner, Role, Sandbox, SandboxError,
+    Scope,
 };
 use crate::task::{IntegrityMode, Task, VerifierMode};
 use crate::timefmt::{now_compact, now_rfc3339};
@@ -537,12 +537,7 @@ async fn regrade_one<S: Sandbox>(
     let deleted = deleted_paths(&plan.dir)?;
     let settings = &plan.settings;
     let env = &task.environment;
-    let limits = ContainerLimits {
-        cpus: env.cpus,
-        memory_mb: env.memory_mb,
-        pids_limit: env.pids_limit,
-        gpus: env.gpus,
-    };
+    let limits = crate::trial::limits_of(env);
     let network = crate::trial::sandbox_network(task.verifier.network);
     let scope = Scope::new(Owner {
         job: shared.job_label.clone(),
@@ -555,23 +550,8 @@ async fn regrade_one<S: Sandbox>(
         let dir = out.join(run.to_string());
         std::fs::create_dir_all(dir.join("verifier")).map_err(io(&dir))?;
         let egress_events = std::sync::Mutex::new(Vec::new());
-        let input = VerifyInput {
-            task,
-            dir: &dir,
-            limits,
-            network,
-            pass_threshold: settings.pass_threshold,
-            timeout_multiplier: settings.verifier_timeout_multiplier,
-            log_cap_bytes: settings.log_cap_bytes,
-            grace: settings.kill_grace,
-            // The attempts through its proxy are not kept: only the trial's own run records them.
-            egress: (task.verifier.network == crate::task::NetworkMode::Allowlist).then(|| {
-                crate::verifier::VerifierEgress {
-                    hosts: &task.verifier.allowed_hosts,
-                    events: &egress_events,
-                }
-            }),
-        };
+        // The attempts through its proxy are not kept: only the trial's own run records them.
+        let input = VerifyInput::new(task, &dir, limits, settings, &egress_events);
         let result: Result<VerifierOutcome, TrialError> = async {
             let spec = ContainerSpec {
                 base: Base::Image(image.clone()),

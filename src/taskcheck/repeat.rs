@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::sandbox::{
-    ContainerId, ContainerLimits, FrozenId, Network, Owner, Resource, Role, Sandbox, SandboxError,
-    Scope, Selector,
+    ContainerId, FrozenId, Network, Owner, Resource, Role, Sandbox, SandboxError, Scope, Selector,
 };
 use crate::task::{NetworkMode, Task};
 use crate::trial::TrialPlan;
@@ -149,24 +148,14 @@ pub(crate) async fn reverify<S: Sandbox>(
     let input = VerifyInput {
         task,
         dir,
-        limits: ContainerLimits {
-            cpus: env.cpus,
-            memory_mb: env.memory_mb,
-            pids_limit: env.pids_limit,
-            gpus: env.gpus,
-        },
+        limits: crate::trial::limits_of(env),
         network: network(task.verifier.network),
         pass_threshold: settings.pass_threshold,
         timeout_multiplier: settings.timeout_multiplier,
         log_cap_bytes: settings.log_cap_bytes,
         grace: settings.grace,
         // The attempts through its proxy are not kept: only the trial's own run records them.
-        egress: (task.verifier.network == crate::task::NetworkMode::Allowlist).then(|| {
-            crate::verifier::VerifierEgress {
-                hosts: &task.verifier.allowed_hosts,
-                events: &egress_events,
-            }
-        }),
+        egress: crate::verifier::VerifierEgress::for_task(task, &egress_events),
     };
     let result = verifier::verify(&*sb, &scope, &input, &Target::Frozen(frozen.clone())).await;
     if let Err(message) = scope.cleanup(&*sb, result.is_err()).await {

@@ -37,7 +37,7 @@ mod tests_steps;
 pub(crate) use close::audit_of;
 #[cfg(test)]
 pub(crate) use close::initial_record;
-pub(crate) use phases::sandbox_network;
+pub(crate) use phases::{limits_of, sandbox_network};
 pub(crate) use plan::{Phase, TrialPlan, TrialSettings};
 pub(crate) use record::{InfraError, NetworkRecord, TerminationKind, TrialRecord, VerifierStatus};
 pub(crate) use run::{DEFAULT_STORAGE_LIMIT_MB, TrialRun, run};

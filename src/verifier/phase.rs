@@ -54,6 +54,19 @@ pub(crate) struct VerifierEgress<'a> {
     pub events: &'a std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
 }
 
+impl<'a> VerifierEgress<'a> {
+    /// The proxy a verifier run of `task` serves, when `[verifier] network_mode = "allowlist"`.
+    pub(crate) fn for_task(
+        task: &'a Task,
+        events: &'a std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
+    ) -> Option<Self> {
+        (task.verifier.network == crate::task::NetworkMode::Allowlist).then_some(VerifierEgress {
+            hosts: &task.verifier.allowed_hosts,
+            events,
+        })
+    }
+}
+
 /// A failure of the harness or engine while verifying (never the agent's doing).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum VerifyError {
@@ -82,7 +95,6 @@ impl<'a> VerifyInput<'a> {
         settings: &crate::trial::TrialSettings,
         events: &'a std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
     ) -> Self {
-        let allowlist = task.verifier.network == crate::task::NetworkMode::Allowlist;
         VerifyInput {
             task,
             dir,
@@ -92,10 +104,7 @@ impl<'a> VerifyInput<'a> {
             timeout_multiplier: settings.verifier_timeout_multiplier,
             log_cap_bytes: settings.log_cap_bytes,
             grace: settings.kill_grace,
-            egress: allowlist.then_some(VerifierEgress {
-                hosts: &task.verifier.allowed_hosts,
-                events,
-            }),
+            egress: VerifierEgress::for_task(task, events),
         }
     }
 

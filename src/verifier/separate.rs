@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use crate::sandbox::{
-    Base, ContainerId, ContainerLimits, ContainerSpec, ExecEnd, FrozenId, ImageRef, Resource, Role,
-    Sandbox, SandboxError, Scope,
+    Base, ContainerId, ContainerSpec, ExecEnd, FrozenId, ImageRef, Resource, Role, Sandbox,
+    SandboxError, Scope,
 };
 use crate::task::EnvironmentSpec;
 
@@ -55,12 +55,7 @@ pub(crate) async fn prepare<S: Sandbox>(
 ) -> Result<(ContainerId, Imported), VerifyError> {
     let spec = ContainerSpec {
         base: Base::Image(image.clone()),
-        limits: ContainerLimits {
-            cpus: env.cpus,
-            memory_mb: env.memory_mb,
-            pids_limit: env.pids_limit,
-            gpus: env.gpus,
-        },
+        limits: crate::trial::limits_of(env),
         workdir: env
             .workdir
             .clone()

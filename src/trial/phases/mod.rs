@@ -68,13 +68,7 @@ impl<S: Sandbox> Ctx<'_, S> {
     }
 
     pub(crate) fn limits(&self) -> ContainerLimits {
-        let env = &self.plan.task.environment;
-        ContainerLimits {
-            cpus: env.cpus,
-            memory_mb: env.memory_mb,
-            pids_limit: env.pids_limit,
-            gpus: env.gpus,
-        }
+        limits_of(&self.plan.task.environment)
     }
 
     /// An exec in the task's working directory with the job's log cap and kill grace;
@@ -118,6 +112,16 @@ impl<S: Sandbox> Ctx<'_, S> {
             }
             Ok(found) => Ok(found),
         }
+    }
+}
+
+/// The container limits of a task's environment.
+pub(crate) fn limits_of(env: &crate::task::EnvironmentSpec) -> ContainerLimits {
+    ContainerLimits {
+        cpus: env.cpus,
+        memory_mb: env.memory_mb,
+        pids_limit: env.pids_limit,
+        gpus: env.gpus,
     }
 }
 
