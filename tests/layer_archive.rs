@@ -89,11 +89,9 @@ fn exec(argv: &[&str]) -> ExecSpec {
 
 #[tokio::test]
 async fn the_layers_archive_of_a_stopped_container_is_the_engines() {
-    if !common::docker_available() {
+    let Some((_serial, sb)) = engine().await else {
         return;
-    }
-    let _serial = SERIAL.lock().await;
-    let sb = DockerSandbox::connect().await.expect("engine");
+    };
     let mounted = tempfile::tempdir().expect("tmp");
     std::fs::write(mounted.path().join("input.txt"), b"from the host").expect("write");
     let mut spec = plain_spec("layer");
@@ -231,11 +229,7 @@ chmod 0700 /var/log
     })
     .catch_unwind()
     .await;
-    // Removed whether the checks held or not.
-    sb.remove(&Resource::Container(id)).await.expect("remove");
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    removed(&sb, id, result).await;
 }
 
 /// The snapshot verifier's path: the agent's container, stopped, started again for the tests,
@@ -243,11 +237,9 @@ chmod 0700 /var/log
 /// tests left is then read from the layer, as the engine's archive of it was.
 #[tokio::test]
 async fn a_restarted_container_once_halted_is_read_from_its_layer() {
-    if !common::docker_available() {
+    let Some((_serial, sb)) = engine().await else {
         return;
-    }
-    let _serial = SERIAL.lock().await;
-    let sb = DockerSandbox::connect().await.expect("engine");
+    };
     let id = sb.create(&plain_spec("halt")).await.expect("create");
     let scratch = tempfile::tempdir().expect("tmp");
     let result = AssertUnwindSafe(async {
@@ -303,10 +295,7 @@ async fn a_restarted_container_once_halted_is_read_from_its_layer() {
     })
     .catch_unwind()
     .await;
-    sb.remove(&Resource::Container(id)).await.expect("remove");
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    removed(&sb, id, result).await;
 }
 
 /// The change list of a stopped container comes from its layers on this host: the engine's
@@ -314,11 +303,9 @@ async fn a_restarted_container_once_halted_is_read_from_its_layer() {
 /// it rewrote keeping size and mtime, which the engine's metadata-only diff misses.
 #[tokio::test]
 async fn a_stopped_containers_change_list_from_its_layers_is_the_engines() {
-    if !common::docker_available() {
+    let Some((_serial, sb)) = engine().await else {
         return;
-    }
-    let _serial = SERIAL.lock().await;
-    let sb = DockerSandbox::connect().await.expect("engine");
+    };
     let id = sb.create(&plain_spec("changes")).await.expect("create");
     let result = AssertUnwindSafe(async {
         sb.start(&id).await.expect("start");
@@ -370,6 +357,24 @@ ln /work/sub/f /work/hard
     })
     .catch_unwind()
     .await;
+    removed(&sb, id, result).await;
+}
+
+/// The engine, held for this test alone; `None` when none answers (and it is not required).
+async fn engine() -> Option<(tokio::sync::MutexGuard<'static, ()>, DockerSandbox)> {
+    if !common::docker_available() {
+        return None;
+    }
+    let serial = SERIAL.lock().await;
+    Some((serial, DockerSandbox::connect().await.expect("engine")))
+}
+
+/// Remove the test's container whether its checks held or not, then fail as they did.
+async fn removed(
+    sb: &DockerSandbox,
+    id: arbiter::sandbox::ContainerId,
+    result: std::thread::Result<()>,
+) {
     sb.remove(&Resource::Container(id)).await.expect("remove");
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
@@ -401,11 +406,9 @@ fn plain_spec(trial: &str) -> ContainerSpec {
 
 #[tokio::test]
 async fn upload_replacing_removes_what_the_agent_left_without_following_it() {
-    if !common::docker_available() {
+    let Some((_serial, sb)) = engine().await else {
         return;
-    }
-    let _serial = SERIAL.lock().await;
-    let sb = DockerSandbox::connect().await.expect("engine");
+    };
     let tests = files_to_tar(&[
         TarEntry {
             path: "logs/",
@@ -472,9 +475,6 @@ async fn upload_replacing_removes_what_the_agent_left_without_following_it() {
         })
         .catch_unwind()
         .await;
-        sb.remove(&Resource::Container(id)).await.expect("remove");
-        if let Err(panic) = result {
-            std::panic::resume_unwind(panic);
-        }
+        removed(&sb, id, result).await;
     }
 }
