@@ -273,17 +273,8 @@ fn append_one<W: Write>(
         let target = std::fs::read_link(host)?;
         append_symlink(builder, &mut header, name, target.as_os_str().as_bytes())
     } else if kind.is_file() {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(host)?;
+        let file = open_listed(host, meta)?;
         let opened = file.metadata()?;
-        if !opened.is_file() || (opened.dev(), opened.ino()) != (meta.dev(), meta.ino()) {
-            return Err(io::Error::other(format!(
-                "{} changed while it was read",
-                host.display()
-            )));
-        }
         header.set_entry_type(tar::EntryType::Regular);
         header.set_size(opened.len());
         // A file that shrank under the reader would leave the archive short: exactly its
@@ -336,6 +327,23 @@ fn append_symlink<W: Write>(
     let n = target.len().min(field.len());
     field[..n].copy_from_slice(&target[..n]);
     builder.append_data(header, name, io::empty())
+}
+
+/// The regular file at `host` that `meta` (its `lstat`) describes, opened without following a
+/// link and without blocking; an error if another file is there now.
+pub(super) fn open_listed(host: &Path, meta: &std::fs::Metadata) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(host)?;
+    let opened = file.metadata()?;
+    if !opened.is_file() || (opened.dev(), opened.ino()) != (meta.dev(), meta.ino()) {
+        return Err(io::Error::other(format!(
+            "{} changed while it was read",
+            host.display()
+        )));
+    }
+    Ok(file)
 }
 
 /// Whether `path` (never followed) carries the extended attribute `name`.

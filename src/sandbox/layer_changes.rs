@@ -31,7 +31,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::layer::Layer;
+use super::layer::{Layer, open_listed};
 use super::{Change, ChangeKind};
 
 /// overlayfs keeps its own attributes under `trusted.` (or `user.`, mounted with
@@ -125,7 +125,8 @@ impl Layer {
             Seen::At(image_host, image_meta) => {
                 let differs = stat_differs(&image_meta, &meta)
                     || xattr_value(&image_host, CAPABILITY)? != xattr_value(&host, CAPABILITY)?
-                    || (!meta.is_dir() && content_differs(&image_host, &host, &meta)?);
+                    || (!meta.is_dir()
+                        && content_differs((&image_host, &image_meta), (&host, &meta))?);
                 if differs {
                     out.push(change(rel, ChangeKind::Modified));
                 }
@@ -253,17 +254,18 @@ fn stat_differs(a: &Metadata, b: &Metadata) -> bool {
         || (!b.is_dir() && (a.size() != b.size() || mtime_differs))
 }
 
-/// Whether two entries alike in every attribute differ in what they hold: a file's bytes,
-/// a symlink's target (a device or fifo holds nothing).
-fn content_differs(a: &Path, b: &Path, meta: &Metadata) -> io::Result<bool> {
-    let kind = meta.file_type();
+/// Whether two entries alike in every attribute (each with its `lstat`) differ in what they
+/// hold: a file's bytes, a symlink's target (a device or fifo holds nothing). Nothing is
+/// followed: each file opened must be the one listed.
+fn content_differs(a: (&Path, &Metadata), b: (&Path, &Metadata)) -> io::Result<bool> {
+    let kind = b.1.file_type();
     if kind.is_symlink() {
-        return Ok(std::fs::read_link(a)? != std::fs::read_link(b)?);
+        return Ok(std::fs::read_link(a.0)? != std::fs::read_link(b.0)?);
     }
     if !kind.is_file() {
         return Ok(false);
     }
-    let (mut fa, mut fb) = (File::open(a)?, File::open(b)?);
+    let (mut fa, mut fb) = (open_listed(a.0, a.1)?, open_listed(b.0, b.1)?);
     let (mut ba, mut bb) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
     loop {
         let na = read_full(&mut fa, &mut ba)?;
