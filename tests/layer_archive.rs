@@ -360,6 +360,144 @@ ln /work/sub/f /work/hard
     removed(&sb, id, result).await;
 }
 
+/// The agent container's first upload, into its writable layer before its start: the
+/// container's filesystem is then what the engine's upload after the start makes of the
+/// same archive (modes, set-id bits, owners, times, links, a directory of the image's given
+/// new attributes), for one inspection instead of the upload; an archive that would replace
+/// one of the image's files is left to the engine, with nothing written.
+#[tokio::test]
+async fn an_upload_before_the_start_leaves_what_the_engines_upload_leaves() {
+    let Some((_serial, sb)) = engine().await else {
+        return;
+    };
+    let mut b = tar::Builder::new(Vec::new());
+    let mut add =
+        |path: &str, kind: tar::EntryType, mode: u32, uid: u64, body: &[u8], link: Option<&str>| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(mode);
+            h.set_uid(uid);
+            h.set_gid(uid);
+            h.set_mtime(1_000_000_000 + mode as u64);
+            h.set_size(body.len() as u64);
+            if let Some(target) = link {
+                h.set_link_name(target).expect("link");
+            }
+            h.set_cksum();
+            b.append_data(&mut h, path, body).expect("append");
+        };
+    use tar::EntryType::{Directory, Regular, Symlink};
+    add("arbiter/", Directory, 0o755, 0, b"", None);
+    add(
+        "arbiter/instruction.md",
+        Regular,
+        0o644,
+        0,
+        b"do the task",
+        None,
+    );
+    add("logs/", Directory, 0o755, 0, b"", None);
+    add("logs/agent/", Directory, 0o777, 0, b"", None);
+    add("usr/", Directory, 0o755, 0, b"", None);
+    add("usr/local/", Directory, 0o750, 0, b"", None);
+    add(
+        "usr/local/tool",
+        Regular,
+        0o4755,
+        0,
+        b"#!/bin/sh\necho hi\n",
+        None,
+    );
+    add(
+        "usr/local/link",
+        Symlink,
+        0o777,
+        0,
+        b"",
+        Some("/etc/passwd"),
+    );
+    add("owned/", Directory, 0o700, 1234, b"", None);
+    add("owned/mine", Regular, 0o600, 1234, b"secret-free", None);
+    let archive = b.into_inner().expect("tar");
+    let engine_side = sb
+        .create(&plain_spec("upload-engine"))
+        .await
+        .expect("create");
+    let host_side = sb
+        .create(&plain_spec("upload-layer"))
+        .await
+        .expect("create");
+    let scratch = tempfile::tempdir().expect("tmp");
+    let result = AssertUnwindSafe(async {
+        sb.start(&engine_side).await.expect("start");
+        sb.upload(&engine_side, "/", archive.clone())
+            .await
+            .expect("upload");
+        let before = engine_requests();
+        assert!(
+            sb.upload_before_start(&host_side, &archive)
+                .await
+                .expect("upload before start"),
+            "a plain addition goes into the layer"
+        );
+        assert_eq!(engine_requests() - before, 1, "one inspection");
+        sb.start(&host_side).await.expect("start");
+        for (i, path) in ["/arbiter", "/logs", "/usr/local", "/owned"]
+            .iter()
+            .enumerate()
+        {
+            let (a, b) = (
+                scratch.path().join(format!("engine-{i}.tar")),
+                scratch.path().join(format!("layer-{i}.tar")),
+            );
+            sb.download(&engine_side, path, &a, 1 << 30)
+                .await
+                .expect("download");
+            sb.download(&host_side, path, &b, 1 << 30)
+                .await
+                .expect("download");
+            assert_eq!(listing(&b), listing(&a), "{path}");
+        }
+    })
+    .catch_unwind()
+    .await;
+    sb.remove(&Resource::Container(engine_side))
+        .await
+        .expect("remove");
+    removed(&sb, host_side, result).await;
+    // Over a file of the image's: the engine's to do, and the layer is left as it was.
+    let id = sb
+        .create(&plain_spec("upload-refused"))
+        .await
+        .expect("create");
+    let over = files_to_tar(&[
+        TarEntry {
+            path: "etc/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "etc/debian_version",
+            content: Some(b"forged"),
+            mode: 0o644,
+        },
+    ])
+    .expect("tar");
+    let result = AssertUnwindSafe(async {
+        assert!(!sb.upload_before_start(&id, &over).await.expect("asked"));
+        sb.start(&id).await.expect("start");
+        let out_dir = tempfile::tempdir().expect("tmp");
+        let mut spec = exec(&["cat", "/etc/debian_version"]);
+        spec.stdout = Some(out_dir.path().join("out"));
+        sb.exec(&id, &spec).await.expect("exec");
+        let seen = std::fs::read_to_string(out_dir.path().join("out")).expect("stdout");
+        assert_ne!(seen, "forged");
+    })
+    .catch_unwind()
+    .await;
+    removed(&sb, id, result).await;
+}
+
 /// The engine, held for this test alone; `None` when none answers (and it is not required).
 async fn engine() -> Option<(tokio::sync::MutexGuard<'static, ()>, DockerSandbox)> {
     if !common::docker_available() {

@@ -126,6 +126,15 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.stop(id).await
     }
 
+    async fn upload_before_start(
+        &self,
+        id: &ContainerId,
+        tar: &[u8],
+    ) -> Result<bool, SandboxError> {
+        self.check()?;
+        self.inner.upload_before_start(id, tar).await
+    }
+
     async fn halt(&self, id: &ContainerId) -> Result<(), SandboxError> {
         self.check()?;
         self.inner.halt(id).await

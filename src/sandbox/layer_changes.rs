@@ -41,8 +41,8 @@ const REDIRECT: [&CStr; 2] = [c"trusted.overlay.redirect", c"user.overlay.redire
 const METACOPY: [&CStr; 2] = [c"trusted.overlay.metacopy", c"user.overlay.metacopy"];
 const CAPABILITY: &CStr = c"security.capability";
 
-/// What the layers say of a container path, as the walk needs it.
-enum Seen {
+/// What the image's layers say of a container path.
+pub(super) enum Seen {
     /// No such path.
     Absent,
     /// The entry that shows, in the layer that has it.
@@ -170,7 +170,7 @@ impl Layer {
 
     /// The image's entry at `rel`: the first of its layers (top first) that has it, unless a
     /// layer above hides it (a deletion marker, a file, or a replaced directory on the way).
-    fn image_entry(&self, rel: &Path) -> io::Result<Seen> {
+    pub(super) fn image_entry(&self, rel: &Path) -> io::Result<Seen> {
         let parts: Vec<_> = rel.components().collect();
         for lower in &self.lowers {
             let host = lower.join(rel);

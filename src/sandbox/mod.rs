@@ -25,6 +25,7 @@ mod fetch;
 mod gpus;
 mod layer;
 mod layer_changes;
+mod layer_write;
 mod scope;
 mod tarball;
 pub mod toolbox;
@@ -549,6 +550,19 @@ pub trait Sandbox: Send + Sync + 'static {
             }
             self.upload(id, "/", tar).await
         }
+    }
+    /// Unpack `tar` at `/` in a container created and never started, so that it is in place
+    /// when the container starts, exactly as [`Sandbox::upload`] would leave it once
+    /// started; `false` when the backend cannot (nothing is written: the caller uploads
+    /// after the start). A backend that says `true` must know that nothing of the
+    /// container's own runs at its start (only the harness's keep-alive). By default `false`.
+    fn upload_before_start(
+        &self,
+        id: &ContainerId,
+        tar: &[u8],
+    ) -> impl Future<Output = Result<bool, SandboxError>> + Send {
+        let _ = (id, tar);
+        async { Ok(false) }
     }
     /// Write a tar archive of `path` inside the container to `to` on the host, at most `limit`
     /// bytes. A backend may build it without a round trip to the engine once the container is

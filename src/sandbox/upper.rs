@@ -65,28 +65,11 @@ impl UpperDirs {
         if !engine_is_local() {
             return;
         }
-        let driver = info.graph_driver.as_ref();
-        let Some(upper) = upper_dir_of(driver) else {
+        let Some(layer) = layer_of(info) else {
             return;
         };
-        let Some(lowers) = lower_dirs_of(driver) else {
-            return;
-        };
-        let mounts = info
-            .mounts
-            .iter()
-            .flatten()
-            .filter_map(|m| m.destination.clone())
-            .collect();
         if let Ok(mut stopped) = self.stopped.lock() {
-            stopped.insert(
-                id.to_string(),
-                super::layer::Layer {
-                    upper,
-                    lowers,
-                    mounts,
-                },
-            );
+            stopped.insert(id.to_string(), layer);
         }
     }
 
@@ -131,8 +114,29 @@ impl UpperDirs {
     }
 }
 
+/// The container's overlay2 layers and mounts, as its inspection names them, when they are
+/// directories on this host.
+pub(super) fn layer_of(
+    info: &bollard::models::ContainerInspectResponse,
+) -> Option<super::layer::Layer> {
+    let driver = info.graph_driver.as_ref();
+    let upper = upper_dir_of(driver)?;
+    let lowers = lower_dirs_of(driver)?;
+    let mounts = info
+        .mounts
+        .iter()
+        .flatten()
+        .filter_map(|m| m.destination.clone())
+        .collect();
+    Some(super::layer::Layer {
+        upper,
+        lowers,
+        mounts,
+    })
+}
+
 /// Whether the engine runs on this host (its layers are this host's directories).
-fn engine_is_local() -> bool {
+pub(super) fn engine_is_local() -> bool {
     match std::env::var("DOCKER_HOST") {
         Ok(host) => host.is_empty() || host.starts_with("unix://"),
         Err(_) => true,

@@ -200,7 +200,20 @@ pub(crate) async fn run<S: Sandbox>(
     };
     let container = ctx
         .scope
-        .launch(ctx.sb, &spec)
+        .create(ctx.sb, &spec)
+        .await
+        .map_err(infra(Phase::Environment))?;
+    // The instruction, `/logs` and the agent's files, in one archive: in place before the
+    // start where the backend can put them there as its upload would (issue 16), else
+    // uploaded once the container runs.
+    let (base, elsewhere) = base_archive(task, &agent).map_err(infra(Phase::Environment))?;
+    let placed = ctx
+        .sb
+        .upload_before_start(&container, &base)
+        .await
+        .map_err(infra(Phase::Environment))?;
+    ctx.sb
+        .start(&container)
         .await
         .map_err(infra(Phase::Environment))?;
     let sidecars = match &task.environment.compose {
@@ -264,46 +277,13 @@ pub(crate) async fn run<S: Sandbox>(
         }
         _ => None,
     };
-    let base = files_to_tar(&[
-        TarEntry {
-            path: "arbiter/",
-            content: None,
-            mode: 0o755,
-        },
-        TarEntry {
-            path: "arbiter/instruction.md",
-            content: Some(task.instruction.as_bytes()),
-            mode: 0o644,
-        },
-        TarEntry {
-            path: "logs/",
-            content: None,
-            mode: 0o755,
-        },
-        TarEntry {
-            path: "logs/agent/",
-            content: None,
-            mode: 0o777,
-        },
-        TarEntry {
-            path: "logs/artifacts/",
-            content: None,
-            mode: 0o777,
-        },
-    ])
-    .map_err(infra(Phase::Environment))?;
-    // requests (issue 16): the base and every upload into `/` go in one archive request,
-    // in the same order as separate requests would apply them.
-    let leading = agent.uploads.iter().take_while(|u| u.dest == "/").count();
-    let (into_root, elsewhere) = agent.uploads.split_at(leading);
-    let mut parts: Vec<&[u8]> = vec![&base];
-    parts.extend(into_root.iter().map(|u| u.tar.as_slice()));
-    let base = crate::sandbox::concat_archives(&parts).map_err(infra(Phase::Environment))?;
-    ctx.sb
-        .upload(&container, "/", base)
-        .await
-        .map_err(infra(Phase::Environment))?;
-    for upload in elsewhere {
+    if !placed {
+        ctx.sb
+            .upload(&container, "/", base)
+            .await
+            .map_err(infra(Phase::Environment))?;
+    }
+    for upload in &agent.uploads[elsewhere..] {
         ctx.sb
             .upload(&container, &upload.dest, upload.tar.clone())
             .await
@@ -386,4 +366,41 @@ pub(crate) async fn collect_logs_artifacts<S: Sandbox>(
         (ArtifactStatus::Ok, Some(r)) if r.files.is_empty() && r.skipped.is_empty() => None,
         _ => Some(entry),
     })
+}
+
+/// The archive unpacked at the agent container's `/`: the instruction, the `/logs` dirs and
+/// every leading upload of the agent's into `/`, in the order separate requests would apply
+/// them (one request, issue 16); and the index of the agent's first upload elsewhere.
+fn base_archive(task: &crate::task::Task, agent: &AgentPlan) -> std::io::Result<(Vec<u8>, usize)> {
+    let base = files_to_tar(&[
+        TarEntry {
+            path: "arbiter/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "arbiter/instruction.md",
+            content: Some(task.instruction.as_bytes()),
+            mode: 0o644,
+        },
+        TarEntry {
+            path: "logs/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "logs/agent/",
+            content: None,
+            mode: 0o777,
+        },
+        TarEntry {
+            path: "logs/artifacts/",
+            content: None,
+            mode: 0o777,
+        },
+    ])?;
+    let leading = agent.uploads.iter().take_while(|u| u.dest == "/").count();
+    let mut parts: Vec<&[u8]> = vec![&base];
+    parts.extend(agent.uploads[..leading].iter().map(|u| u.tar.as_slice()));
+    Ok((crate::sandbox::concat_archives(&parts)?, leading))
 }
