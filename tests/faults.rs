@@ -594,6 +594,9 @@ fn container_removed_behind_arbiters_back_is_an_infra_error_and_retried() {
                 || m.contains(&removed[..12])
                 || m.contains("404")
                 || m.contains("is not running")
+                // Removed while arbiter read its layers on the host: the engine refuses the
+                // verifier's restart of the container it is removing.
+                || m.contains("marked for removal")
                 // The removal raced the collect phase: the engine answers for the container
                 // but its writable layer is already gone.
                 || (m.contains("overlay2") && m.contains("no such file or directory"))),
