@@ -209,9 +209,7 @@ impl Layer {
                 Ok(m) if m.is_dir() => {}
                 // Not a directory there: nothing of it shows through a directory above.
                 Ok(_) => continue,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => {
-                    continue;
-                }
+                Err(e) if gone(&e) => continue,
                 Err(e) => return Err(e),
             }
             for entry in std::fs::read_dir(&dir)? {
@@ -240,8 +238,14 @@ fn components(path: &str) -> Option<Vec<&str>> {
         .then_some(parts)
 }
 
-fn is_whiteout(meta: &std::fs::Metadata) -> bool {
+/// overlay2's deletion marker: a character device 0:0.
+pub(super) fn is_whiteout(meta: &std::fs::Metadata) -> bool {
     meta.file_type().is_char_device() && meta.rdev() == 0
+}
+
+/// Nothing at that path in a layer (or a file where a directory would be on the way).
+pub(super) fn gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR))
 }
 
 fn append_one<W: Write>(
@@ -347,7 +351,7 @@ pub(super) fn open_listed(host: &Path, meta: &std::fs::Metadata) -> io::Result<F
 }
 
 /// Whether `path` (never followed) carries the extended attribute `name`.
-fn has_xattr(path: &Path, name: &std::ffi::CStr) -> io::Result<bool> {
+pub(super) fn has_xattr(path: &Path, name: &std::ffi::CStr) -> io::Result<bool> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::other("a path with a NUL byte"))?;
     // SAFETY: both are valid NUL-terminated strings; a null buffer of size 0 asks only for

@@ -28,10 +28,10 @@ use std::ffi::{CStr, CString, OsString};
 use std::fs::{File, Metadata};
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::layer::{Layer, open_listed};
+use super::layer::{Layer, gone, has_xattr, is_whiteout, open_listed};
 use super::{Change, ChangeKind};
 
 /// overlayfs keeps its own attributes under `trusted.` (or `user.`, mounted with
@@ -291,18 +291,10 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-fn is_whiteout(meta: &Metadata) -> bool {
-    meta.file_type().is_char_device() && meta.rdev() == 0
-}
-
-fn gone(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR))
-}
-
 /// Whether `path` (never followed) has any of the attributes `names`.
 fn any_xattr(path: &Path, names: &[&CStr]) -> io::Result<bool> {
     for name in names {
-        if xattr_value(path, name)?.is_some() {
+        if has_xattr(path, name)? {
             return Ok(true);
         }
     }
