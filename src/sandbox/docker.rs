@@ -62,9 +62,6 @@ pub struct DockerSandbox {
     entrypoints: Mutex<HashMap<String, Option<String>>>,
     /// Frozen filesystem id → its ENTRYPOINT (from `entrypoints`), until it is removed.
     frozen_entrypoints: Mutex<HashMap<String, Option<String>>>,
-    /// Containers created to start with arbiter's keep-alive alone, until started: their
-    /// writable layer may take an upload before the start (`upload_before_start`).
-    keepalive_only: Mutex<std::collections::HashSet<String>>,
 }
 
 /// The parts of an image's config arbiter uses.
@@ -119,7 +116,6 @@ impl DockerSandbox {
             image_facts: Mutex::new(HashMap::new()),
             entrypoints: Mutex::new(HashMap::new()),
             frozen_entrypoints: Mutex::new(HashMap::new()),
-            keepalive_only: Mutex::new(std::collections::HashSet::new()),
             toolbox: None,
             handovers: Mutex::new(HashMap::new()),
             upper: Default::default(),
@@ -889,9 +885,6 @@ impl Sandbox for DockerSandbox {
                 .await
                 .insert(created.id.clone(), image_entrypoint);
         }
-        if carried == Some(None) {
-            self.keepalive_only.lock().await.insert(created.id.clone());
-        }
         if let Some(carried) = carried {
             self.entrypoints
                 .lock()
@@ -903,7 +896,6 @@ impl Sandbox for DockerSandbox {
 
     async fn start(&self, id: &ContainerId) -> Result<(), SandboxError> {
         self.upper.started(id.as_str());
-        self.keepalive_only.lock().await.remove(id.as_str());
         self.docker
             .start_container(id.as_str(), None)
             .await
@@ -955,21 +947,25 @@ impl Sandbox for DockerSandbox {
     }
 
     /// Into the writable layer on this host (`sandbox/layer_write.rs`) of a container that
-    /// will start with the keep-alive alone, when that layer is readable here and the
-    /// archive only adds to it; one inspection (for the layers and mounts) instead of the
-    /// engine's upload and its helper process.
+    /// will start with the keep-alive alone (its recorded ENTRYPOINT is arbiter's) and has
+    /// never started (as the inspection says), when that layer is readable here and the
+    /// archive only adds to it; one inspection (for the state, layers and mounts) instead
+    /// of the engine's upload and its helper process.
     async fn upload_before_start(
         &self,
         id: &ContainerId,
         tar: &[u8],
     ) -> Result<bool, SandboxError> {
-        if !self.keepalive_only.lock().await.contains(id.as_str())
-            || !super::upper::engine_is_local()
-        {
+        let keepalive_only = matches!(self.entrypoints.lock().await.get(id.as_str()), Some(None));
+        if !keepalive_only || !super::upper::engine_is_local() {
             return Ok(false);
         }
         let info = self.inspect(id.as_str()).await?;
-        let Some(layer) = super::upper::layer_of(&info) else {
+        let created = matches!(
+            info.state.as_ref().and_then(|s| s.status),
+            Some(bollard::models::ContainerStateStatusEnum::CREATED)
+        );
+        let Some(layer) = super::upper::layer_of(&info).filter(|_| created) else {
             return Ok(false);
         };
         let tar = tar.to_vec();
@@ -1191,7 +1187,6 @@ impl Sandbox for DockerSandbox {
         match resource {
             Resource::Container(id) => {
                 self.upper.forget(id.as_str());
-                self.keepalive_only.lock().await.remove(id.as_str());
                 self.entrypoints.lock().await.remove(id.as_str());
                 let options = RemoveContainerOptionsBuilder::new()
                     .force(true)
