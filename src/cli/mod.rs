@@ -121,6 +121,10 @@ struct RunCmd {
     /// Reward at or above which a trial passes (default 1.0).
     #[arg(long = "pass-threshold", value_name = "REWARD")]
     pass_threshold: Option<f64>,
+    /// Network of every phase of every task, over what the tasks ask for (Harbor's default
+    /// is public): none, public or host. Recorded in each trial as a harness override.
+    #[arg(long = "network", value_name = "MODE", value_parser = parse_network)]
+    network: Option<job::PhaseNetwork>,
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -241,6 +245,7 @@ pub fn main() -> ExitCode {
                     pass_threshold: cmd.pass_threshold,
                     variants: cmd.variants,
                     model: cmd.model,
+                    network: cmd.network,
                 };
                 run(args, quiet, cmd.fail_under, json).await
             }
@@ -323,6 +328,22 @@ async fn run(
     };
     let spec = job::resolve(&args)?;
     let sandbox = engine_with_toolbox().await?;
+    // A phase needing a network the engine cannot give (Harbor's default `public` on an engine
+    // without a bridge) is refused before any trial starts, naming the override.
+    let needs = job::phase_networks(&spec.tasks, &spec.agents, &spec.network);
+    let mut available = Vec::new();
+    for need in &needs {
+        if !available.iter().any(|(n, _)| *n == need.network) {
+            let ok = sandbox
+                .network_available(need.network)
+                .await
+                .map_err(CliError::Engine)?;
+            available.push((need.network, ok));
+        }
+    }
+    job::refuse_unavailable(&needs, |n| {
+        available.iter().any(|(m, ok)| *m == n && *ok)
+    })?;
     // A task needing GPUs the engine cannot give is refused before any trial starts.
     if job::gpus_wanted(&spec.tasks) > 0 {
         let gpus = sandbox.gpus().await.map_err(CliError::Engine)?;
@@ -396,6 +417,12 @@ async fn run(
 
 /// The Docker engine, with the harness toolbox: every command arbiter runs in a container
 /// comes from it (SPEC §5).
+/// `--network MODE`.
+fn parse_network(raw: &str) -> Result<job::PhaseNetwork, String> {
+    job::PhaseNetwork::parse(raw)
+        .ok_or_else(|| format!("expected {} (got {raw:?})", job::PhaseNetwork::NAMES))
+}
+
 async fn engine_with_toolbox() -> Result<Arc<DockerSandbox>, CliError> {
     let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
     Ok(Arc::new(

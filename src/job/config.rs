@@ -50,6 +50,8 @@ pub struct RunArgs {
     pub variants: Vec<String>,
     /// `--model PROVIDER/NAME` for every preset agent (`agent::presets::model_flag`).
     pub model: Option<String>,
+    /// `--network MODE`: every phase of every task, over the config's `network:`.
+    pub network: Option<super::PhaseNetwork>,
 }
 
 /// `job.yaml`.
@@ -94,6 +96,10 @@ pub struct JobConfig {
     /// `[verifier] integrity` for every task of the job (SPEC §5), over each task's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub integrity: Option<crate::task::IntegrityMode>,
+    /// The network of every task's phases (SPEC §2), over what the tasks ask for: one mode
+    /// (`none`, `public`, `host`) or `{agent: …, verifier: …}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<super::NetworkOverride>,
 }
 
 /// A named set of overrides applied on top of agents (an ablation arm).

@@ -31,6 +31,9 @@ pub(crate) struct Lock {
     /// The job-level `integrity:` override, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub integrity: Option<crate::task::IntegrityMode>,
+    /// The job-level `network:` override (`--network`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<super::NetworkOverride>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,6 +100,7 @@ impl Lock {
                 .map(|m| (m.name.clone(), serde_json::to_value(m).unwrap_or_default()))
                 .collect(),
             integrity: saved.integrity,
+            network: saved.network,
         }
     }
 
@@ -153,6 +157,16 @@ impl Lock {
                 ),
             ));
         }
+        if new.network != self.network {
+            return Some((
+                "network".to_string(),
+                format!(
+                    "changed ({} → {}): trials already run had another network",
+                    shown_network(self.network),
+                    shown_network(new.network)
+                ),
+            ));
+        }
         if new.attempts < self.attempts {
             return Some((
                 "attempts".to_string(),
@@ -175,6 +189,17 @@ impl Lock {
             ));
         }
         None
+    }
+}
+
+/// A network override as `resume` names it.
+fn shown_network(n: Option<super::NetworkOverride>) -> String {
+    match n {
+        None => "the tasks' own".to_string(),
+        Some(n) => {
+            let phase = |p: Option<super::PhaseNetwork>| p.map_or("the task's", |p| p.as_str());
+            format!("agent {}, verifier {}", phase(n.agent), phase(n.verifier))
+        }
     }
 }
 
@@ -205,6 +230,7 @@ mod tests {
             timeouts: TimeoutMultipliers::default(),
             models: BTreeMap::from([("p".into(), serde_json::json!({"api": "scripted"}))]),
             integrity: None,
+            network: None,
         }
     }
 

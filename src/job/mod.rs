@@ -15,6 +15,7 @@ mod core;
 mod events;
 mod gpus;
 mod lock;
+mod network;
 mod owner;
 mod plan;
 mod resolve;
@@ -32,6 +33,8 @@ pub use config::{
 pub(crate) use core::CancelReason;
 pub(crate) use events::JobEvent;
 pub(crate) use gpus::{check_gpus, gpus_wanted};
+pub use network::{NetworkOverride, PhaseNetwork};
+pub(crate) use network::{phase_networks, refuse_unavailable};
 pub(crate) use owner::{LABEL_OWNER, Owner};
 pub(crate) use plan::{JobSpec, trial_id};
 pub use resolve::resolve;

@@ -41,6 +41,8 @@ pub struct JobSpec {
     pub models: Vec<crate::gateway::ResolvedModel>,
     /// Agents whose trials keep a copy of their frozen filesystem (`arbiter tasks check`).
     pub keep_snapshots: std::collections::BTreeSet<String>,
+    /// The job's network override (`--network`, `network:`), already applied to `tasks`.
+    pub network: super::NetworkOverride,
 }
 
 /// `<task>__<agent>__<variant>__<attempt>`, each part reduced to `[A-Za-z0-9._-]`.
@@ -172,6 +174,7 @@ impl JobSpec {
             gateway,
             model_secrets: secrets,
             keep_snapshots: self.keep_snapshots.clone(),
+            network_overrides: self.network.recorded("job"),
         });
         let mut plans = Vec::new();
         for attempt in 1..=self.attempts {

@@ -30,6 +30,16 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
             task.verifier.integrity = mode;
         }
     }
+    // `--network` over the config's `network:`; saved in job.yaml, so a resume keeps it.
+    let network = match args.network {
+        Some(mode) => Some(super::NetworkOverride::every_phase(mode)),
+        None => config.network.filter(|n| !n.is_empty()),
+    };
+    if let Some(network) = &network {
+        for task in &mut tasks {
+            network.apply(task);
+        }
+    }
     crate::gateway::validate_models(&config.models)
         .map_err(|e| field(&config_name, e.field, e.message))?;
     let agents = resolve_agents(args, &config, &config_name, &base)?;
@@ -75,6 +85,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         &knobs,
         &config.models,
         config.integrity,
+        network,
     );
     let config_yaml =
         serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
@@ -109,6 +120,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         lock,
         models,
         keep_snapshots: BTreeSet::new(),
+        network: network.unwrap_or_default(),
     })
 }
 
@@ -411,6 +423,7 @@ fn saved_config(
     knobs: &Knobs,
     models: &[crate::gateway::ModelConfig],
     integrity: Option<crate::task::IntegrityMode>,
+    network: Option<super::NetworkOverride>,
 ) -> JobConfig {
     JobConfig {
         name: Some(name.to_string()),
@@ -437,6 +450,7 @@ fn saved_config(
         retries: Some(knobs.retry),
         models: models.to_vec(),
         integrity,
+        network,
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::{
     Change, ContainerId, ContainerSpec, DiskUsage, ExecOutcome, ExecSpec, Fetched, FrozenId,
-    ImageRef, ImageSpec, Listed, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
+    ImageRef, ImageSpec, Listed, Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 pub struct Cancellable<S> {
@@ -175,6 +175,11 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
     async fn gpus(&self) -> Result<u32, SandboxError> {
         self.check()?;
         self.inner.gpus().await
+    }
+
+    async fn network_available(&self, network: Network) -> Result<bool, SandboxError> {
+        self.check()?;
+        self.inner.network_available(network).await
     }
 
     async fn image_env(&self, image: &ImageRef) -> Result<Vec<String>, SandboxError> {

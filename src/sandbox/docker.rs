@@ -1225,6 +1225,19 @@ impl Sandbox for DockerSandbox {
         super::gpus::docker_gpus(&self.docker).await
     }
 
+    async fn network_available(&self, network: Network) -> Result<bool, SandboxError> {
+        match network {
+            Network::None | Network::Host => Ok(true),
+            Network::Bridge => match self.docker.inspect_network("bridge", None).await {
+                Ok(_) => Ok(true),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Ok(false),
+                Err(e) => Err(SandboxError::engine("network inspect")(e)),
+            },
+        }
+    }
+
     async fn image_env(&self, image: &ImageRef) -> Result<Vec<String>, SandboxError> {
         Ok(self.image_config(image.as_str()).await?.env)
     }

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use super::{
     Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecEnd,
     ExecOutcome, ExecSpec, Fetched, FrozenId, ImageRef, ImageSpec, Listed, Owner, Resource,
-    Sandbox, SandboxError, Selector, Stopped,
+    Network, Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// The backend operations, for scripting failures and reading the call log.
@@ -161,6 +161,8 @@ struct State {
     /// Every exec's argv (joined by spaces) and env, in call order.
     exec_envs: Vec<(String, Vec<(String, String)>)>,
     gpus: u32,
+    /// An engine without a default bridge: [`Sandbox::network_available`] says no to it.
+    no_bridge: bool,
     /// What [`Sandbox::image_env`] answers, per image reference.
     image_envs: HashMap<String, Vec<String>>,
     image_ids: HashMap<String, String>,
@@ -252,6 +254,11 @@ impl FakeSandbox {
     /// What [`Sandbox::gpus`] answers (default 0).
     pub fn set_gpus(&self, gpus: u32) {
         self.lock().gpus = gpus;
+    }
+
+    /// Answer like an engine with no default bridge network.
+    pub fn set_no_bridge(&self) {
+        self.lock().no_bridge = true;
     }
 
     /// How many times `op` was called.
@@ -769,6 +776,10 @@ impl Sandbox for FakeSandbox {
     async fn gpus(&self) -> Result<u32, SandboxError> {
         self.enter(Op::Gpus, "").await?;
         Ok(self.lock().gpus)
+    }
+
+    async fn network_available(&self, network: Network) -> Result<bool, SandboxError> {
+        Ok(network != Network::Bridge || !self.lock().no_bridge)
     }
 
     async fn image_env(&self, image: &ImageRef) -> Result<Vec<String>, SandboxError> {

@@ -634,6 +634,14 @@ pub trait Sandbox: Send + Sync + 'static {
     /// backend cannot say how many). Asked once per job, before any trial starts, when a task
     /// wants GPUs.
     fn gpus(&self) -> impl Future<Output = Result<u32, SandboxError>> + Send;
+    /// Whether containers can be attached to `network` here (Docker: [`Network::Bridge`]
+    /// needs the engine's default bridge, which an engine started with `--bridge=none` lacks).
+    /// Asked once per job and network, before any trial starts, so a task is never run with
+    /// less network than it asked for.
+    fn network_available(
+        &self,
+        network: Network,
+    ) -> impl Future<Output = Result<bool, SandboxError>> + Send;
     /// The environment an image gives its containers (`["PATH=…", …]`), empty when it sets
     /// none. The integrity classifier reads the image's own `PATH` from it.
     fn image_env(

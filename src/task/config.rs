@@ -205,6 +205,14 @@ impl Default for EnvConfig {
 }
 
 impl EnvConfig {
+    /// Harbor's baseline network of the task (`EnvironmentConfig.resolve_baseline`): its
+    /// `network_mode` (or legacy `allow_internet`), else `public` — what every phase gets that
+    /// sets no network of its own.
+    pub(crate) fn baseline(&self) -> Policy {
+        let network = self.network.unwrap_or(NetworkMode::Bridge);
+        (network, only_for_allowlist(network, self.allowed_hosts.clone()))
+    }
+
     /// The spec with its image source and the phase's network (`allowed_hosts`
     /// go with `network`: kept only for `Allowlist`).
     pub(crate) fn into_spec(
@@ -323,9 +331,10 @@ impl Parser<'_> {
             Some(v) => self.environment_table("environment", v)?,
             None => EnvConfig::default(),
         };
+        let baseline = environment.baseline();
         let (verifier, verifier_environment) = match root.get("verifier") {
-            Some(v) => resolve_task_verifier(self.verifier_table("verifier", v)?),
-            None => (VerifierSection::default(), None),
+            Some(v) => resolve_task_verifier(self.verifier_table("verifier", v)?, baseline),
+            None => resolve_task_verifier(VerifierConfig::default(), baseline),
         };
         let solution_env = match root.get("solution") {
             Some(v) => {
@@ -539,19 +548,20 @@ impl Parser<'_> {
     }
 }
 
-/// `[verifier]` with arbiter's defaults applied: snapshot mode, 600 s, and a
-/// network of its own (`network_mode`, else `[verifier.environment]`'s, else
-/// no-network whatever the agent's).
-fn resolve_task_verifier(raw: VerifierConfig) -> (VerifierSection, Option<EnvConfig>) {
+/// `[verifier]` with the defaults applied: snapshot mode, 600 s, and the network Harbor
+/// gives it: its own `network_mode`, else `[verifier.environment]`'s, else the task's
+/// baseline (`[environment]`'s, `public` when that sets none) — as the agent phase gets.
+fn resolve_task_verifier(
+    raw: VerifierConfig,
+    baseline: Policy,
+) -> (VerifierSection, Option<EnvConfig>) {
     let (network, allowed_hosts) = match raw.network {
         Some(n) => n,
-        None => match &raw.environment {
-            Some(e) => (
-                e.network.unwrap_or(NetworkMode::NoNetwork),
-                e.allowed_hosts.clone(),
-            ),
-            None => (NetworkMode::NoNetwork, Vec::new()),
-        },
+        None => raw
+            .environment
+            .as_ref()
+            .filter(|e| e.network.is_some())
+            .map_or(baseline, EnvConfig::baseline),
     };
     let section = VerifierSection {
         timeout_sec: raw.timeout_sec.unwrap_or(DEFAULT_VERIFIER_TIMEOUT_SEC),

@@ -12,7 +12,7 @@ use super::checksum;
 use super::compose;
 use super::config::{self, check_name, only_for_allowlist};
 use super::error::{FileCtx, TaskError, TaskErrorKind, quote};
-use super::model::{ImageSource, NetworkMode, Task, VerifierMode};
+use super::model::{ImageSource, Task, VerifierMode};
 use super::steps;
 
 type Result<T> = std::result::Result<T, TaskError>;
@@ -151,10 +151,7 @@ pub fn load(dir: &Path) -> Result<Task> {
 
     let (agent_network, agent_hosts) = match cfg.agent_network.clone() {
         Some(policy) => policy,
-        None => (
-            cfg.environment.network.unwrap_or(NetworkMode::NoNetwork),
-            cfg.environment.allowed_hosts.clone(),
-        ),
+        None => cfg.environment.baseline(),
     };
     let agent_hosts = only_for_allowlist(agent_network, agent_hosts);
     let mut verifier = cfg.verifier;

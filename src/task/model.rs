@@ -143,8 +143,8 @@ pub struct VerifierSection {
     pub mode: VerifierMode,
     /// Env for the verifier only; `${NAME}` references are left unresolved.
     pub env: BTreeMap<String, String>,
-    /// Verifier phase network: `[verifier] network_mode`, default no-network
-    /// whatever the agent's mode.
+    /// Verifier phase network: `[verifier] network_mode`, else the task's baseline
+    /// (`[environment]`'s, `public` when it sets none), as Harbor resolves it.
     pub network: NetworkMode,
     /// Hosts the verifier may reach; non-empty only when `network` is `Allowlist`.
     pub allowed_hosts: Vec<String>,
@@ -184,7 +184,8 @@ impl Default for VerifierSection {
             timeout_sec: DEFAULT_VERIFIER_TIMEOUT_SEC,
             mode: VerifierMode::default(),
             env: BTreeMap::new(),
-            network: NetworkMode::NoNetwork,
+            // Harbor's default; a task's own baseline replaces it when loaded.
+            network: NetworkMode::Bridge,
             allowed_hosts: Vec::new(),
             user: None,
             environment: None,

@@ -161,7 +161,7 @@ fn empty_task_toml_gets_every_default() {
         ),
         (600.0, 1.0, 2048, 1024)
     );
-    assert_eq!(env.network, NetworkMode::NoNetwork);
+    assert_eq!(env.network, NetworkMode::Bridge, "Harbor's default: public");
     assert_eq!((env.workdir.clone(), env.storage_mb), (None, None));
     assert_eq!(task.tests_dir, task.dir.join("tests"));
     assert_eq!(task.solution_dir, None);
@@ -590,7 +590,8 @@ HINT = "yes"
     assert_eq!(task.verifier.mode, VerifierMode::Snapshot);
     assert_eq!(task.verifier.user.as_deref(), Some("root"));
     assert_eq!(task.verifier.env["MODEL"], "${JUDGE_MODEL}");
-    assert_eq!(task.verifier.network, NetworkMode::NoNetwork);
+    // Harbor: a verifier that sets no network gets the task's baseline, `public` here.
+    assert_eq!(task.verifier.network, NetworkMode::Bridge);
     assert_eq!(
         task.environment.source,
         ImageSource::Image("ghcr.io/example/hello:1".into())
@@ -656,7 +657,18 @@ fn agent_network_mode_overrides_the_environment_for_the_agent_phase() {
 
     let task = Fixture::new("[environment]\nallow_internet = true\n").load();
     assert_eq!(task.environment.network, NetworkMode::Bridge);
+    assert_eq!(task.verifier.network, NetworkMode::Bridge);
+    // The verifier follows the task's baseline (Harbor), not the agent's own override.
+    let task = Fixture::new(
+        "[agent]\nnetwork_mode = \"host\"\n[environment]\nallow_internet = false\n",
+    )
+    .load();
+    assert_eq!(task.environment.network, NetworkMode::Host);
     assert_eq!(task.verifier.network, NetworkMode::NoNetwork);
+    // Saying nothing is Harbor's `public` for both phases.
+    let task = Fixture::new("").load();
+    assert_eq!(task.environment.network, NetworkMode::Bridge);
+    assert_eq!(task.verifier.network, NetworkMode::Bridge);
 }
 
 #[test]
@@ -683,7 +695,7 @@ fn separate_verifier_gets_its_own_environment() {
             dockerfile: task.dir.join("tests/Dockerfile"),
         }
     );
-    assert_eq!(env.network, NetworkMode::NoNetwork);
+    assert_eq!(env.network, NetworkMode::Bridge, "the task's baseline, Harbor's public");
 
     // The task's own docker_image does not win over tests/Dockerfile (Harbor's custom
     // verifier image); without either, the verifier gets a fresh copy of the task's image.

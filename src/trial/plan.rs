@@ -70,6 +70,9 @@ pub(crate) struct TrialSettings {
     /// Agents whose trials keep a second copy of their frozen filesystem past the trial
     /// (`arbiter tasks check` re-verifies the oracle's; see `taskcheck::keep_snapshot`).
     pub keep_snapshots: std::collections::BTreeSet<String>,
+    /// The job's network override (`--network`, `network:`), already applied to the task; the
+    /// trial records it in `harness_overrides`.
+    pub network_overrides: Vec<crate::agent::HarnessOverride>,
 }
 
 /// Everything one trial needs, decided before it starts.

@@ -141,7 +141,9 @@ async fn phases<S: Sandbox>(
     let mut env = phases::environment::run(ctx, token.as_ref()).await?;
     egress.agent = env.egress.take();
     rec.image = Some(env.image.to_string());
-    rec.harness_overrides = env.agent.harness_overrides.clone();
+    rec.harness_overrides = settings.network_overrides.clone();
+    rec.harness_overrides
+        .extend(env.agent.harness_overrides.iter().cloned());
     secrets.extend(env.agent.secrets.iter().cloned());
     // The verifier's `${NAME}` values (its env over the task's) are secrets too (resolved
     // again, and checked, later); the agent plan's secrets already cover the task's env.

@@ -243,7 +243,7 @@ async fn a_gpu_tasks_containers_request_its_gpus() {
     let root = tempfile::tempdir().expect("tmp");
     let plan = plan_in(
         root.path(),
-        "gpus = 2\n[verifier]\nnetwork_mode = \"bridge\"\n",
+        "gpus = 2\n[verifier]\nnetwork_mode = \"no-network\"\n",
     );
     let fake = Arc::new(FakeSandbox::new());
     fake.on_exec("/solution/solve.sh", FakeExec::exits(0));

@@ -525,7 +525,7 @@ fn a_steps_own_network_is_warned_about_because_the_steps_share_one_container() {
     assert_eq!(
         shown,
         vec![
-            "tasks/foo/task.toml:steps[1].agent.network_mode: not applied: the steps share one container, which keeps the task's agent network (no-network)"
+            "tasks/foo/task.toml:steps[1].agent.network_mode: not applied: the steps share one container, which keeps the task's agent network (bridge)"
         ]
     );
     assert!(two_steps("").load().warnings.is_empty());

@@ -238,8 +238,11 @@ mod tests {
         let network = rec.network.expect("network in the record");
         assert!(network.egress.is_empty());
         assert_eq!(rec.limits.network, NetworkMode::Allowlist);
-        // The verifier (no-network) got no proxy.
-        assert_eq!(get(&env_of(&fake, "/tests/test.sh"), "HTTPS_PROXY"), None);
+        // The verifier follows the task's network (Harbor): its own proxy, not the agent's.
+        let verifier_proxy = get(&env_of(&fake, "/tests/test.sh"), "HTTPS_PROXY")
+            .expect("the verifier's proxy")
+            .to_string();
+        assert_ne!(verifier_proxy, proxy);
         assert!(rec.harness_overrides.is_empty());
     }
 
