@@ -172,7 +172,7 @@ fn allowlisted_hosts_are_reached_through_the_proxy_and_everything_else_is_refuse
     task(
         root,
         "verifier-allowlist",
-        "[verifier]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"127.0.0.1\"]\n",
+        "network_mode = \"no-network\"\n[verifier]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"127.0.0.1\"]\n",
         &verifier_script(port),
     );
     let probe_dir = root.join("probe");
@@ -377,7 +377,7 @@ fn bad_agent_network_overrides_are_refused_with_one_line() {
     task(
         root,
         "ok",
-        "",
+        "network_mode = \"no-network\"\n",
         "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
     );
     let c = root.join("job.yaml").to_string_lossy().into_owned();

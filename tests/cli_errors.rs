@@ -15,7 +15,7 @@ fn task(root: &Path, name: &str, mutate: impl FnOnce(&Path)) -> PathBuf {
     fs::create_dir_all(dir.join("solution")).expect("mkdir");
     fs::write(
         dir.join("task.toml"),
-        "[environment]\ndocker_image = \"arbiter/busybox:latest\"\n",
+        "[environment]\nnetwork_mode = \"no-network\"\ndocker_image = \"arbiter/busybox:latest\"\n",
     )
     .expect("write");
     fs::write(dir.join("instruction.md"), "Do the thing.\n").expect("write");
@@ -272,7 +272,7 @@ fn bad_job_configs_are_refused() {
         (
             "tasks: [ok]\nagents: [nop]\nattempt: 2\n",
             format!(
-                "error: {c}:yaml: unknown field `attempt`, expected one of `name`, `tasks`, `agents`, `attempts`, `concurrency`, `pass_threshold`, `job_dir`, `log_cap_mb`, `change_content_cap_mb`, `variants`, `timeouts`, `retries`, `models`, `integrity` at line 3 column 1"
+                "error: {c}:yaml: unknown field `attempt`, expected one of `name`, `tasks`, `agents`, `attempts`, `concurrency`, `pass_threshold`, `job_dir`, `log_cap_mb`, `change_content_cap_mb`, `variants`, `timeouts`, `retries`, `models`, `integrity`, `network` at line 3 column 1"
             ),
         ),
         (

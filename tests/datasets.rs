@@ -40,7 +40,7 @@ fn repository(root: &Path) -> (PathBuf, String) {
         write(
             &dir.join("task.toml"),
             &format!(
-                "[task]\nname = \"demo/{name}\"\n[environment]\ndocker_image = \"arbiter/busybox:latest\"\n"
+                "[task]\nname = \"demo/{name}\"\n[environment]\nnetwork_mode = \"no-network\"\ndocker_image = \"arbiter/busybox:latest\"\n"
             ),
         );
         write(&dir.join("instruction.md"), &format!("Task {name}.\n"));

@@ -147,7 +147,7 @@ async fn run_preset(
     std::fs::write(
         dir.join("task.toml"),
         format!(
-            "[agent]\ntimeout_sec = 120\n[environment]\ndocker_image = \"{IMAGE}\"\nworkdir = \"/app\"\n"
+            "[agent]\ntimeout_sec = 120\n[environment]\nnetwork_mode = \"no-network\"\ndocker_image = \"{IMAGE}\"\nworkdir = \"/app\"\n"
         ),
     )
     .expect("task.toml");

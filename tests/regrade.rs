@@ -19,7 +19,7 @@ fn task(root: &Path, name: &str, test_sh: &str, extra: &str) -> PathBuf {
     std::fs::create_dir_all(dir.join("solution")).expect("solution");
     std::fs::write(
         dir.join("task.toml"),
-        "version = \"1.0\"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[environment]\ndocker_image = \"arbiter/busybox:latest\"\ncpus = 0.5\nmemory_mb = 64\npids_limit = 64\nworkdir = \"/app\"\n",
+        "version = \"1.0\"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[environment]\nnetwork_mode = \"no-network\"\ndocker_image = \"arbiter/busybox:latest\"\ncpus = 0.5\nmemory_mb = 64\npids_limit = 64\nworkdir = \"/app\"\n",
     )
     .expect("task.toml");
     std::fs::write(dir.join("instruction.md"), "Write 42 to /app/answer.txt.\n").expect("md");

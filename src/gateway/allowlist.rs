@@ -52,10 +52,24 @@ struct Entry {
     port: Option<u16>,
 }
 
-/// A parsed `allowed_hosts` list.
+/// A parsed `allowed_hosts` list — or, for a phase with a network of its own, an observer
+/// that admits every destination (the phase could reach it directly anyway) so that its
+/// attempts, and which of them failed, are seen by the harness rather than told by the tools.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Allowlist {
     entries: Vec<Entry>,
+    observe: Option<Observe>,
+}
+
+/// What an observer admits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observe {
+    /// Everything (the phase shares the host's network: its loopback is the phase's own).
+    Everything,
+    /// Everything but this host's own loopback and unspecified addresses, checked on the
+    /// addresses a name resolves to (the proxy runs on the host: a container on a bridge
+    /// must not reach the host's loopback services through it).
+    NotLoopback,
 }
 
 fn in_range(address: IpAddr, net: IpAddr, prefix: u8) -> bool {
@@ -142,13 +156,27 @@ impl Allowlist {
                 port,
             });
         }
-        Ok(Allowlist { entries })
+        Ok(Allowlist {
+            entries,
+            observe: None,
+        })
+    }
+
+    /// An observer: admits what `observe` says, and records every attempt.
+    pub fn observer(observe: Observe) -> Allowlist {
+        Allowlist {
+            entries: Vec::new(),
+            observe: Some(observe),
+        }
     }
 
     /// Whether `host:port` may be reached. Decided on the text alone: a name is never
     /// resolved to be checked, so IP and CIDR entries admit only destinations written as
     /// addresses.
     pub fn admits(&self, host: &str, port: u16) -> bool {
+        if self.observe.is_some() {
+            return true;
+        }
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         let address = host.parse::<IpAddr>().ok();
         self.entries.iter().any(|e| {
@@ -329,6 +357,38 @@ async fn respond(client: &mut TcpStream, status: &str, message: &str) -> std::io
     client.shutdown().await
 }
 
+/// A connection to the target; an observer that keeps the host's loopback out resolves the
+/// name itself and connects only to addresses that are not loopback or unspecified.
+async fn connect(allowlist: &Allowlist, target: &Target) -> std::io::Result<TcpStream> {
+    if allowlist.observe != Some(Observe::NotLoopback) {
+        return TcpStream::connect((target.host.as_str(), target.port)).await;
+    }
+    let host = target.host.trim_start_matches('[').trim_end_matches(']');
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, target.port))
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("name resolution failed: {e}")))?
+        .collect();
+    let usable: Vec<SocketAddr> = addresses
+        .iter()
+        .copied()
+        .filter(|a| !a.ip().is_loopback() && !a.ip().is_unspecified())
+        .collect();
+    if usable.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "refused: resolves to this host's loopback",
+        ));
+    }
+    let mut last = None;
+    for address in usable {
+        match TcpStream::connect(address).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no address to connect to")))
+}
+
 async fn handle(
     mut client: TcpStream,
     allowlist: &Allowlist,
@@ -386,13 +446,10 @@ async fn handle(
         )
         .await;
     }
-    let upstream = tokio::time::timeout(
-        IO_TIMEOUT,
-        TcpStream::connect((target.host.as_str(), target.port)),
-    )
-    .await
-    .map_err(|_| std::io::Error::other("connect timed out"))
-    .and_then(|r| r);
+    let upstream = tokio::time::timeout(IO_TIMEOUT, connect(allowlist, &target))
+        .await
+        .map_err(|_| std::io::Error::other("connect timed out"))
+        .and_then(|r| r);
     let mut upstream = match upstream {
         Ok(s) => s,
         Err(e) => {

@@ -27,7 +27,8 @@ pub mod server;
 pub mod usage;
 
 pub use allowlist::{
-    Allowlist, AllowlistError, EgressEvent, PROXY_PORT, ProxyHandle, proxy_env, serve_allowlist,
+    Allowlist, AllowlistError, EgressEvent, Observe, PROXY_PORT, ProxyHandle, proxy_env,
+    serve_allowlist,
 };
 pub use config::{
     AgentModel, Budget, ConfigError, ModelConfig, Price, ProviderApi, ResolvedModel, RetryConfig,

@@ -15,7 +15,8 @@ use tokio::sync::watch;
 
 use super::{
     Change, ContainerId, ContainerSpec, DiskUsage, ExecOutcome, ExecSpec, Fetched, FrozenId,
-    ImageRef, ImageSpec, Listed, Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
+    ImageConfig, ImageRef, ImageSpec, Listed, Network, Owner, Resource, Sandbox, SandboxError,
+    Selector, Stopped,
 };
 
 pub struct Cancellable<S> {
@@ -182,9 +183,9 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.network_available(network).await
     }
 
-    async fn image_env(&self, image: &ImageRef) -> Result<Vec<String>, SandboxError> {
+    async fn image_config(&self, image: &ImageRef) -> Result<ImageConfig, SandboxError> {
         self.check()?;
-        self.inner.image_env(image).await
+        self.inner.image_config(image).await
     }
 
     async fn image_id(&self, image: &ImageRef) -> Result<Option<String>, SandboxError> {

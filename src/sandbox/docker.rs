@@ -24,9 +24,9 @@ use super::error::status_of;
 use super::tarball::dir_to_tar;
 use super::{
     Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, ExecEnd, ExecOutcome,
-    ExecSpec, Fetched, FrozenId, Health, HealthCommand, HealthSpec, ImageRecipe, ImageRef,
-    ImageSpec, LABEL_MANAGED, Listed, Network, Owner, Process, Resource, Sandbox, SandboxError,
-    Selector, Stopped,
+    ExecSpec, Fetched, FrozenId, Health, HealthCommand, HealthSpec, ImageConfig, ImageRecipe,
+    ImageRef, ImageSpec, LABEL_MANAGED, Listed, Network, Owner, Process, Resource, Sandbox,
+    SandboxError, Selector, Stopped,
 };
 
 /// PID 1's child in every container: sleeps forever and ignores SIGTERM, so that a deadline's
@@ -73,6 +73,10 @@ struct ImageFacts {
     entrypoint: Option<String>,
     /// The engine's image id (`sha256:…` of its config, which names its layers).
     id: Option<String>,
+    /// `WorkingDir` (the Dockerfile's last `WORKDIR`), when set.
+    workdir: Option<String>,
+    /// `User`, when set.
+    user: Option<String>,
 }
 
 impl DockerSandbox {
@@ -500,12 +504,12 @@ impl DockerSandbox {
         if let Some(known) = self.frozen_entrypoints.lock().await.get(image) {
             return Ok(known.clone());
         }
-        Ok(self.image_config(image).await?.entrypoint)
+        Ok(self.image_facts_of(image).await?.entrypoint)
     }
 
     /// What the container creation and the integrity classifier need of an image's config,
     /// inspected once per named image (frozen filesystems, one per trial, are not kept).
-    async fn image_config(&self, image: &str) -> Result<ImageFacts, SandboxError> {
+    async fn image_facts_of(&self, image: &str) -> Result<ImageFacts, SandboxError> {
         if let Some(known) = self.image_facts.lock().await.get(image) {
             return Ok(known.clone());
         }
@@ -521,6 +525,14 @@ impl DockerSandbox {
                 .as_ref()
                 .and_then(|c| c.env.clone())
                 .unwrap_or_default(),
+            workdir: config
+                .as_ref()
+                .and_then(|c| c.working_dir.clone())
+                .filter(|d| d.starts_with('/')),
+            user: config
+                .as_ref()
+                .and_then(|c| c.user.clone())
+                .filter(|u| !u.is_empty()),
             entrypoint: config
                 .and_then(|c| c.entrypoint)
                 .filter(|e| !e.iter().all(String::is_empty))
@@ -1238,12 +1250,17 @@ impl Sandbox for DockerSandbox {
         }
     }
 
-    async fn image_env(&self, image: &ImageRef) -> Result<Vec<String>, SandboxError> {
-        Ok(self.image_config(image.as_str()).await?.env)
+    async fn image_config(&self, image: &ImageRef) -> Result<ImageConfig, SandboxError> {
+        let facts = self.image_facts_of(image.as_str()).await?;
+        Ok(ImageConfig {
+            env: facts.env,
+            workdir: facts.workdir,
+            user: facts.user,
+        })
     }
 
     async fn image_id(&self, image: &ImageRef) -> Result<Option<String>, SandboxError> {
-        Ok(self.image_config(image.as_str()).await?.id)
+        Ok(self.image_facts_of(image.as_str()).await?.id)
     }
 
     /// Inside the container's network namespace (its `State.Pid`), which needs root and the

@@ -17,8 +17,8 @@ use tokio::sync::watch;
 
 use super::{
     Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecEnd,
-    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageRef, ImageSpec, Listed, Owner, Resource,
-    Network, Sandbox, SandboxError, Selector, Stopped,
+    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Network,
+    Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// The backend operations, for scripting failures and reading the call log.
@@ -38,7 +38,7 @@ pub enum Op {
     Remove,
     List,
     Gpus,
-    ImageEnv,
+    ImageConfig,
     Status,
 }
 
@@ -58,7 +58,7 @@ impl Op {
         Op::Remove,
         Op::List,
         Op::Gpus,
-        Op::ImageEnv,
+        Op::ImageConfig,
         Op::Status,
     ];
 }
@@ -163,8 +163,8 @@ struct State {
     gpus: u32,
     /// An engine without a default bridge: [`Sandbox::network_available`] says no to it.
     no_bridge: bool,
-    /// What [`Sandbox::image_env`] answers, per image reference.
-    image_envs: HashMap<String, Vec<String>>,
+    /// What [`Sandbox::image_config`] answers, per image reference.
+    image_configs: HashMap<String, ImageConfig>,
     image_ids: HashMap<String, String>,
     next_id: u64,
     /// Every container spec created, in call order.
@@ -224,12 +224,11 @@ impl FakeSandbox {
         self.lock().exec_envs.clone()
     }
 
-    /// What [`Sandbox::image_env`] answers for `reference` (default: nothing set).
-    pub fn set_image_env(&self, reference: &str, env: &[&str]) {
-        self.lock().image_envs.insert(
-            reference.to_string(),
-            env.iter().map(|e| e.to_string()).collect(),
-        );
+    /// What [`Sandbox::image_config`] answers for `reference` (default: nothing set).
+    pub fn set_image_config(&self, reference: &str, config: ImageConfig) {
+        self.lock()
+            .image_configs
+            .insert(reference.to_string(), config);
     }
 
     /// What [`Sandbox::image_id`] answers for `reference` (default: no identity).
@@ -360,7 +359,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Remove => "remove",
         Op::List => "list",
         Op::Gpus => "info",
-        Op::ImageEnv => "image inspect",
+        Op::ImageConfig => "image inspect",
         Op::Status => "container inspect",
     }
 }
@@ -782,11 +781,11 @@ impl Sandbox for FakeSandbox {
         Ok(network != Network::Bridge || !self.lock().no_bridge)
     }
 
-    async fn image_env(&self, image: &ImageRef) -> Result<Vec<String>, SandboxError> {
-        self.enter(Op::ImageEnv, image.as_str()).await?;
+    async fn image_config(&self, image: &ImageRef) -> Result<ImageConfig, SandboxError> {
+        self.enter(Op::ImageConfig, image.as_str()).await?;
         Ok(self
             .lock()
-            .image_envs
+            .image_configs
             .get(image.as_str())
             .cloned()
             .unwrap_or_default())

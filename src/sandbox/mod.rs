@@ -99,6 +99,17 @@ id_type!(
     ImageRef
 );
 
+/// What an image sets for its containers (Docker: the image config's `Env`, `WorkingDir`,
+/// `User`); each empty or `None` when the image sets nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageConfig {
+    /// `["PATH=…", …]`.
+    pub env: Vec<String>,
+    /// The working dir its containers start in (`WORKDIR`), absolute.
+    pub workdir: Option<String>,
+    pub user: Option<String>,
+}
+
 /// Where a task's environment image comes from.
 #[derive(Debug, Clone)]
 pub enum ImageRecipe {
@@ -642,12 +653,13 @@ pub trait Sandbox: Send + Sync + 'static {
         &self,
         network: Network,
     ) -> impl Future<Output = Result<bool, SandboxError>> + Send;
-    /// The environment an image gives its containers (`["PATH=…", …]`), empty when it sets
-    /// none. The integrity classifier reads the image's own `PATH` from it.
-    fn image_env(
+    /// What an image gives its containers where task.toml says nothing: its environment
+    /// (the integrity classifier reads the image's own `PATH`), the working dir a container
+    /// starts in (the Dockerfile's `WORKDIR`) and its user.
+    fn image_config(
         &self,
         image: &ImageRef,
-    ) -> impl Future<Output = Result<Vec<String>, SandboxError>> + Send;
+    ) -> impl Future<Output = Result<ImageConfig, SandboxError>> + Send;
     /// The image's content identity, when the backend has one: the same id always means the
     /// same files, so what was learnt about an image (the integrity classifier's index of its
     /// files) can be kept between jobs under it. `None`: no such identity.

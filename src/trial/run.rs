@@ -341,9 +341,22 @@ async fn phases<S: Sandbox>(
         }
         (target, _) => target,
     };
-    rec.verifier = verifier::verify(ctx.sb, ctx.scope, &input, &target)
-        .await
-        .map_err(infra(Phase::Verify))?;
+    rec.verifier = match verifier::verify(ctx.sb, ctx.scope, &input, &target).await {
+        Ok(outcome) => outcome,
+        // Its downloads failed: `error` with the evidence, no reward, and an infrastructure
+        // error of the verify phase (retried, reported apart).
+        Err(verifier::VerifyError::Downloads { outcome, evidence }) => {
+            rec.verifier = VerifierOutcome {
+                mode: verified_in,
+                ..outcome
+            };
+            return Err(Infra {
+                phase: Phase::Verify,
+                message: format!("the verifier could not fetch its tools: {evidence}"),
+            });
+        }
+        Err(e) => return Err(infra(Phase::Verify)(e)),
+    };
     rec.verifier.mode = verified_in;
     if let verifier::Target::Live(id) = &target {
         let stopped = ctx.sb.stop(id).await.map_err(infra(Phase::Verify))?;

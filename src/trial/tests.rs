@@ -141,7 +141,10 @@ async fn a_verifier_unlike_the_agents_container_runs_in_a_fresh_container_of_the
     // frozen filesystem): the verifier runs in a fresh container of it, after the agent's was
     // stopped and removed.
     for (why, toml) in [
-        ("another network", "[verifier]\nnetwork_mode = \"no-network\"\n"),
+        (
+            "another network",
+            "[verifier]\nnetwork_mode = \"no-network\"\n",
+        ),
         ("agent network", "[agent]\nnetwork_mode = \"host\"\n"),
         (
             "validation",
@@ -650,7 +653,13 @@ async fn the_images_own_path_decides_what_shadows_a_command() {
         let (_root, plan, fake) = solving_in("");
         fake.image_files("fake/image", &[("/usr/bin/python3", b"\x7fELF")]);
         if let Some(env) = env {
-            fake.set_image_env("fake/image", &[env]);
+            fake.set_image_config(
+                "fake/image",
+                crate::sandbox::ImageConfig {
+                    env: vec![env.to_string()],
+                    ..Default::default()
+                },
+            );
         }
         fake.on_exec(
             "/solution/solve.sh",

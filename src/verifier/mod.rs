@@ -11,6 +11,7 @@
 //! Also here: the change set and the integrity classifier over it (`integrity`).
 
 mod clean;
+mod downloads;
 pub mod integrity;
 mod outcome;
 mod phase;

