@@ -209,6 +209,20 @@ pub fn load(dir: &Path) -> Result<Task> {
     for (key, value) in environment.compose.iter().flat_map(|c| c.main_env()) {
         environment.env.entry(key).or_insert(value);
     }
+    // The main service's `working_dir` and `user` are where and as whom its container starts
+    // (as under compose and Harbor) unless task.toml says otherwise.
+    let mut agent = cfg.agent;
+    if let Some(main) = environment.compose.as_ref().and_then(|c| c.main_service()) {
+        if environment.workdir.is_none() {
+            environment.workdir = main.working_dir.clone();
+        }
+        if agent.user.is_none() {
+            agent.user = main.user.clone();
+        }
+        if verifier.user.is_none() {
+            verifier.user = main.user.clone();
+        }
+    }
 
     let scan = checksum::scan(&root, dir)?;
     warnings.extend(scan.warnings);
@@ -219,7 +233,7 @@ pub fn load(dir: &Path) -> Result<Task> {
         dir: root,
         instruction,
         checksum: scan.checksum,
-        agent: cfg.agent,
+        agent,
         verifier,
         environment,
         tests_dir,

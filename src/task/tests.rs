@@ -803,3 +803,25 @@ fn load_all_rejects_duplicate_names() {
     let e = load_all(&[broken.dir.clone(), b.dir.clone()]).unwrap_err();
     assert_eq!(e.field(), Some("agent.timeout_sec"));
 }
+
+#[test]
+fn the_compose_main_services_working_dir_and_user_apply_unless_task_toml_says() {
+    let f = Fixture::new("");
+    f.write(
+        "environment/docker-compose.yaml",
+        "services:\n  main:\n    build: .\n    working_dir: /srv/app\n    user: \"1000\"\n",
+    );
+    let task = f.load();
+    assert_eq!(task.environment.workdir.as_deref(), Some("/srv/app"));
+    assert_eq!(task.agent.user.as_deref(), Some("1000"));
+    assert_eq!(task.verifier.user.as_deref(), Some("1000"));
+
+    let f = Fixture::new("[agent]\nuser = \"agent\"\n[environment]\nworkdir = \"/app\"\n");
+    f.write(
+        "environment/docker-compose.yaml",
+        "services:\n  main:\n    build: .\n    working_dir: /srv/app\n    user: \"1000\"\n",
+    );
+    let task = f.load();
+    assert_eq!(task.environment.workdir.as_deref(), Some("/app"));
+    assert_eq!(task.agent.user.as_deref(), Some("agent"));
+}
