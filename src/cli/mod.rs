@@ -143,6 +143,10 @@ struct ResumeCmd {
     /// Trials run at the same time (default: as saved).
     #[arg(short = 'n', long = "concurrency", value_name = "N")]
     concurrency: Option<usize>,
+    /// Also run again every trial whose final record is an infra_error (after an outage); its
+    /// new record keeps the earlier errors in previous_errors. Scored trials never run again.
+    #[arg(long = "retry-infra")]
+    retry_infra: bool,
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -246,6 +250,7 @@ pub fn main() -> ExitCode {
                     variants: cmd.variants,
                     model: cmd.model,
                     network: cmd.network,
+                    retry_infra: false,
                 };
                 run(args, quiet, cmd.fail_under, json).await
             }
@@ -263,6 +268,7 @@ pub fn main() -> ExitCode {
                     config: Some(config),
                     job_dir: Some(cmd.job_dir),
                     concurrency: cmd.concurrency,
+                    retry_infra: cmd.retry_infra,
                     ..RunArgs::default()
                 };
                 run(args, cmd.quiet, None, json).await

@@ -116,6 +116,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         kill_grace: Duration::from_secs(3),
         timeouts: knobs.timeouts,
         retry: knobs.retry,
+        retry_infra: args.retry_infra || knobs.retry.rerun_infra_errors,
         config_yaml,
         lock,
         models,
