@@ -202,6 +202,40 @@ impl Drop for PrivateEngine {
     }
 }
 
+/// `arbiter run -c config` into `job` on the private engine, which is stopped and started
+/// again while trials are in their agent phase (the oracle's solve.sh sleeps 1 s); its output.
+fn run_through_an_outage(engine: &mut PrivateEngine, config: &Path, job: &str) -> Output {
+    let mut child = engine.spawn_arbiter(&[
+        "run",
+        "--quiet",
+        "--job-dir",
+        job,
+        "-c",
+        config.to_str().expect("utf8"),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let running = engine
+            .docker()
+            .args(["ps", "-q", "--filter", "label=arbiter.role=agent"])
+            .output()
+            .expect("docker ps");
+        if !String::from_utf8_lossy(&running.stdout).trim().is_empty() {
+            break;
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "arbiter ended early"
+        );
+        assert!(Instant::now() < deadline, "no agent container after 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    engine.stop();
+    engine.launch();
+    wait_output(child, Duration::from_secs(240))
+}
+
 fn records(job_dir: &Path) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     let Ok(dirs) = std::fs::read_dir(job_dir.join("trials")) else {
@@ -250,37 +284,7 @@ fn engine_stopped_mid_job_and_started_again_trials_are_retried_and_the_job_compl
     );
     let job_dir = tmp.path().join("job-restart");
     let job = job_dir.display().to_string();
-    let mut child = engine.spawn_arbiter(&[
-        "run",
-        "--quiet",
-        "--job-dir",
-        &job,
-        "-c",
-        config.to_str().expect("utf8"),
-    ]);
-    // Wait until trials are in their agent phase on the private engine, then pull it away.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let running = engine
-            .docker()
-            .args(["ps", "-q", "--filter", "label=arbiter.role=agent"])
-            .output()
-            .expect("docker ps");
-        if !String::from_utf8_lossy(&running.stdout).trim().is_empty() {
-            break;
-        }
-        assert!(
-            child.try_wait().expect("wait").is_none(),
-            "arbiter ended early"
-        );
-        assert!(Instant::now() < deadline, "no agent container after 120 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The oracle's solve.sh sleeps 1 s: stop the engine while it runs.
-    std::thread::sleep(Duration::from_millis(400));
-    engine.stop();
-    engine.launch();
-    let out = wait_output(child, Duration::from_secs(240));
+    let out = run_through_an_outage(&mut engine, &config, &job);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     let recs = records(&job_dir);
@@ -622,35 +626,7 @@ fn after_an_outage_resume_with_retry_infra_runs_only_the_unscored_trials_again()
     );
     let job_dir = tmp.path().join("job-outage");
     let job = job_dir.display().to_string();
-    let mut child = engine.spawn_arbiter(&[
-        "run",
-        "--quiet",
-        "--job-dir",
-        &job,
-        "-c",
-        config.to_str().expect("utf8"),
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let running = engine
-            .docker()
-            .args(["ps", "-q", "--filter", "label=arbiter.role=agent"])
-            .output()
-            .expect("docker ps");
-        if !String::from_utf8_lossy(&running.stdout).trim().is_empty() {
-            break;
-        }
-        assert!(
-            child.try_wait().expect("wait").is_none(),
-            "arbiter ended early"
-        );
-        assert!(Instant::now() < deadline, "no agent container after 120 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(400));
-    engine.stop();
-    engine.launch();
-    let out = wait_output(child, Duration::from_secs(240));
+    let out = run_through_an_outage(&mut engine, &config, &job);
     let recs = records(&job_dir);
     assert_eq!(recs.len(), 4, "every trial has a record: {}", stderr(&out));
     let infra: Vec<String> = recs

@@ -83,8 +83,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         &agents,
         &variants,
         &knobs,
-        &config.models,
-        config.integrity,
+        &config,
         network,
     );
     let config_yaml =
@@ -422,8 +421,7 @@ fn saved_config(
     agents: &[Agent],
     variants: &[Variant],
     knobs: &Knobs,
-    models: &[crate::gateway::ModelConfig],
-    integrity: Option<crate::task::IntegrityMode>,
+    config: &JobConfig,
     network: Option<super::NetworkOverride>,
 ) -> JobConfig {
     JobConfig {
@@ -449,8 +447,8 @@ fn saved_config(
             .collect(),
         timeouts: Some(knobs.timeouts),
         retries: Some(knobs.retry),
-        models: models.to_vec(),
-        integrity,
+        models: config.models.clone(),
+        integrity: config.integrity,
         network,
     }
 }
