@@ -77,15 +77,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         ));
     }
 
-    let saved = saved_config(
-        &name,
-        &tasks,
-        &agents,
-        &variants,
-        &knobs,
-        &config,
-        network,
-    );
+    let saved = saved_config(&name, &tasks, &agents, &variants, &knobs, &config, network);
     let config_yaml =
         serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
     let lock = Lock::new(

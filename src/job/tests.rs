@@ -234,7 +234,11 @@ async fn retry_infra_reruns_only_trials_that_ended_as_infra_errors_and_keeps_the
             _ => None,
         })
         .collect();
-    assert_eq!(started, std::slice::from_ref(&lost), "nothing scored runs again");
+    assert_eq!(
+        started,
+        std::slice::from_ref(&lost),
+        "nothing scored runs again"
+    );
     assert_eq!(outcome.records.len(), 2);
     assert!(outcome.records.iter().all(|r| !r.infra));
     let text = std::fs::read_to_string(spec.dir.join("trials").join(&lost).join("result.json"))
