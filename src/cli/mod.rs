@@ -341,9 +341,7 @@ async fn run(
             available.push((need.network, ok));
         }
     }
-    job::refuse_unavailable(&needs, |n| {
-        available.iter().any(|(m, ok)| *m == n && *ok)
-    })?;
+    job::refuse_unavailable(&needs, |n| available.iter().any(|(m, ok)| *m == n && *ok))?;
     // A task needing GPUs the engine cannot give is refused before any trial starts.
     if job::gpus_wanted(&spec.tasks) > 0 {
         let gpus = sandbox.gpus().await.map_err(CliError::Engine)?;

@@ -145,8 +145,8 @@ impl NetworkOverride {
             }
         }
         if let Some(n) = self.verifier {
-            let verifiers =
-                std::iter::once(&mut task.verifier).chain(task.steps.iter_mut().map(|s| &mut s.verifier));
+            let verifiers = std::iter::once(&mut task.verifier)
+                .chain(task.steps.iter_mut().map(|s| &mut s.verifier));
             for verifier in verifiers {
                 verifier.network = n.mode();
                 verifier.allowed_hosts.clear();
@@ -160,16 +160,19 @@ impl NetworkOverride {
 
     /// What every trial's `harness_overrides` says of it; `source` is `cli` or `job_config`.
     pub(crate) fn recorded(&self, source: &str) -> Vec<HarnessOverride> {
-        [("network.agent", self.agent), ("network.verifier", self.verifier)]
-            .into_iter()
-            .filter_map(|(key, n)| {
-                n.map(|n| HarnessOverride {
-                    key: key.to_string(),
-                    value: n.as_str().to_string(),
-                    source: source.to_string(),
-                })
+        [
+            ("network.agent", self.agent),
+            ("network.verifier", self.verifier),
+        ]
+        .into_iter()
+        .filter_map(|(key, n)| {
+            n.map(|n| HarnessOverride {
+                key: key.to_string(),
+                value: n.as_str().to_string(),
+                source: source.to_string(),
             })
-            .collect()
+        })
+        .collect()
     }
 }
 
@@ -194,7 +197,11 @@ pub(crate) fn phase_networks<'a>(
 ) -> Vec<PhaseNeed<'a>> {
     use crate::trial::sandbox_network;
     let why = |mode: NetworkMode, overridden: bool, set: bool| {
-        let name = if mode == NetworkMode::Bridge { "public" } else { mode.as_str() };
+        let name = if mode == NetworkMode::Bridge {
+            "public"
+        } else {
+            mode.as_str()
+        };
         match (overridden, set) {
             (true, _) => format!("\"{name}\" (the job's network override)"),
             (false, true) => format!("\"{name}\""),
@@ -207,7 +214,10 @@ pub(crate) fn phase_networks<'a>(
         let mut agent_modes: Vec<(NetworkMode, String)> = Vec::new();
         for agent in agents {
             let (mode, text) = match agent.network {
-                Some(n) => (n.mode(), format!("\"{}\" (agent {}'s network:)", n.as_str(), agent.name)),
+                Some(n) => (
+                    n.mode(),
+                    format!("\"{}\" (agent {}'s network:)", n.as_str(), agent.name),
+                ),
                 None => {
                     let mode = task.environment.network;
                     (mode, why(mode, overridden.agent.is_some(), set))
@@ -247,7 +257,9 @@ pub(crate) fn phase_networks<'a>(
 /// Whether task.toml says anything of the network (else Harbor's default applies).
 fn task_sets_network(task: &Task) -> bool {
     let text = std::fs::read_to_string(task.dir.join("task.toml")).unwrap_or_default();
-    text.contains("network_mode") || text.contains("allow_internet") || text.contains("allowed_hosts")
+    text.contains("network_mode")
+        || text.contains("allow_internet")
+        || text.contains("allowed_hosts")
 }
 
 /// The first phase whose network the backend cannot give (`available` answers per network),
@@ -297,7 +309,10 @@ mod tests {
         assert_eq!(per.agent, Some(PhaseNetwork::Public));
         assert_eq!(per.verifier, Some(PhaseNetwork::None));
         let only = parsed("{verifier: host}").expect("parses");
-        assert_eq!((only.agent, only.verifier), (None, Some(PhaseNetwork::Host)));
+        assert_eq!(
+            (only.agent, only.verifier),
+            (None, Some(PhaseNetwork::Host))
+        );
     }
 
     #[test]
@@ -319,7 +334,11 @@ mod tests {
             "[verifier]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n",
         );
         let mut task = crate::task::load(&dir).expect("loads");
-        assert_eq!(task.environment.network, NetworkMode::Bridge, "Harbor's default");
+        assert_eq!(
+            task.environment.network,
+            NetworkMode::Bridge,
+            "Harbor's default"
+        );
         assert_eq!(task.verifier.network, NetworkMode::Allowlist);
         let o = NetworkOverride::every_phase(PhaseNetwork::None);
         o.apply(&mut task);
@@ -329,7 +348,11 @@ mod tests {
         let rec = o.recorded("cli");
         assert_eq!(rec.len(), 2);
         assert_eq!(
-            (rec[0].key.as_str(), rec[0].value.as_str(), rec[0].source.as_str()),
+            (
+                rec[0].key.as_str(),
+                rec[0].value.as_str(),
+                rec[0].source.as_str()
+            ),
             ("network.agent", "none", "cli")
         );
         assert!(NetworkOverride::default().recorded("cli").is_empty());
@@ -340,7 +363,8 @@ mod tests {
         use crate::sandbox::Network;
         use std::sync::Arc;
         let tmp = tempfile::tempdir().expect("tempdir");
-        let silent = Arc::new(crate::task::load(&task_dir(tmp.path(), "silent", "")).expect("loads"));
+        let silent =
+            Arc::new(crate::task::load(&task_dir(tmp.path(), "silent", "")).expect("loads"));
         let offline = Arc::new(
             crate::task::load(&task_dir(
                 tmp.path(),
@@ -352,7 +376,11 @@ mod tests {
         let agents = vec![Arc::new(crate::agent::Agent::builtin("nop").expect("nop"))];
         let tasks = vec![offline.clone(), silent.clone()];
         let needs = phase_networks(&tasks, &agents, &NetworkOverride::default());
-        assert_eq!(needs.len(), 2, "the silent task's agent and verifier: {needs:?}");
+        assert_eq!(
+            needs.len(),
+            2,
+            "the silent task's agent and verifier: {needs:?}"
+        );
         assert!(needs.iter().all(|n| n.network == Network::Bridge));
         let e = refuse_unavailable(&needs, |n| n != Network::Bridge)
             .expect_err("refused")

@@ -15,7 +15,8 @@ use tokio::sync::watch;
 
 use super::{
     Change, ContainerId, ContainerSpec, DiskUsage, ExecOutcome, ExecSpec, Fetched, FrozenId,
-    ImageRef, ImageSpec, Listed, Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
+    ImageRef, ImageSpec, Listed, Network, Owner, Resource, Sandbox, SandboxError, Selector,
+    Stopped,
 };
 
 pub struct Cancellable<S> {

@@ -17,8 +17,8 @@ use tokio::sync::watch;
 
 use super::{
     Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecEnd,
-    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageRef, ImageSpec, Listed, Owner, Resource,
-    Network, Sandbox, SandboxError, Selector, Stopped,
+    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageRef, ImageSpec, Listed, Network, Owner,
+    Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// The backend operations, for scripting failures and reading the call log.

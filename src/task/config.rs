@@ -210,7 +210,10 @@ impl EnvConfig {
     /// sets no network of its own.
     pub(crate) fn baseline(&self) -> Policy {
         let network = self.network.unwrap_or(NetworkMode::Bridge);
-        (network, only_for_allowlist(network, self.allowed_hosts.clone()))
+        (
+            network,
+            only_for_allowlist(network, self.allowed_hosts.clone()),
+        )
     }
 
     /// The spec with its image source and the phase's network (`allowed_hosts`

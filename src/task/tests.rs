@@ -659,10 +659,9 @@ fn agent_network_mode_overrides_the_environment_for_the_agent_phase() {
     assert_eq!(task.environment.network, NetworkMode::Bridge);
     assert_eq!(task.verifier.network, NetworkMode::Bridge);
     // The verifier follows the task's baseline (Harbor), not the agent's own override.
-    let task = Fixture::new(
-        "[agent]\nnetwork_mode = \"host\"\n[environment]\nallow_internet = false\n",
-    )
-    .load();
+    let task =
+        Fixture::new("[agent]\nnetwork_mode = \"host\"\n[environment]\nallow_internet = false\n")
+            .load();
     assert_eq!(task.environment.network, NetworkMode::Host);
     assert_eq!(task.verifier.network, NetworkMode::NoNetwork);
     // Saying nothing is Harbor's `public` for both phases.
@@ -695,7 +694,11 @@ fn separate_verifier_gets_its_own_environment() {
             dockerfile: task.dir.join("tests/Dockerfile"),
         }
     );
-    assert_eq!(env.network, NetworkMode::Bridge, "the task's baseline, Harbor's public");
+    assert_eq!(
+        env.network,
+        NetworkMode::Bridge,
+        "the task's baseline, Harbor's public"
+    );
 
     // The task's own docker_image does not win over tests/Dockerfile (Harbor's custom
     // verifier image); without either, the verifier gets a fresh copy of the task's image.

@@ -141,7 +141,10 @@ async fn a_verifier_unlike_the_agents_container_runs_in_a_fresh_container_of_the
     // frozen filesystem): the verifier runs in a fresh container of it, after the agent's was
     // stopped and removed.
     for (why, toml) in [
-        ("another network", "[verifier]\nnetwork_mode = \"no-network\"\n"),
+        (
+            "another network",
+            "[verifier]\nnetwork_mode = \"no-network\"\n",
+        ),
         ("agent network", "[agent]\nnetwork_mode = \"host\"\n"),
         (
             "validation",
