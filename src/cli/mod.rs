@@ -8,6 +8,7 @@ mod gc;
 pub(crate) mod packet;
 mod report;
 mod tasks;
+mod tasks_load;
 mod verify;
 
 use std::ffi::OsString;

@@ -1,5 +1,6 @@
 //! `arbiter tasks …`: task QA. `tasks check` runs the checking job (`crate::taskcheck`) and
-//! prints a table per task (or the `arbiter.taskcheck.v1` JSON).
+//! prints a table per task (or the `arbiter.taskcheck.v1` JSON); `tasks load` only loads
+//! (`tasks_load.rs`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -27,6 +28,12 @@ enum TasksCommand {
         after_help = "Examples:\n  arbiter tasks check tasks/ -n 4\n  arbiter tasks check tasks/hello --repeat 5 --format json > check.json\n  arbiter tasks check tasks/ --job-dir jobs/check   # again: resumes, reuses finished trials"
     )]
     Check(CheckCmd),
+    /// Load tasks with arbiter's loader only (no Docker): loaded or refused, with warnings.
+    /// Exit 4 when a task is refused.
+    #[command(
+        after_help = "Examples:\n  arbiter tasks load tasks/\n  arbiter tasks load -r corpus/ --format jsonl > load.jsonl   # what scripts/corpus counts"
+    )]
+    Load(super::tasks_load::LoadCmd),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -69,6 +76,13 @@ struct CheckCmd {
 /// Run a `tasks` subcommand; errors are printed here, one line each.
 pub(super) async fn main(cmd: TasksCmd) -> u8 {
     match cmd.command {
+        TasksCommand::Load(cmd) => match super::tasks_load::run(cmd) {
+            Ok(code) => code,
+            Err((code, message)) => {
+                eprintln!("error: {message}");
+                code
+            }
+        },
         TasksCommand::Check(cmd) => {
             let json = cmd.json;
             match check(cmd).await {
