@@ -626,6 +626,12 @@ fn git_history_finds_the_fix_wherever_the_repository_keeps_it() {
             "root",
         ),
         (
+            "a bundle and no repository",
+            "base /src; fixc; git bundle create -q /opt/calc.bundle --all; git reset -q --hard HEAD~1; mkdir /app; cp calc.py README /app/; rm -rf /src",
+            "checked out refs/heads/main (bundle /opt/calc.bundle) = commit ",
+            "root",
+        ),
+        (
             "a bare clone elsewhere",
             "base /src; fixc; git clone -q --bare /src /srv/calc.git; git reset -q --hard HEAD~1; mkdir /app; cp calc.py README /app/; rm -rf /src",
             "of /srv/calc.git into /app",
