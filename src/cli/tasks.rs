@@ -214,6 +214,7 @@ fn result_word(result: CheckResult, caught: bool) -> &'static str {
         (CheckResult::Fail, _) => "FAIL",
         (CheckResult::Error, _) => "error",
         (CheckResult::Skipped, _) => "skipped",
+        (CheckResult::NotApplicable, _) => "n/a",
     }
 }
 
@@ -249,6 +250,9 @@ fn table(report: &CheckReport) -> String {
                 result_word(c.result, c.caught),
                 c.detail
             );
+            if let Some(advice) = &c.advice {
+                let _ = writeln!(out, "  {:<width$}  {:<13}  fix: {advice}", "", "");
+            }
         }
         out.push('\n');
     }
@@ -259,7 +263,7 @@ fn table(report: &CheckReport) -> String {
         .count();
     let _ = writeln!(
         out,
-        "{} task(s) checked, {} ok, {failed} failed a check; \"pass (caught)\": the exploit fooled the verifier but integrity flagged it (tampered, never counted as passed)",
+        "{} task(s) checked, {} ok, {failed} failed a check; \"pass (caught)\": the exploit fooled the verifier but integrity flagged it (tampered, never counted as passed); \"n/a\": nothing in the image for the exploit to attack",
         report.tasks.len(),
         report
             .tasks
@@ -309,8 +313,9 @@ mod tests {
         let text = table(&report);
         assert_eq!(
             text,
-            "task broken: does not load\n  check   result         detail\n  layout  FAIL           broken/task.toml:verifier.timeout_sec: must be greater than 0 (got -5)\n\n1 task(s) checked, 0 ok, 1 failed a check; \"pass (caught)\": the exploit fooled the verifier but integrity flagged it (tampered, never counted as passed)\njob dir: jobs/check\n"
+            "task broken: does not load\n  check   result         detail\n  layout  FAIL           broken/task.toml:verifier.timeout_sec: must be greater than 0 (got -5)\n\n1 task(s) checked, 0 ok, 1 failed a check; \"pass (caught)\": the exploit fooled the verifier but integrity flagged it (tampered, never counted as passed); \"n/a\": nothing in the image for the exploit to attack\njob dir: jobs/check\n"
         );
         assert_eq!(result_word(CheckResult::Pass, true), "pass (caught)");
+        assert_eq!(result_word(CheckResult::NotApplicable, false), "n/a");
     }
 }
