@@ -191,7 +191,7 @@ fn the_environment_healthcheck_gates_the_agent_on_the_real_engine() {
     let config = write_job(
         tmp.path(),
         &format!(
-            "tasks: [{}, {}]\nagents: [oracle]\nretries: {{max: 0}}\n",
+            "tasks: [{}, {}]\nagents: [oracle]\nretries: {{max: 0}}\nnetwork: none\n",
             ready.display(),
             never.display()
         ),
