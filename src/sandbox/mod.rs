@@ -23,10 +23,12 @@ mod error;
 mod fake;
 mod fetch;
 mod gpus;
+pub mod kubernetes;
 mod layer;
 mod layer_changes;
 mod layer_write;
 mod scope;
+mod sink;
 mod tarball;
 pub mod toolbox;
 mod upper;
@@ -44,6 +46,7 @@ pub use error::SandboxError;
 pub use fake::{FakeExec, FakeSandbox, Op};
 pub(crate) use fetch::{FetchResult, fetch, read_capped};
 pub use gpus::GPUS_UNCOUNTED;
+pub use kubernetes::{KubeSettings, KubernetesSandbox};
 pub(crate) use scope::Scope;
 pub use tarball::{
     ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, concat_archives,
