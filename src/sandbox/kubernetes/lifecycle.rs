@@ -70,7 +70,7 @@ if [ -r /sys/fs/cgroup/memory/memory.oom_control ]; then o=$($B awk '$1=="oom_ki
 elif [ -r /sys/fs/cgroup/memory.events ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory.events); fi
 i=0
 while :; do
-  $B kill -KILL -1 2>/dev/null
+  kill -KILL -1 2>/dev/null
   n=0
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
