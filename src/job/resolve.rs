@@ -77,7 +77,13 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         ));
     }
 
-    let saved = saved_config(
+    // Flags over the config's `backend:`; saved in job.yaml (a resume keeps it), not locked.
+    let backend = config
+        .backend
+        .clone()
+        .unwrap_or_default()
+        .with_flags(&args.backend);
+    let mut saved = saved_config(
         &name,
         &tasks,
         &agents,
@@ -87,6 +93,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         config.integrity,
         network,
     );
+    saved.backend = (backend != super::BackendConfig::default()).then(|| backend.clone());
     let config_yaml =
         serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
     let lock = Lock::new(
@@ -121,6 +128,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         models,
         keep_snapshots: BTreeSet::new(),
         network: network.unwrap_or_default(),
+        backend,
     })
 }
 
@@ -451,6 +459,7 @@ fn saved_config(
         models: models.to_vec(),
         integrity,
         network,
+        backend: None,
     }
 }
 

@@ -16,6 +16,7 @@
 //!
 //! Over 600 lines only with its unit tests: the trait and its types are ~570.
 
+mod backend;
 mod cancel;
 mod docker;
 mod engine_socket;
@@ -39,6 +40,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use backend::Backend;
 pub(crate) use cancel::Cancellable;
 pub use docker::DockerSandbox;
 pub use engine_socket::engine_requests;
