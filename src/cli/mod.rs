@@ -492,7 +492,7 @@ async fn backend_for(spec: &job::JobSpec) -> Result<Arc<Backend>, CliError> {
                     message: "the engine is shared".to_string(),
                 })
             })?;
-            Ok(Arc::new(Backend::Docker(engine)))
+            Ok(Arc::new(Backend::Docker(Box::new(engine))))
         }
         job::BackendKind::Kubernetes => {
             let toolbox = crate::sandbox::toolbox::locate_toolbox()?;

@@ -12,7 +12,7 @@ use super::{
 
 /// One of arbiter's backends.
 pub enum Backend {
-    Docker(DockerSandbox),
+    Docker(Box<DockerSandbox>),
     Kubernetes(Box<KubernetesSandbox>),
 }
 

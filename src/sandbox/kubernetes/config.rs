@@ -51,10 +51,10 @@ pub(crate) struct Resolved {
 
 /// The kubeconfig file: the first of `$KUBECONFIG`'s paths, else `~/.kube/config`.
 pub(crate) fn kubeconfig_path() -> Result<PathBuf, KubeError> {
-    if let Some(list) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
-        if let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty()) {
-            return Ok(first);
-        }
+    if let Some(list) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty())
+        && let Some(first) = std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty())
+    {
+        return Ok(first);
     }
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         Some(home) => Ok(PathBuf::from(home).join(".kube/config")),

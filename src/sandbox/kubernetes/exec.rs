@@ -285,8 +285,7 @@ impl KubernetesSandbox {
         stdin: Option<&[u8]>,
         out: &mut Sink<'_>,
         err: &mut Sink<'_>,
-        timeout: Option<Duration>,
-        grace: Duration,
+        (timeout, grace): (Option<Duration>, Duration),
     ) -> Result<RawEnd, SandboxError> {
         let mut process = self.attach(pod, argv, stdin.is_some()).await?;
         let mut stdout = process.stdout();
@@ -413,8 +412,7 @@ impl KubernetesSandbox {
                 stdin,
                 &mut o,
                 &mut e,
-                Some(timeout),
-                Duration::from_secs(1),
+                (Some(timeout), Duration::from_secs(1)),
             )
             .await?
         };
@@ -463,8 +461,7 @@ impl KubernetesSandbox {
                 (!stdin.is_empty()).then_some(&stdin[..]),
                 &mut Sink::Capped(&mut stdout),
                 &mut Sink::Capped(&mut stderr),
-                spec.timeout,
-                spec.grace,
+                (spec.timeout, spec.grace),
             )
             .await?;
         stdout.finish().await?;

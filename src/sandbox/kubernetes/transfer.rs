@@ -148,8 +148,7 @@ impl KubernetesSandbox {
                     buf: &mut err,
                     cap: 64 * 1024,
                 },
-                Some(TRANSFER_DEADLINE),
-                Duration::from_secs(2),
+                (Some(TRANSFER_DEADLINE), Duration::from_secs(2)),
             )
             .await;
         let Sink::Limited { written, over, .. } = out else {
