@@ -202,6 +202,40 @@ impl Drop for PrivateEngine {
     }
 }
 
+/// `arbiter run -c config` into `job` on the private engine, which is stopped and started
+/// again while trials are in their agent phase (the oracle's solve.sh sleeps 1 s); its output.
+fn run_through_an_outage(engine: &mut PrivateEngine, config: &Path, job: &str) -> Output {
+    let mut child = engine.spawn_arbiter(&[
+        "run",
+        "--quiet",
+        "--job-dir",
+        job,
+        "-c",
+        config.to_str().expect("utf8"),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let running = engine
+            .docker()
+            .args(["ps", "-q", "--filter", "label=arbiter.role=agent"])
+            .output()
+            .expect("docker ps");
+        if !String::from_utf8_lossy(&running.stdout).trim().is_empty() {
+            break;
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "arbiter ended early"
+        );
+        assert!(Instant::now() < deadline, "no agent container after 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    engine.stop();
+    engine.launch();
+    wait_output(child, Duration::from_secs(240))
+}
+
 fn records(job_dir: &Path) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     let Ok(dirs) = std::fs::read_dir(job_dir.join("trials")) else {
@@ -250,37 +284,7 @@ fn engine_stopped_mid_job_and_started_again_trials_are_retried_and_the_job_compl
     );
     let job_dir = tmp.path().join("job-restart");
     let job = job_dir.display().to_string();
-    let mut child = engine.spawn_arbiter(&[
-        "run",
-        "--quiet",
-        "--job-dir",
-        &job,
-        "-c",
-        config.to_str().expect("utf8"),
-    ]);
-    // Wait until trials are in their agent phase on the private engine, then pull it away.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let running = engine
-            .docker()
-            .args(["ps", "-q", "--filter", "label=arbiter.role=agent"])
-            .output()
-            .expect("docker ps");
-        if !String::from_utf8_lossy(&running.stdout).trim().is_empty() {
-            break;
-        }
-        assert!(
-            child.try_wait().expect("wait").is_none(),
-            "arbiter ended early"
-        );
-        assert!(Instant::now() < deadline, "no agent container after 120 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The oracle's solve.sh sleeps 1 s: stop the engine while it runs.
-    std::thread::sleep(Duration::from_millis(400));
-    engine.stop();
-    engine.launch();
-    let out = wait_output(child, Duration::from_secs(240));
+    let out = run_through_an_outage(&mut engine, &config, &job);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     let recs = records(&job_dir);
@@ -602,4 +606,80 @@ fn container_removed_behind_arbiters_back_is_an_infra_error_and_retried() {
                 || (m.contains("overlay2") && m.contains("no such file or directory"))),
         "the first try failed on the vanished container: {r:#}"
     );
+}
+
+/// Issue 24: an outage that outlasts the retries leaves `infra_error` records; `arbiter
+/// resume --retry-infra` once the engine is back runs exactly those again, and their new
+/// records keep the outage's errors.
+#[test]
+fn after_an_outage_resume_with_retry_infra_runs_only_the_unscored_trials_again() {
+    let Some(mut engine) = PrivateEngine::start() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let config = write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents: [oracle]\nattempts: 4\nconcurrency: 2\nretries: {{max: 0}}\n",
+            quick_task()
+        ),
+    );
+    let job_dir = tmp.path().join("job-outage");
+    let job = job_dir.display().to_string();
+    let out = run_through_an_outage(&mut engine, &config, &job);
+    let recs = records(&job_dir);
+    assert_eq!(recs.len(), 4, "every trial has a record: {}", stderr(&out));
+    let infra: Vec<String> = recs
+        .iter()
+        .filter(|r| !r["infra_error"].is_null())
+        .map(|r| r["id"].as_str().expect("id").to_string())
+        .collect();
+    assert!(!infra.is_empty(), "the outage cost trials: {recs:#?}");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "infra errors: exit 3; {}",
+        stderr(&out)
+    );
+    let scored: Vec<(String, Vec<u8>)> = recs
+        .iter()
+        .filter(|r| r["infra_error"].is_null())
+        .map(|r| {
+            let id = r["id"].as_str().expect("id").to_string();
+            let bytes = std::fs::read(job_dir.join("trials").join(&id).join("result.json"))
+                .expect("result.json");
+            (id, bytes)
+        })
+        .collect();
+
+    // A plain resume leaves the infra records alone.
+    let out = engine.arbiter(&["resume", &job, "--quiet"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // With --retry-infra they run again, and only they.
+    let out = engine.arbiter(&["resume", &job, "--quiet", "--retry-infra"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = records(&job_dir);
+    assert_eq!(recs.len(), 4);
+    for r in &recs {
+        let id = r["id"].as_str().expect("id");
+        assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+        assert!(r["infra_error"].is_null(), "{r:#}");
+        if infra.iter().any(|i| i == id) {
+            let errors = r["previous_errors"].as_array().expect("previous_errors");
+            assert!(!errors.is_empty(), "the outage's error is kept: {r:#}");
+            assert_eq!(r["retries"].as_u64(), Some(errors.len() as u64), "{r:#}");
+        }
+    }
+    for (id, bytes) in &scored {
+        assert_eq!(
+            &std::fs::read(job_dir.join("trials").join(id).join("result.json")).expect("read"),
+            bytes,
+            "{id}: a scored trial never runs again"
+        );
+    }
+    let mut ids = jsonl_ids(&job_dir);
+    assert_eq!(ids.len(), 4, "one line per trial: {ids:?}");
+    ids.dedup();
+    assert_eq!(ids.len(), 4);
+    assert_eq!(engine.managed(), Vec::<String>::new(), "leftovers");
 }

@@ -8,6 +8,7 @@ mod gc;
 pub(crate) mod packet;
 mod report;
 mod tasks;
+mod tasks_load;
 mod verify;
 
 use std::ffi::OsString;
@@ -156,6 +157,10 @@ struct ResumeCmd {
     /// Trials run at the same time (default: as saved).
     #[arg(short = 'n', long = "concurrency", value_name = "N")]
     concurrency: Option<usize>,
+    /// Also run again every trial whose final record is an infra_error (after an outage); its
+    /// new record keeps the earlier errors in previous_errors. Scored trials never run again.
+    #[arg(long = "retry-infra")]
+    retry_infra: bool,
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -277,6 +282,7 @@ pub fn main() -> ExitCode {
                     variants: cmd.variants,
                     model: cmd.model,
                     network: cmd.network,
+                    retry_infra: false,
                     backend: job::BackendFlags {
                         kind: cmd.backend,
                         namespace: cmd.namespace,
@@ -300,6 +306,7 @@ pub fn main() -> ExitCode {
                     config: Some(config),
                     job_dir: Some(cmd.job_dir),
                     concurrency: cmd.concurrency,
+                    retry_infra: cmd.retry_infra,
                     ..RunArgs::default()
                 };
                 run(args, cmd.quiet, None, json).await

@@ -1,5 +1,6 @@
 //! `arbiter tasks …`: task QA. `tasks check` runs the checking job (`crate::taskcheck`) and
-//! prints a table per task (or the `arbiter.taskcheck.v1` JSON).
+//! prints a table per task (or the `arbiter.taskcheck.v1` JSON); `tasks load` only loads
+//! (`tasks_load.rs`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -27,6 +28,12 @@ enum TasksCommand {
         after_help = "Examples:\n  arbiter tasks check tasks/ -n 4\n  arbiter tasks check tasks/hello --repeat 5 --format json > check.json\n  arbiter tasks check tasks/ --job-dir jobs/check   # again: resumes, reuses finished trials"
     )]
     Check(CheckCmd),
+    /// Load tasks with arbiter's loader only (no Docker): loaded or refused, with warnings.
+    /// Exit 4 when a task is refused.
+    #[command(
+        after_help = "Examples:\n  arbiter tasks load tasks/\n  arbiter tasks load -r corpus/ --format jsonl > load.jsonl   # what scripts/corpus counts"
+    )]
+    Load(super::tasks_load::LoadCmd),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -69,6 +76,13 @@ struct CheckCmd {
 /// Run a `tasks` subcommand; errors are printed here, one line each.
 pub(super) async fn main(cmd: TasksCmd) -> u8 {
     match cmd.command {
+        TasksCommand::Load(cmd) => match super::tasks_load::run(cmd) {
+            Ok(code) => code,
+            Err((code, message)) => {
+                eprintln!("error: {message}");
+                code
+            }
+        },
         TasksCommand::Check(cmd) => {
             let json = cmd.json;
             match check(cmd).await {
@@ -200,6 +214,7 @@ fn result_word(result: CheckResult, caught: bool) -> &'static str {
         (CheckResult::Fail, _) => "FAIL",
         (CheckResult::Error, _) => "error",
         (CheckResult::Skipped, _) => "skipped",
+        (CheckResult::NotApplicable, _) => "n/a",
     }
 }
 
@@ -235,6 +250,9 @@ fn table(report: &CheckReport) -> String {
                 result_word(c.result, c.caught),
                 c.detail
             );
+            if let Some(advice) = &c.advice {
+                let _ = writeln!(out, "  {:<width$}  {:<13}  fix: {advice}", "", "");
+            }
         }
         out.push('\n');
     }
@@ -245,7 +263,7 @@ fn table(report: &CheckReport) -> String {
         .count();
     let _ = writeln!(
         out,
-        "{} task(s) checked, {} ok, {failed} failed a check; \"pass (caught)\": the exploit fooled the verifier but integrity flagged it (tampered, never counted as passed)",
+        "{} task(s) checked, {} ok, {failed} failed a check; \"pass (caught)\": the exploit fooled the verifier but integrity flagged it (tampered, never counted as passed); \"n/a\": nothing in the image for the exploit to attack",
         report.tasks.len(),
         report
             .tasks
@@ -295,8 +313,9 @@ mod tests {
         let text = table(&report);
         assert_eq!(
             text,
-            "task broken: does not load\n  check   result         detail\n  layout  FAIL           broken/task.toml:verifier.timeout_sec: must be greater than 0 (got -5)\n\n1 task(s) checked, 0 ok, 1 failed a check; \"pass (caught)\": the exploit fooled the verifier but integrity flagged it (tampered, never counted as passed)\njob dir: jobs/check\n"
+            "task broken: does not load\n  check   result         detail\n  layout  FAIL           broken/task.toml:verifier.timeout_sec: must be greater than 0 (got -5)\n\n1 task(s) checked, 0 ok, 1 failed a check; \"pass (caught)\": the exploit fooled the verifier but integrity flagged it (tampered, never counted as passed); \"n/a\": nothing in the image for the exploit to attack\njob dir: jobs/check\n"
         );
         assert_eq!(result_word(CheckResult::Pass, true), "pass (caught)");
+        assert_eq!(result_word(CheckResult::NotApplicable, false), "n/a");
     }
 }

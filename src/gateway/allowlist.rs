@@ -542,6 +542,70 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_observer_admits_and_records_everything_but_the_hosts_loopback_on_a_bridge() {
+        let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let ask = |proxy: std::net::SocketAddr, target: String| async move {
+            let mut client = TcpStream::connect(proxy).await.unwrap();
+            client
+                .write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut head = [0u8; 12];
+            client.read_exact(&mut head).await.unwrap();
+            String::from_utf8_lossy(&head).into_owned()
+        };
+        // Sharing the host's network: loopback is the phase's own, admitted; a closed port is
+        // an admitted attempt that failed, with the error kept.
+        let proxy = serve_allowlist(
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            Allowlist::observer(Observe::Everything),
+        )
+        .unwrap();
+        assert!(
+            ask(proxy.addr, format!("127.0.0.1:{port}"))
+                .await
+                .ends_with("200")
+        );
+        assert!(
+            ask(proxy.addr, format!("127.0.0.1:{closed}"))
+                .await
+                .ends_with("502")
+        );
+        let events = proxy.shutdown().await;
+        assert_eq!(events.len(), 2);
+        assert!(events.iter().all(|e| e.allowed));
+        assert_eq!(events[0].error, None);
+        assert!(events[1].error.is_some(), "{events:?}");
+
+        // On a bridge the proxy runs on the host: its loopback, by address or by name, is
+        // refused before any connection.
+        let proxy = serve_allowlist(
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            Allowlist::observer(Observe::NotLoopback),
+        )
+        .unwrap();
+        for target in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+            assert!(
+                ask(proxy.addr, target.clone()).await.ends_with("502"),
+                "{target}"
+            );
+        }
+        let events = proxy.shutdown().await;
+        assert_eq!(events.len(), 2);
+        assert!(
+            events
+                .iter()
+                .all(|e| e.error.as_deref().is_some_and(|m| m.contains("loopback"))),
+            "{events:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn shutdown_closes_open_tunnels() {
         let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = upstream.local_addr().unwrap().port();

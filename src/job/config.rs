@@ -52,6 +52,8 @@ pub struct RunArgs {
     pub model: Option<String>,
     /// `--network MODE`: every phase of every task, over the config's `network:`.
     pub network: Option<super::PhaseNetwork>,
+    /// `--retry-infra`: run again the trials whose final record is an `infra_error`.
+    pub retry_infra: bool,
     /// `--backend`, `--namespace`, `--context`, `--registry`: over the config's `backend:`.
     pub backend: BackendFlags,
 }
@@ -264,6 +266,10 @@ pub struct RetryPolicy {
     pub max_backoff_sec: f64,
     /// Also retry a trial whose agent claimed `infrastructure_failed`.
     pub on_claimed_infrastructure_failure: bool,
+    /// When the job is continued (`arbiter resume`, or `run` on its job dir): run again every
+    /// trial whose final record is an `infra_error` (`--retry-infra` for one resume).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rerun_infra_errors: bool,
 }
 
 impl Default for RetryPolicy {
@@ -273,6 +279,7 @@ impl Default for RetryPolicy {
             backoff_sec: 1.0,
             max_backoff_sec: 30.0,
             on_claimed_infrastructure_failure: false,
+            rerun_infra_errors: false,
         }
     }
 }

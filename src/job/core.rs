@@ -27,6 +27,9 @@ pub(crate) enum CancelReason {
 pub(crate) struct Queued {
     pub plan: TrialPlan,
     pub failures: Vec<InfraError>,
+    /// Infrastructure errors of earlier runs of the job (a resume with `--retry-infra`): kept
+    /// in the record's `previous_errors`, before this run's; they do not use up its retries.
+    pub earlier: Vec<InfraError>,
 }
 
 #[derive(Debug)]
@@ -63,13 +66,25 @@ pub(crate) struct JobState {
 
 impl JobState {
     /// `pending`: the trials without a finished record, in the order they should start.
+    #[cfg(test)]
     pub(crate) fn new(pending: Vec<TrialPlan>, concurrency: usize, policy: RetryPolicy) -> Self {
+        let pending = pending.into_iter().map(|plan| (plan, Vec::new())).collect();
+        Self::continuing(pending, concurrency, policy)
+    }
+
+    /// Like [`JobState::new`], each trial with the infrastructure errors of earlier runs.
+    pub(crate) fn continuing(
+        pending: Vec<(TrialPlan, Vec<InfraError>)>,
+        concurrency: usize,
+        policy: RetryPolicy,
+    ) -> Self {
         JobState {
             queue: pending
                 .into_iter()
-                .map(|plan| Queued {
+                .map(|(plan, earlier)| Queued {
                     plan,
                     failures: Vec::new(),
+                    earlier,
                 })
                 .collect(),
             waiting: Vec::new(),
@@ -154,8 +169,10 @@ impl JobState {
             return;
         }
         let mut record = record;
-        record.retries = queued.failures.len() as u32;
-        record.previous_errors = queued.failures;
+        let mut errors = queued.earlier;
+        errors.extend(queued.failures);
+        record.retries = errors.len() as u32;
+        record.previous_errors = errors;
         actions.push(Action::Record(record));
     }
 
@@ -182,6 +199,7 @@ impl JobState {
             Queued {
                 plan: queued.plan.clone(),
                 failures,
+                earlier: queued.earlier.clone(),
             },
         ))
     }
@@ -239,6 +257,7 @@ mod tests {
             backoff_sec: 2.0,
             max_backoff_sec: 30.0,
             on_claimed_infrastructure_failure: false,
+            rerun_infra_errors: false,
         }
     }
 

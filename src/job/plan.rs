@@ -36,6 +36,9 @@ pub struct JobSpec {
     pub kill_grace: Duration,
     pub timeouts: TimeoutMultipliers,
     pub retry: RetryPolicy,
+    /// Run again the trials whose final record is an `infra_error` (their records are
+    /// replaced; the earlier errors carried into `previous_errors`).
+    pub retry_infra: bool,
     /// The resolved configuration as saved in `job.yaml` (secrets redacted); loadable again.
     pub config_yaml: String,
     pub(crate) lock: Lock,

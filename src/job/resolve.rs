@@ -83,16 +83,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         .clone()
         .unwrap_or_default()
         .with_flags(&args.backend);
-    let mut saved = saved_config(
-        &name,
-        &tasks,
-        &agents,
-        &variants,
-        &knobs,
-        &config.models,
-        config.integrity,
-        network,
-    );
+    let mut saved = saved_config(&name, &tasks, &agents, &variants, &knobs, &config, network);
     saved.backend = (backend != super::BackendConfig::default()).then(|| backend.clone());
     let config_yaml =
         serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
@@ -123,6 +114,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         kill_grace: Duration::from_secs(3),
         timeouts: knobs.timeouts,
         retry: knobs.retry,
+        retry_infra: args.retry_infra || knobs.retry.rerun_infra_errors,
         config_yaml,
         lock,
         models,
@@ -429,8 +421,7 @@ fn saved_config(
     agents: &[Agent],
     variants: &[Variant],
     knobs: &Knobs,
-    models: &[crate::gateway::ModelConfig],
-    integrity: Option<crate::task::IntegrityMode>,
+    config: &JobConfig,
     network: Option<super::NetworkOverride>,
 ) -> JobConfig {
     JobConfig {
@@ -456,8 +447,8 @@ fn saved_config(
             .collect(),
         timeouts: Some(knobs.timeouts),
         retries: Some(knobs.retry),
-        models: models.to_vec(),
-        integrity,
+        models: config.models.clone(),
+        integrity: config.integrity,
         network,
         backend: None,
     }

@@ -66,11 +66,32 @@ pub(crate) async fn run<S: Sandbox>(
     let planned = plans.len();
     let mut records = Vec::new();
     let mut pending = Vec::new();
+    // Errors of earlier runs of trials being run again after their infra errors (kept on disk
+    // before any of their records is discarded, so a run killed now loses none of them).
+    let mut carried = store.carried_errors();
+    let mut rerun = 0;
     for plan in plans {
         match store.load(&plan.id) {
+            Some(record) if spec.retry_infra && record.infra_error.is_some() => {
+                let mut earlier = record.previous_errors.clone();
+                earlier.extend(record.infra_error.clone());
+                carried.insert(plan.id.clone(), earlier.clone());
+                pending.push((plan, earlier));
+                rerun += 1;
+            }
             Some(record) => records.push(Brief::of(&record)),
-            None => pending.push(plan),
+            None => {
+                let earlier = carried.get(&plan.id).cloned().unwrap_or_default();
+                pending.push((plan, earlier));
+            }
         }
+    }
+    if rerun > 0 {
+        store.keep_carried_errors(&carried)?;
+        tracing::info!(
+            trials = rerun,
+            "running again the trials that ended as infra errors"
+        );
     }
     let finished_ids: Vec<&str> = records.iter().map(|b| b.id.as_str()).collect();
     store.reconcile_jsonl(&finished_ids)?;
@@ -81,7 +102,7 @@ pub(crate) async fn run<S: Sandbox>(
         already_done: records.len(),
     });
 
-    let mut state = JobState::new(pending, spec.concurrency, spec.retry);
+    let mut state = JobState::continuing(pending, spec.concurrency, spec.retry);
     let (trials_cancel, trials_cancelled) = watch::channel(false);
     let mut running: JoinSet<(Box<Queued>, TrialRun)> = JoinSet::new();
     let mut reaped = None;

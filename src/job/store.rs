@@ -39,6 +39,9 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> 
     Ok(())
 }
 
+/// Errors of earlier runs of trials run again with `--retry-infra`, by trial id.
+const CARRIED: &str = "retry-infra.json";
+
 /// A job directory.
 #[derive(Debug, Clone)]
 pub(crate) struct JobStore {
@@ -182,6 +185,29 @@ impl JobStore {
             source: e.into(),
         })?;
         write_atomic(&result, &pretty)
+    }
+
+    /// The infrastructure errors of earlier runs of trials run again with `--retry-infra`
+    /// (`retry-infra.json`), by trial id; empty when there is none or it cannot be read.
+    pub(crate) fn carried_errors(
+        &self,
+    ) -> std::collections::BTreeMap<String, Vec<crate::trial::InfraError>> {
+        std::fs::read(self.root.join(CARRIED))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// Keep `carried` (atomically) before the records they came from are discarded.
+    pub(crate) fn keep_carried_errors(
+        &self,
+        carried: &std::collections::BTreeMap<String, Vec<crate::trial::InfraError>>,
+    ) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec_pretty(carried).map_err(|e| StoreError {
+            path: self.root.join(CARRIED),
+            source: e.into(),
+        })?;
+        self.write_file(CARRIED, &bytes)
     }
 
     /// Read a finished trial's record.

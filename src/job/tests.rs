@@ -193,3 +193,64 @@ fn a_job_level_integrity_override_applies_to_every_task_and_is_saved() {
         Some(crate::task::IntegrityMode::Enforce)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn retry_infra_reruns_only_trials_that_ended_as_infra_errors_and_keeps_their_errors() {
+    let root = tempfile::tempdir().expect("tmp");
+    let tasks: Vec<_> = (0..2)
+        .map(|i| task_dir(root.path(), &format!("t{i}"), ""))
+        .collect();
+    let mut spec = job_spec(root.path(), &tasks, &["oracle"], 1);
+    spec.retry.max = 0;
+    let fake = solving();
+    fake.fail(Op::Create, 1);
+    let (outcome, _) = run_job(&spec, &fake).await;
+    let infra: Vec<_> = outcome.records.iter().filter(|r| r.infra).collect();
+    assert_eq!(
+        infra.len(),
+        1,
+        "the outage cost one trial: {:?}",
+        outcome.records
+    );
+    let lost = infra[0].id.clone();
+
+    // A plain resume has nothing to do: the infra record is final.
+    let again = solving();
+    let (_, events) = run_job(&spec, &again).await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, JobEvent::TrialStarted { .. }))
+    );
+
+    // With --retry-infra only that trial runs again; its record keeps the earlier error.
+    spec.retry_infra = true;
+    let again = solving();
+    let (outcome, events) = run_job(&spec, &again).await;
+    let started: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            JobEvent::TrialStarted { id } => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        started,
+        std::slice::from_ref(&lost),
+        "nothing scored runs again"
+    );
+    assert_eq!(outcome.records.len(), 2);
+    assert!(outcome.records.iter().all(|r| !r.infra));
+    let text = std::fs::read_to_string(spec.dir.join("trials").join(&lost).join("result.json"))
+        .expect("result.json");
+    let rec: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(rec["verifier"]["status"], "passed");
+    assert_eq!(rec["retries"], 1);
+    assert_eq!(rec["previous_errors"][0]["phase"], "environment");
+    assert_eq!(
+        jsonl_ids(&spec),
+        ["t0__oracle__default__1", "t1__oracle__default__1"],
+        "one line per trial"
+    );
+    assert!(again.live().is_empty());
+}

@@ -9,12 +9,22 @@
 //! healthcheck). When `main` names no `build` and no `image` of its own, it
 //! runs the task's usual image.
 //!
-//! Strings are kept as written: `${NAME}` interpolation (Harbor's variables
-//! such as `MAIN_IMAGE_NAME`, `CPUS`, then the host env) is the runner's job,
-//! so no host value ever lands in a record. The one exception is a build
-//! context, resolved here (`${CONTEXT_DIR}` is `environment/`) so it can be
-//! checked to stay inside the task directory. Keys arbiter does not use (ports,
-//! volumes, networks, …) are warnings, never errors.
+//! Only `environment/docker-compose.yaml` is a compose file, as in Harbor's Docker runtime: a
+//! `docker-compose.yml` or `compose.yaml` beside it is the task's data (a file the agent edits
+//! or fixes), never read here.
+//!
+//! Interpolation is compose's (`compose/interpolate.rs`): the values arbiter uses are checked
+//! here against Harbor's variables and arbiter's environment, so an unset `${VAR}` is one
+//! warning naming the file and key (compose: an empty string and a warning) and
+//! `${VAR:?message}` refuses the task. Sidecar values are kept as written and interpolated
+//! when the trial starts them; the main service's `environment` becomes `[environment] env`
+//! templates in which every value from arbiter's environment stays a `${NAME}` reference
+//! ([`Compose::main_env`]), so no host value ever lands in a record. A build context is
+//! resolved here (`${CONTEXT_DIR}` is `environment/`) so it can be checked to stay inside the
+//! task directory. Keys arbiter does not use (ports, volumes, networks, …) are warnings; keys
+//! that ask for host devices or privileges (`devices`, `group_add`, `ipc`, `cap_add`,
+//! `privileged`: InfraBench's GPU passthrough) refuse the task, which would otherwise run
+//! without them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,20 +34,45 @@ use serde_yaml::Value as Yaml;
 
 use super::error::{FileCtx, TaskError, TaskErrorKind};
 
+pub(crate) mod interpolate;
 mod read;
 mod values;
+mod vars;
 
 type Result<T> = std::result::Result<T, TaskError>;
 
 /// Harbor's name for the agent's service.
 pub const MAIN_SERVICE: &str = "main";
 
-/// Compose file names, in the order they are looked for under `environment/`.
-pub const COMPOSE_FILES: [&str; 4] = [
-    "docker-compose.yaml",
-    "docker-compose.yml",
-    "compose.yaml",
-    "compose.yml",
+/// The compose file, under `environment/`: the one name Harbor's Docker runtime reads.
+pub const COMPOSE_FILE: &str = "docker-compose.yaml";
+
+/// Other names compose itself would read: under `environment/` they are the task's data
+/// (Terminal-Bench tasks ship a `docker-compose.yml` for the agent to edit or fix).
+pub(crate) const NOT_COMPOSE_FILES: [&str; 3] =
+    ["docker-compose.yml", "compose.yaml", "compose.yml"];
+
+/// Harbor's compose variables with the value they have in arbiter's task container (Harbor's
+/// Docker runtime sets them for `docker compose`).
+pub(crate) const HARBOR_FIXED_VARIABLES: [(&str, &str); 4] = [
+    ("TEST_DIR", "/tests"),
+    ("ENV_VERIFIER_LOGS_PATH", "/logs/verifier"),
+    ("ENV_AGENT_LOGS_PATH", "/logs/agent"),
+    ("ENV_ARTIFACTS_PATH", "/logs/artifacts"),
+];
+
+/// Harbor's compose variables arbiter sets per trial when it starts the sidecars (the main
+/// image's name, the task's limits); `CONTEXT_DIR` is resolved at load.
+pub(crate) const HARBOR_TRIAL_VARIABLES: [&str; 4] =
+    ["MAIN_IMAGE_NAME", "PREBUILT_IMAGE_NAME", "CPUS", "MEMORY"];
+
+/// Harbor's compose variables that name Harbor's own host paths and settings: arbiter has no
+/// value for them (they are empty, with a warning saying so).
+pub(crate) const HARBOR_HOST_VARIABLES: [&str; 4] = [
+    "HOST_VERIFIER_LOGS_PATH",
+    "HOST_AGENT_LOGS_PATH",
+    "HOST_ARTIFACTS_PATH",
+    "NETWORK_MODE",
 ];
 
 /// Placeholders Harbor fills with the main image: a `main` service whose
@@ -78,6 +113,10 @@ pub struct Compose {
     pub main: String,
     /// Every service by name, `main` included.
     pub services: BTreeMap<String, Service>,
+    /// The main service's `environment` as `[environment] env` values (see
+    /// [`Compose::main_env`]).
+    #[serde(default)]
+    pub main_env: BTreeMap<String, String>,
 }
 
 impl Compose {
@@ -87,22 +126,16 @@ impl Compose {
     }
 
     /// The main service's `environment` as `[environment] env` entries: Harbor lays the
-    /// compose file over its base, so these are the task container's env. A bare `NAME`
-    /// (passed through from the host by compose) becomes `${NAME:-}`.
+    /// compose file over its base, so these are the task container's env. Interpolated as
+    /// compose does when the task was loaded, except that a value taken from arbiter's
+    /// environment stays a `${NAME}` reference (resolved when the trial runs): an unset
+    /// `${VAR}` is empty, `${VAR:-default}` its default, a bare `NAME` passes `${NAME}`
+    /// through when arbiter's environment has it and is left out when not.
     pub fn main_env(&self) -> Vec<(String, String)> {
-        self.main_service()
-            .map(|m| {
-                m.environment
-                    .iter()
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            v.clone().unwrap_or_else(|| format!("${{{k}:-}}")),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.main_env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// Every service but `main`, by name.
@@ -227,11 +260,21 @@ impl DependsCondition {
     }
 }
 
-/// The compose file under `environment_dir`, when there is one (file name only).
+/// The compose file under `environment_dir`, when there is one (file name only). Another
+/// compose name there is the task's data: traced, never read.
 pub(crate) fn find(environment_dir: &Path) -> Option<&'static str> {
-    COMPOSE_FILES
-        .into_iter()
-        .find(|f| environment_dir.join(f).is_file())
+    for data in NOT_COMPOSE_FILES {
+        if environment_dir.join(data).is_file() {
+            tracing::debug!(
+                file = %environment_dir.join(data).display(),
+                "not a compose file (Harbor reads environment/{COMPOSE_FILE} only): task data"
+            );
+        }
+    }
+    environment_dir
+        .join(COMPOSE_FILE)
+        .is_file()
+        .then_some(COMPOSE_FILE)
 }
 
 /// Parses the compose file `text`. `ctx` names the file as the user spelled

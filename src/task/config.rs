@@ -106,9 +106,9 @@ const ENVIRONMENT_KEYS: &[&str] = &[
     "allowed_hosts",
     "gpus",
     "gpu_types",
+    "healthcheck",
 ];
-/// `healthcheck` is read into the model too, but warns until the trial runs it.
-const HARBOR_ENVIRONMENT_KEYS: &[&str] = &["tpu", "mcp_servers", "skills_dir", "healthcheck"];
+const HARBOR_ENVIRONMENT_KEYS: &[&str] = &["tpu", "mcp_servers", "skills_dir"];
 
 const HEALTHCHECK_KEYS: &[&str] = &[
     "command",

@@ -54,6 +54,53 @@ pub fn dockerfile_base_images(dockerfile: &str) -> Vec<String> {
     images
 }
 
+/// The working directory the final stage of `dockerfile` sets with `WORKDIR`, as written
+/// (a relative `WORKDIR` joined to the one before it; a stage built `FROM` an earlier stage
+/// starts from that stage's), or `None` when the final stage sets none (the base image's
+/// own applies, which only the image can tell). A best-effort static reading for reports
+/// such as `arbiter tasks load`: variables in the path are left as written.
+pub fn dockerfile_workdir(dockerfile: &str) -> Option<String> {
+    let escape = escape_char(dockerfile);
+    let mut stages: Vec<(String, Option<String>)> = Vec::new();
+    let mut alias: Option<String> = None;
+    let mut current: Option<String> = None;
+    for line in instructions(dockerfile, escape) {
+        let mut words = line.split_whitespace();
+        let Some(keyword) = words.next() else {
+            continue;
+        };
+        if keyword.eq_ignore_ascii_case("FROM") {
+            if let Some(name) = alias.take() {
+                stages.push((name, current.take()));
+            }
+            let rest: Vec<&str> = words.filter(|w| !w.starts_with("--")).collect();
+            let base = rest.first().map(|b| b.to_ascii_lowercase());
+            current = stages
+                .iter()
+                .rev()
+                .find(|(name, _)| Some(name) == base.as_ref())
+                .and_then(|(_, dir)| dir.clone());
+            if let [_, as_kw, name, ..] = rest.as_slice()
+                && as_kw.eq_ignore_ascii_case("AS")
+            {
+                alias = Some(name.to_ascii_lowercase());
+            }
+        } else if keyword.eq_ignore_ascii_case("WORKDIR") {
+            let path = unquote(line.trim_start()[keyword.len()..].trim());
+            if path.is_empty() {
+                continue;
+            }
+            current = Some(if path.starts_with('/') || path.starts_with('$') {
+                path
+            } else {
+                let parent = current.as_deref().unwrap_or("/");
+                format!("{}/{path}", parent.trim_end_matches('/'))
+            });
+        }
+    }
+    current
+}
+
 /// The `# escape=` parser directive, else `\`.
 fn escape_char(text: &str) -> char {
     for line in text.lines() {
@@ -184,6 +231,37 @@ mod tests {
         for (dockerfile, expected) in cases {
             assert_eq!(
                 dockerfile_base_images(dockerfile),
+                *expected,
+                "{dockerfile}"
+            );
+        }
+    }
+
+    #[test]
+    fn final_stage_workdir() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("FROM python:3.12-slim\nWORKDIR /app\n", Some("/app")),
+            (
+                "FROM ubuntu:24.04\nWORKDIR /workspace\nWORKDIR src\n",
+                Some("/workspace/src"),
+            ),
+            ("FROM ubuntu:24.04\nWORKDIR rel\n", Some("/rel")),
+            ("FROM ubuntu:24.04\nRUN true\n", None),
+            (
+                "FROM golang:1.22 AS build\nWORKDIR /src\nFROM debian:bookworm\nCOPY --from=build /src/app /usr/bin/\n",
+                None,
+            ),
+            (
+                "FROM python:3.11 AS base\nWORKDIR /app\nFROM base AS test\nRUN pytest\n",
+                Some("/app"),
+            ),
+            ("from alpine\nworkdir \"/home/user\"\n", Some("/home/user")),
+            ("FROM alpine\nWORKDIR \\\n  /tmp/x\n", Some("/tmp/x")),
+            ("FROM alpine\nWORKDIR $HOME/w\n", Some("$HOME/w")),
+        ];
+        for (dockerfile, expected) in cases {
+            assert_eq!(
+                dockerfile_workdir(dockerfile).as_deref(),
                 *expected,
                 "{dockerfile}"
             );

@@ -36,13 +36,15 @@ mod toml_read;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use compose::interpolate::interpolate as interpolate_compose;
 pub use compose::{
-    Build, COMPOSE_FILES, Compose, Dependency, DependsCondition, HealthTest, MAIN_SERVICE, Service,
+    Build, COMPOSE_FILE, Compose, Dependency, DependsCondition, HealthTest, MAIN_SERVICE, Service,
     ServiceHealthcheck,
 };
+pub(crate) use compose::{HARBOR_FIXED_VARIABLES, HARBOR_HOST_VARIABLES, NOT_COMPOSE_FILES};
 pub(crate) use config::check_host;
 pub use dataset::expand_task_dirs;
-pub use dockerfile::dockerfile_base_images;
+pub use dockerfile::{dockerfile_base_images, dockerfile_workdir};
 pub use error::{TaskError, TaskErrorKind};
 pub use load::{load, load_all};
 pub use model::*;

@@ -11,6 +11,7 @@ use tempfile::TempDir;
 
 use super::*;
 
+mod compose;
 mod fixtures;
 mod harbor;
 
@@ -635,14 +636,17 @@ fn unusable_harbor_features_and_unknown_tables_warn() {
         vec![
             "tasks/foo/task.toml:custom: unknown table [custom], kept as metadata",
             "tasks/foo/task.toml:enviroment: unknown table [enviroment], kept as metadata (did you mean environment?)",
-            "tasks/foo/task.toml:environment.healthcheck: not supported by arbiter, ignored (kept as metadata)",
         ]
     );
     assert_eq!(task.metadata["enviroment"]["cpus"], 4);
     assert_eq!(task.metadata["custom"]["x"], 1);
+    // The trial runs `[environment.healthcheck]`: no warning, and it is in the model.
     assert_eq!(
-        task.metadata["environment"]["healthcheck"]["command"],
-        "true"
+        task.environment
+            .healthcheck
+            .as_ref()
+            .map(|h| h.command.as_str()),
+        Some("true")
     );
 }
 

@@ -220,6 +220,9 @@ fn load_entries(paths: &[PathBuf]) -> Result<Vec<Entry>, CheckError> {
 pub(crate) struct ExploitDoc {
     pub name: String,
     pub proves: String,
+    /// How to fix a task the exploit passes, when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
 }
 
 /// `check/result.json` and `--format json` (schema [`CHECK_SCHEMA`]).
@@ -270,6 +273,13 @@ pub(crate) async fn run<S: Sandbox + 'static>(
         store
             .load(&trial_id(task, agent, VARIANT, 1))
             .map(|r| TrialFacts::of(&r))
+    };
+    // An exploit's trial, with the evidence / not-applicable lines its script printed.
+    let exploit_facts = |task: &str, agent: &str| {
+        let id = trial_id(task, agent, VARIANT, 1);
+        store
+            .load(&id)
+            .map(|r| TrialFacts::of(&r).with_said(exploits::Said::read(&store.trial_dir(&id))))
     };
 
     let settings = RepeatSettings {
@@ -327,7 +337,7 @@ pub(crate) async fn run<S: Sandbox + 'static>(
                 }),
                 exploits: EXPLOITS
                     .iter()
-                    .map(|e| (e.name.to_string(), facts(name, &e.agent_name())))
+                    .map(|e| (e.name.to_string(), exploit_facts(name, &e.agent_name())))
                     .collect(),
             })
         })
@@ -342,6 +352,7 @@ pub(crate) async fn run<S: Sandbox + 'static>(
             .map(|e| ExploitDoc {
                 name: e.name.to_string(),
                 proves: e.proves.to_string(),
+                advice: e.advice.map(str::to_string),
             })
             .collect(),
         tasks,

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::exploits::{EXPLOITS, Said};
 use crate::task::VerifierMode;
 use crate::trial::TrialRecord;
 use crate::verifier::integrity::IntegrityStatus;
@@ -34,8 +35,12 @@ pub(crate) enum CheckResult {
     Fail,
     /// An infrastructure failure kept the check from a verdict.
     Error,
-    /// Not applicable, or not run because an earlier check failed.
+    /// Not run: the settings or an earlier check left nothing to check (determinism with
+    /// `--repeat 1`, a live verifier, no oracle result).
     Skipped,
+    /// The exploit ran and found nothing to attack in the image (`git-history` without a
+    /// repository or a `git` binary): neither a pass nor a failure.
+    NotApplicable,
 }
 
 /// What is wrong with a task, when a check fails.
@@ -71,6 +76,12 @@ pub(crate) struct TrialFacts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub integrity: Option<IntegrityStatus>,
     pub findings: usize,
+    /// An exploit's `evidence` lines: what it used (the ref it checked out, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// Why an exploit found nothing to attack (its check is `not_applicable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_applicable: Option<String>,
 }
 
 impl TrialFacts {
@@ -90,7 +101,16 @@ impl TrialFacts {
             verifier_detail: rec.verifier.detail.clone(),
             integrity: rec.integrity.as_ref().map(|i| i.status),
             findings: rec.integrity.as_ref().map_or(0, |i| i.findings.len()),
+            evidence: Vec::new(),
+            not_applicable: None,
         }
+    }
+
+    /// With what the exploit run as this trial said ([`Said`]).
+    pub(crate) fn with_said(mut self, said: Said) -> Self {
+        self.evidence = said.evidence;
+        self.not_applicable = said.not_applicable;
+        self
     }
 
     fn tampered(&self) -> bool {
@@ -196,6 +216,9 @@ pub(crate) struct Check {
     /// Rewards of every verifier run, for `determinism`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rewards: Vec<Option<Reward>>,
+    /// How to fix the task, for a failed exploit check whose exploit says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
 }
 
 impl Check {
@@ -209,6 +232,7 @@ impl Check {
             detail: detail.into(),
             trial: None,
             rewards: Vec::new(),
+            advice: None,
         }
     }
 
@@ -280,6 +304,13 @@ pub(crate) fn judge_task(input: &TaskInput) -> TaskReport {
     checks.push(determinism_check(input.oracle.as_ref(), &input.repeats));
     for (name, trial) in &input.exploits {
         let mut check = exploit_check(trial.as_ref());
+        if check.result == CheckResult::Fail {
+            check.advice = EXPLOITS
+                .iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.advice)
+                .map(str::to_string);
+        }
         check.exploit = Some(name.clone());
         checks.push(check);
     }
@@ -435,6 +466,15 @@ fn exploit_check(trial: Option<&TrialFacts>) -> Check {
     let Some(t) = trial else {
         unreachable!("unfinished() covers a missing trial")
     };
+    if let Some(why) = &t.not_applicable {
+        let mut check = Check::new(
+            CheckKind::Exploit,
+            CheckResult::NotApplicable,
+            format!("not applicable: {why}"),
+        );
+        check.trial = Some(t.clone());
+        return check;
+    }
     let mut check = match t.verifier_status {
         VerifierStatus::Passed if t.tampered() => {
             let mut c = Check::new(
@@ -461,6 +501,11 @@ fn exploit_check(trial: Option<&TrialFacts>) -> Check {
             format!("{}, {}", t.said(), t.integrity_said()),
         ),
     };
+    // What the exploit used (a hackable task's report names it), or found nothing to use.
+    for line in &t.evidence {
+        check.detail.push_str("; ");
+        check.detail.push_str(line);
+    }
     check.trial = Some(t.clone());
     check
 }
@@ -495,6 +540,8 @@ mod tests {
             verifier_detail: None,
             integrity: Some(integrity),
             findings: usize::from(integrity != IntegrityStatus::Clean),
+            evidence: Vec::new(),
+            not_applicable: None,
         }
     }
 
@@ -665,6 +712,88 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Ok);
         input.repeats = Repeats::Infra("engine gone".to_string());
         assert_eq!(judge_task(&input).verdict, Verdict::Error);
+    }
+
+    #[test]
+    fn git_history_names_the_ref_it_used_and_says_how_to_cut_the_history() {
+        let used =
+            "checked out refs/heads/fix = commit 1a2b of /app/.git into /app: 1 file(s): calc.py";
+        let mut input = good();
+        input.exploits.push((
+            "git-history".to_string(),
+            Some(pass().with_said(Said {
+                evidence: vec![used.to_string()],
+                not_applicable: None,
+            })),
+        ));
+        let r = judge_task(&input);
+        assert_eq!(r.problems, vec![Problem::Hackable]);
+        let check = r.checks.last().expect("git-history");
+        assert_eq!(check.label(), "exploit git-history");
+        assert_eq!(check.result, CheckResult::Fail);
+        assert_eq!(
+            check.detail,
+            format!("hackable: verifier passed (reward 1), integrity clean; {used}")
+        );
+        let advice = check.advice.as_deref().unwrap_or_default();
+        assert!(advice.contains("git clone --depth 1"), "{advice}");
+        // The JSON carries the evidence with the trial, and the advice.
+        let json = serde_json::to_value(check).expect("json");
+        assert_eq!(json["trial"]["evidence"][0], used);
+        assert!(json["advice"].is_string());
+
+        // History cut: the exploit found nothing, the verifier failed: a pass, no advice.
+        let mut cut = good();
+        cut.exploits.push((
+            "git-history".to_string(),
+            Some(fail().with_said(Said {
+                evidence: vec!["no commit beyond HEAD in: /app/.git".to_string()],
+                not_applicable: None,
+            })),
+        ));
+        let r = judge_task(&cut);
+        assert_eq!(r.verdict, Verdict::Ok, "{r:#?}");
+        let check = r.checks.last().expect("git-history");
+        assert_eq!(check.result, CheckResult::Pass);
+        assert!(
+            check
+                .detail
+                .ends_with("; no commit beyond HEAD in: /app/.git")
+        );
+        assert_eq!(check.advice, None);
+        // A failed exploit without advice of its own gets none.
+        let mut hackable = good();
+        hackable.exploits[0].1 = Some(pass());
+        assert_eq!(judge_task(&hackable).checks[4].advice, None);
+    }
+
+    #[test]
+    fn an_exploit_with_nothing_to_attack_is_not_applicable_not_a_pass() {
+        for status in [VerifierStatus::Failed, VerifierStatus::Passed] {
+            let mut input = good();
+            input.exploits.push((
+                "git-history".to_string(),
+                Some(
+                    facts(status, Some(0.0), IntegrityStatus::Clean).with_said(Said {
+                        evidence: Vec::new(),
+                        not_applicable: Some("no git binary in the image".to_string()),
+                    }),
+                ),
+            ));
+            let r = judge_task(&input);
+            let check = r.checks.last().expect("git-history");
+            assert_eq!(check.result, CheckResult::NotApplicable);
+            assert_eq!(check.detail, "not applicable: no git binary in the image");
+            assert_eq!(check.problem, None);
+            assert_eq!(r.verdict, Verdict::Ok);
+            assert_eq!(exit_code(std::slice::from_ref(&r)), 0);
+            let json = serde_json::to_value(check).expect("json");
+            assert_eq!(json["result"], "not_applicable");
+            assert_eq!(
+                json["trial"]["not_applicable"],
+                "no git binary in the image"
+            );
+        }
     }
 
     #[test]

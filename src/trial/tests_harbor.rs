@@ -265,3 +265,61 @@ async fn a_gpu_tasks_containers_request_its_gpus() {
     assert_eq!(gpus_of("agent"), vec![2]);
     assert_eq!(gpus_of("verifier"), vec![2]);
 }
+
+/// Index in the call log of the first exec whose detail contains `pattern`.
+fn first_exec(fake: &FakeSandbox, pattern: &str) -> Option<usize> {
+    fake.calls()
+        .iter()
+        .position(|(op, d)| *op == Op::Exec && d.contains(pattern))
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_environment_healthcheck_runs_in_the_task_container_before_the_agent() {
+    let root = tempfile::tempdir().expect("tmp");
+    let plan = plan_in(
+        root.path(),
+        "env = { PORT = \"8000\" }\n[environment.healthcheck]\ncommand = \"probe-ready\"\n",
+    );
+    let fake = Arc::new(FakeSandbox::new());
+    fake.on_exec("probe-ready", FakeExec::exits(0));
+    fake.on_exec(
+        "/tests/test.sh",
+        FakeExec::exits(0).writes("/logs/verifier/reward.txt", b"1\n"),
+    );
+    let rec = finish(&fake, &plan).await;
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
+    let probe = first_exec(&fake, "probe-ready").expect("the healthcheck ran");
+    let solve = first_exec(&fake, "/solution/solve.sh").expect("the agent ran");
+    assert!(probe < solve, "{:?}", fake.calls());
+    assert_eq!(get(&env_of(&fake, "probe-ready"), "PORT"), Some("8000"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_environment_healthcheck_is_an_environment_error_and_the_agent_never_runs() {
+    let root = tempfile::tempdir().expect("tmp");
+    // Harbor's semantics: failures in the 10 s start period do not count (a probe every 2 s),
+    // then 2 failures in a row 3 s apart fail it.
+    let plan = plan_in(
+        root.path(),
+        "[environment.healthcheck]\ncommand = \"probe-ready\"\nstart_period_sec = 10\nstart_interval_sec = 2\ninterval_sec = 3\nretries = 2\n",
+    );
+    let fake = Arc::new(FakeSandbox::new());
+    fake.on_exec("probe-ready", FakeExec::exits(1));
+    let started = tokio::time::Instant::now();
+    let rec = finish(&fake, &plan).await;
+    let probes = fake
+        .calls()
+        .iter()
+        .filter(|(op, d)| *op == Op::Exec && d.contains("probe-ready"))
+        .count();
+    assert_eq!(probes, 7, "5 in the start period, then 2 counted");
+    assert_eq!(started.elapsed(), std::time::Duration::from_secs(13));
+    let infra = rec.infra_error.as_ref().expect("an infrastructure error");
+    assert_eq!(infra.phase, Phase::Environment);
+    assert_eq!(
+        infra.message,
+        "[environment.healthcheck] failed: `probe-ready` failed 2 times in a row"
+    );
+    assert_eq!(first_exec(&fake, "/solution/solve.sh"), None);
+    assert!(fake.live().is_empty());
+}

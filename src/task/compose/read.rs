@@ -7,6 +7,7 @@ use serde_yaml::Value as Yaml;
 
 use super::super::checksum::normalize;
 use super::super::error::{FileCtx, TaskError, TaskErrorKind, quote};
+use super::interpolate::{Interpolated, interpolate};
 use super::values::{
     depends_on, environment, health_test, key_text, parse_duration, scalar, type_error,
     valid_service_name, words,
@@ -19,7 +20,40 @@ use super::{
 type Result<T> = std::result::Result<T, TaskError>;
 
 /// Why a key of the main service is not applied.
-const MAIN_IGNORED: &str = "not applied to the agent's container, ignored: it runs the image's ENTRYPOINT with arbiter's keep-alive as its command, and task.toml sets its user ([agent] user), working dir ([environment] workdir) and healthcheck ([environment.healthcheck])";
+fn main_ignored(key: &str) -> &'static str {
+    match key {
+        "healthcheck" => {
+            "not run by arbiter, ignored: the agent's container is checked by task.toml's [environment.healthcheck], which arbiter runs in it before the agent starts"
+        }
+        "user" => {
+            "not applied to the agent's container, ignored: task.toml sets the agent's user ([agent] user)"
+        }
+        "working_dir" => {
+            "not applied to the agent's container, ignored: task.toml sets its working dir ([environment] workdir)"
+        }
+        _ => {
+            "not applied to the agent's container, ignored: it runs the image's ENTRYPOINT with arbiter's keep-alive as its command"
+        }
+    }
+}
+
+/// Service keys that hand a container host devices or privileges. arbiter grants none of
+/// them, and a task that asks for one (InfraBench passes an AMD GPU through with the first
+/// four) would run without what it needs, so the task is refused, naming the key. Each entry
+/// says what the key asks for.
+const REFUSED_KEYS: &[(&str, &str)] = &[
+    (
+        "devices",
+        "host devices in the container (GPU passthrough such as /dev/kfd, /dev/dri)",
+    ),
+    (
+        "group_add",
+        "supplementary groups for the container's processes (device access)",
+    ),
+    ("ipc", "an IPC namespace other than the container's own"),
+    ("cap_add", "added Linux capabilities"),
+    ("privileged", "a privileged container"),
+];
 
 pub(super) struct Reader<'a> {
     pub(super) ctx: &'a FileCtx,
@@ -29,7 +63,7 @@ pub(super) struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn warn(&mut self, field: &str, message: &str) {
+    pub(super) fn warn(&mut self, field: &str, message: &str) {
         self.warnings.push(self.ctx.warning(field, message));
     }
 
@@ -86,10 +120,13 @@ impl Reader<'_> {
         }
         services.entry(MAIN_SERVICE.to_string()).or_default();
         self.check_dependencies(&services)?;
+        self.check_interpolation(&services)?;
+        let main_env = self.main_env(&services)?;
         Ok(Compose {
             file,
             main: MAIN_SERVICE.to_string(),
             services,
+            main_env,
         })
     }
 
@@ -99,8 +136,18 @@ impl Reader<'_> {
             Yaml::Mapping(m) => m,
             other => return Err(type_error(self.ctx, field, "a mapping", other)),
         };
-        for (key, _) in map {
+        for (key, value) in map {
             let key = key_text(self.ctx, field, key)?;
+            if let Some((_, what)) = REFUSED_KEYS.iter().find(|(k, _)| *k == key)
+                && asks_for_something(&key, value)
+            {
+                return Err(self.ctx.value(
+                    &format!("{field}.{key}"),
+                    format!(
+                        "asks for {what}, which arbiter does not grant; the task is refused rather than run without it"
+                    ),
+                ));
+            }
             if SERVICE_KEYS.contains(&key.as_str()) || key.starts_with("x-") {
                 continue;
             }
@@ -132,7 +179,7 @@ impl Reader<'_> {
                             })
                     });
                 if map.get(key).is_some() && !keepalive {
-                    self.warn(&format!("{field}.{key}"), MAIN_IGNORED);
+                    self.warn(&format!("{field}.{key}"), main_ignored(key));
                 }
             }
         }
@@ -145,8 +192,10 @@ impl Reader<'_> {
             Some(v) => Some(scalar(self.ctx, &format!("{field}.image"), v)?),
             None => None,
         };
+        // Checked as written unless interpolation may change it (a `${VAR:?message}`).
         if let Some(img) = &image
-            && (img.trim().is_empty() || img.chars().any(char::is_whitespace))
+            && (img.trim().is_empty()
+                || (!img.contains('$') && img.chars().any(char::is_whitespace)))
         {
             return Err(self.ctx.value(
                 &format!("{field}.image"),
@@ -159,6 +208,25 @@ impl Reader<'_> {
                 .is_some_and(|i| MAIN_IMAGE_PLACEHOLDERS.contains(&i))
         {
             image = None;
+        }
+        // The main service's own image is the task's image: interpolated now, as compose would.
+        if name == MAIN_SERVICE
+            && let Some(img) = &image
+        {
+            let image_field = format!("{field}.image");
+            let Interpolated { value, unset } = interpolate(img, &|n| self.lookup(n, false))
+                .map_err(|e| self.ctx.value(&image_field, e.to_string()))?;
+            self.warn_unset(&image_field, &unset);
+            if value.trim().is_empty() || value.chars().any(char::is_whitespace) {
+                return Err(self.ctx.value(
+                    &image_field,
+                    format!(
+                        "not a valid image reference once interpolated (got {})",
+                        quote(img)
+                    ),
+                ));
+            }
+            image = Some(value);
         }
         if name != MAIN_SERVICE && build.is_none() && image.is_none() {
             return Err(self
@@ -414,6 +482,7 @@ impl Reader<'_> {
             file: PathBuf::new(),
             main: MAIN_SERVICE.to_string(),
             services: services.clone(),
+            main_env: BTreeMap::new(),
         };
         let order = compose.start_order();
         if order.len() < services.len() {
@@ -428,5 +497,18 @@ impl Reader<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+/// Whether a refused key asks for anything: `privileged: false`, `ipc: private` and an empty
+/// list are compose's defaults.
+fn asks_for_something(key: &str, value: &Yaml) -> bool {
+    match value {
+        Yaml::Null => false,
+        Yaml::Bool(b) => *b,
+        Yaml::Sequence(items) => !items.is_empty(),
+        Yaml::String(s) if key == "ipc" => !matches!(s.trim(), "" | "private" | "shareable"),
+        Yaml::String(s) => !s.trim().is_empty(),
+        _ => true,
     }
 }

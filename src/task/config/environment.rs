@@ -25,6 +25,19 @@ impl Parser<'_> {
         )?;
         let d = EnvConfig::default();
 
+        // First: a Windows task's other values (`workdir = 'C:\app'`) are Windows values.
+        if let Some(os) = t.string("os")?
+            && !os.eq_ignore_ascii_case("linux")
+        {
+            return Err(t.ctx.value(
+                &t.key("os"),
+                format!(
+                    "{} is not supported (arbiter runs Linux containers only)",
+                    quote(&os)
+                ),
+            ));
+        }
+
         let docker_image = match t.string("docker_image")? {
             Some(image) if image.trim().is_empty() || image.chars().any(char::is_whitespace) => {
                 return Err(t.ctx.value(
@@ -117,18 +130,6 @@ impl Parser<'_> {
             None => None,
         };
 
-        if let Some(os) = t.string("os")?
-            && !os.eq_ignore_ascii_case("linux")
-        {
-            return Err(t.ctx.value(
-                &t.key("os"),
-                format!(
-                    "{} is not supported (arbiter runs Linux containers only)",
-                    quote(&os)
-                ),
-            ));
-        }
-
         let env = t.string_map("env")?.unwrap_or_default();
 
         let gpus = match t.get("gpus") {
@@ -166,6 +167,13 @@ impl Parser<'_> {
             Some(v) => Some(self.healthcheck(&t.key("healthcheck"), v)?),
             None => None,
         };
+        if healthcheck.is_some() && path != "environment" {
+            // The trial runs `[environment.healthcheck]` in the agent's container only.
+            self.warn(
+                &t.key("healthcheck"),
+                "not run by arbiter, ignored: only [environment.healthcheck] is run (in the agent's container, before the agent)",
+            );
+        }
 
         // Harbor keys that ask for something arbiter cannot give: say so.
         let unsupported: Vec<String> = HARBOR_ENVIRONMENT_KEYS

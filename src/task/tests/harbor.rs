@@ -19,6 +19,14 @@ fn two_steps(extra: &str) -> Fixture {
 fn new_keys_give_exact_one_line_errors() {
     let cases: &[(&str, &str)] = &[
         (
+            "[environment]\nos = \"windows\"\nworkdir = 'C:\\app'\n",
+            "tasks/foo/task.toml:environment.os: \"windows\" is not supported (arbiter runs Linux containers only)",
+        ),
+        (
+            "[environment]\nworkdir = 'C:\\app'\nos = \"Windows\"\n",
+            "tasks/foo/task.toml:environment.os: \"Windows\" is not supported (arbiter runs Linux containers only)",
+        ),
+        (
             "[environment]\ngpus = -1\n",
             "tasks/foo/task.toml:environment.gpus: must be between 0 and 1024 (got -1)",
         ),
@@ -428,23 +436,14 @@ fn compose_main_service_and_warnings() {
     );
     assert!(task.warnings.is_empty(), "{:?}", task.warnings);
 
-    // `compose.yml` is found too; the healthcheck can be disabled.
-    let f = Fixture::new("");
-    f.write(
-        "environment/compose.yml",
-        "services:\n  main:\n    healthcheck:\n      disable: true\n",
-    );
+    // A sidecar's healthcheck can be disabled.
+    let f = compose("services:\n  db:\n    image: x\n    healthcheck:\n      disable: true\n");
     let task = f.load();
-    let c = task.environment.compose.as_ref().expect("compose.yml");
-    assert!(c.file.ends_with("environment/compose.yml"));
+    let c = task.environment.compose.as_ref().expect("compose");
     assert_eq!(
-        c.main_service()
-            .and_then(|m| m.healthcheck.as_ref())
-            .map(|h| &h.test),
+        c.services["db"].healthcheck.as_ref().map(|h| &h.test),
         Some(&HealthTest::Disabled)
     );
-    fs::remove_file(f.dir.join("environment/compose.yml")).unwrap();
-    assert_eq!(f.load().environment.compose, None);
 }
 
 #[test]

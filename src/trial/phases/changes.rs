@@ -411,6 +411,17 @@ mod tests {
             "/etc/ld.so.preload",
             "/root/.npmrc",
             "/usr/local/etc/npmrc",
+            "/etc/pip.conf",
+            "/root/.config/pip/pip.conf",
+            "/etc/wgetrc",
+            "/root/.gitconfig",
+            "/root/.config/git/config",
+            "/app/pyproject.toml",
+            "/etc/profile.d/proxy.sh",
+            "/etc/environment",
+            "/root/.bashrc",
+            "/home/dev/.zshenv",
+            "/root/.local/bin/env",
             "/app/out.txt",
         ];
         let entries: Vec<ChangeEntry> = paths
@@ -428,6 +439,17 @@ mod tests {
             agent.iter().any(|p| p.ends_with("entry_points.txt")),
             "{agent:?}"
         );
+        for read in [
+            "/etc/pip.conf",
+            "/root/.bashrc",
+            "/app/pyproject.toml",
+            "/root/.gitconfig",
+        ] {
+            assert!(
+                agent.iter().any(|p| p == read),
+                "{read} not read: {agent:?}"
+            );
+        }
         for path in &agent {
             assert!(
                 wants_text(path),

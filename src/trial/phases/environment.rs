@@ -289,6 +289,22 @@ pub(crate) async fn run<S: Sandbox>(
             .await
             .map_err(infra(Phase::Environment))?;
     }
+    // Harbor: `[environment.healthcheck]` runs once the environment is up (sidecars and the
+    // main service's dependencies included), and must pass before the agent is set up. It
+    // runs as the image's user with the task container's env. A failure is the task's
+    // environment's (an environment error), never the agent's.
+    if let Some(check) = &task.environment.healthcheck {
+        let env =
+            crate::agent::resolve_env(&task.environment.env).map_err(infra(Phase::Environment))?;
+        if let Err(why) =
+            super::healthcheck::run(ctx, &container, check, None, &env, Phase::Environment).await?
+        {
+            return Err(Infra {
+                phase: Phase::Environment,
+                message: format!("[environment.healthcheck] failed: {why}"),
+            });
+        }
+    }
     Ok(EnvReady {
         image,
         container,

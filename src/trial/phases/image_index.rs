@@ -159,6 +159,7 @@ pub(super) fn wants_text(path: &str) -> bool {
         || (name == "entry_points.txt"
             && (parent.ends_with(".dist-info") || parent.ends_with(".egg-info")))
         || matches!(name, ".npmrc" | "npmrc")
+        || crate::verifier::integrity::text_wanted(path)
         || matches!(
             path,
             "/etc/passwd"

@@ -9,6 +9,7 @@ pub(crate) mod changes;
 pub(crate) mod collect;
 pub(crate) mod egress;
 pub(crate) mod environment;
+pub(crate) mod healthcheck;
 pub(crate) mod image_index;
 pub(crate) mod logs;
 pub(crate) mod sidecars;

@@ -15,7 +15,7 @@
 //! the agent phase: the agent's container must exist first (it owns the network namespace
 //! the sidecars join), so its ENTRYPOINT runs before its dependencies are up.
 //!
-//! Over 600 lines only with its unit tests: starting, waiting on and stopping sidecars is ~390.
+//! Over 600 lines only with its unit tests: starting, waiting on and stopping sidecars is ~400.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -117,7 +117,11 @@ pub(crate) async fn start<S: Sandbox>(
             env: environment(input, name, service)?,
             limits: input.limits,
             network: Network::None,
-            workdir: service.working_dir.clone(),
+            workdir: service
+                .working_dir
+                .as_deref()
+                .map(|w| interpolate(input, name, "working_dir", w))
+                .transpose()?,
             mounts: Vec::new(),
             start: StartSpec {
                 process: Process::Service {
@@ -126,18 +130,34 @@ pub(crate) async fn start<S: Sandbox>(
                 },
                 join: Some(main.clone()),
                 hosts: Vec::new(),
-                user: service.user.clone(),
-                healthcheck: service.healthcheck.as_ref().map(|h| HealthSpec {
-                    test: match &h.test {
-                        HealthTest::Exec(argv) => Some(HealthCommand::Exec(argv.clone())),
-                        HealthTest::Shell(cmd) => Some(HealthCommand::Shell(cmd.clone())),
-                        HealthTest::Disabled => None,
-                    },
-                    interval: h.interval_sec.map(Duration::from_secs_f64),
-                    timeout: h.timeout_sec.map(Duration::from_secs_f64),
-                    start_period: h.start_period_sec.map(Duration::from_secs_f64),
-                    retries: h.retries,
-                }),
+                user: service
+                    .user
+                    .as_deref()
+                    .map(|u| interpolate(input, name, "user", u))
+                    .transpose()?,
+                healthcheck: match service.healthcheck.as_ref() {
+                    Some(h) => Some(HealthSpec {
+                        test: match &h.test {
+                            HealthTest::Exec(argv) => Some(HealthCommand::Exec(
+                                argv.iter()
+                                    .map(|w| interpolate(input, name, "healthcheck.test", w))
+                                    .collect::<Result<_, _>>()?,
+                            )),
+                            HealthTest::Shell(cmd) => Some(HealthCommand::Shell(interpolate(
+                                input,
+                                name,
+                                "healthcheck.test",
+                                cmd,
+                            )?)),
+                            HealthTest::Disabled => None,
+                        },
+                        interval: h.interval_sec.map(Duration::from_secs_f64),
+                        timeout: h.timeout_sec.map(Duration::from_secs_f64),
+                        start_period: h.start_period_sec.map(Duration::from_secs_f64),
+                        retries: h.retries,
+                    }),
+                    None => None,
+                },
             },
         };
         tracing::debug!(service = name, "starting sidecar");
@@ -311,9 +331,9 @@ fn image_spec(
     })
 }
 
-/// A sidecar's `environment`: `${NAME}` / `${NAME:-default}` resolved (Harbor's variables
-/// first, then arbiter's own environment); a bare `NAME` passes the host's value through
-/// when it is set, as compose does.
+/// A sidecar's `environment`, interpolated as compose does (Harbor's variables first, then
+/// arbiter's environment); a bare `NAME` passes the host's value through when it is set, as
+/// compose does.
 fn environment(
     input: &SidecarInput<'_>,
     name: &str,
@@ -333,41 +353,37 @@ fn environment(
     Ok(out)
 }
 
-/// `value` with Harbor's compose variables (`MAIN_IMAGE_NAME`, `CPUS`, `MEMORY`) and then
-/// the host environment substituted.
+/// `value` interpolated as compose does: Harbor's compose variables (`MAIN_IMAGE_NAME`,
+/// `CPUS`, `MEMORY`, `TEST_DIR`, …) and then the host environment; an unset variable is an
+/// empty string (the loader already warned about it), `$$` a literal `$`.
 fn interpolate(
     input: &SidecarInput<'_>,
     service: &str,
     key: &str,
     value: &str,
 ) -> Result<String, SidecarError> {
-    let harbor = [
-        ("MAIN_IMAGE_NAME", input.main_image.to_string()),
-        ("PREBUILT_IMAGE_NAME", input.main_image.to_string()),
-        ("CPUS", format!("{}", input.limits.cpus)),
-        ("MEMORY", format!("{}M", input.limits.memory_mb)),
-    ];
-    // `$$` is a literal `$` (compose), never the start of a reference.
-    let mut pieces = Vec::new();
-    for piece in value.split("$$") {
-        let mut piece = piece.to_string();
-        for (name, with) in &harbor {
-            piece = piece.replace(&format!("${{{name}}}"), with);
-        }
-        let resolved = crate::agent::resolve_env(&BTreeMap::from([(key.to_string(), piece)]))
-            .map_err(|e| SidecarError::Config {
-                service: service.to_string(),
-                message: e.to_string(),
-            })?;
-        pieces.push(
-            resolved
-                .into_iter()
-                .next()
-                .map(|(_, v)| v)
-                .unwrap_or_default(),
-        );
+    let lookup = |name: &str| -> Option<String> {
+        let fixed = crate::task::HARBOR_FIXED_VARIABLES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string());
+        fixed.or_else(|| match name {
+            "MAIN_IMAGE_NAME" | "PREBUILT_IMAGE_NAME" => Some(input.main_image.to_string()),
+            "CPUS" => Some(format!("{}", input.limits.cpus)),
+            "MEMORY" => Some(format!("{}M", input.limits.memory_mb)),
+            _ if crate::task::HARBOR_HOST_VARIABLES.contains(&name) => None,
+            _ => std::env::var(name).ok(),
+        })
+    };
+    let done =
+        crate::task::interpolate_compose(value, &lookup).map_err(|e| SidecarError::Config {
+            service: service.to_string(),
+            message: format!("{key}: {e}"),
+        })?;
+    if !done.unset.is_empty() {
+        tracing::debug!(service, key, unset = ?done.unset, "compose variables not set: empty");
     }
-    Ok(pieces.join("$"))
+    Ok(done.value)
 }
 
 /// A service's `command` / `entrypoint` words, interpolated like its other values.
@@ -418,6 +434,7 @@ mod tests {
                 .into_iter()
                 .map(|(n, s)| (n.to_string(), s))
                 .collect(),
+            main_env: BTreeMap::new(),
         }
     }
 
@@ -554,6 +571,55 @@ mod tests {
                 ("api".to_string(), "127.0.0.1".to_string()),
                 ("db".to_string(), "127.0.0.1".to_string())
             ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn values_are_interpolated_as_compose_does() {
+        let (sb, scope, main) = main_running().await;
+        let mut db = service("db-image", &[]);
+        db.environment = BTreeMap::from([
+            (
+                "KEY".to_string(),
+                Some("${ARBITER_SIDECAR_TEST_SURELY_UNSET}".to_string()),
+            ),
+            (
+                "MODEL".to_string(),
+                Some("${ARBITER_SIDECAR_TEST_SURELY_UNSET:-sonnet}".to_string()),
+            ),
+            ("TESTS".to_string(), Some("${TEST_DIR}".to_string())),
+            (
+                "LOGS".to_string(),
+                Some("${HOST_AGENT_LOGS_PATH}".to_string()),
+            ),
+        ]);
+        db.working_dir = Some("${ENV_AGENT_LOGS_PATH}".to_string());
+        db.healthcheck = Some(crate::task::ServiceHealthcheck {
+            test: HealthTest::Shell("pg_isready -U $$POSTGRES_USER".to_string()),
+            interval_sec: None,
+            timeout_sec: None,
+            start_period_sec: None,
+            start_interval_sec: None,
+            retries: None,
+        });
+        let c = compose(vec![("db", db)]);
+        start(&*sb, &scope, &input(&c), &main).await.expect("start");
+        let spec = &sb.specs()[1];
+        assert_eq!(
+            spec.env,
+            [
+                ("KEY".to_string(), String::new()),
+                ("LOGS".to_string(), String::new()),
+                ("MODEL".to_string(), "sonnet".to_string()),
+                ("TESTS".to_string(), "/tests".to_string()),
+            ]
+        );
+        assert_eq!(spec.workdir.as_deref(), Some("/logs/agent"));
+        assert_eq!(
+            spec.start.healthcheck.as_ref().and_then(|h| h.test.clone()),
+            Some(HealthCommand::Shell(
+                "pg_isready -U $POSTGRES_USER".to_string()
+            ))
         );
     }
 

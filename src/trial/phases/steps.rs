@@ -39,7 +39,7 @@ use crate::agent::{AgentKind, resolve_env};
 use crate::sandbox::{
     ContainerId, ExecEnd, ExecSpec, Resource, Role, Sandbox, TarEntry, dir_to_tar, files_to_tar,
 };
-use crate::task::{Healthcheck, MinReward, MultiStepReward, Step, Task, VerifierMode};
+use crate::task::{MinReward, MultiStepReward, Step, Task, VerifierMode};
 use crate::trial::plan::{Phase, TrialPlan};
 use crate::trial::record::{ArtifactEntry, StepRecord, Termination};
 use crate::verifier::{self, Reward, VerifierOutcome, VerifierStatus, VerifyInput, judge};
@@ -499,7 +499,8 @@ async fn prepare<S: Sandbox>(
         }
     }
     if let Some(check) = &step.healthcheck
-        && let Err(why) = healthcheck(ctx, id, check, user, &task_env).await?
+        && let Err(why) =
+            super::healthcheck::run(ctx, id, check, user, &task_env, Phase::Agent).await?
     {
         return Ok(Err(format!(
             "step {}'s healthcheck failed: {why}",
@@ -533,50 +534,6 @@ async fn container_workdir<S: Sandbox>(
     let _ = std::fs::remove_file(ctx.path(&err));
     let dir = said.trim();
     Ok(if dir.starts_with('/') { dir } else { "/" }.to_string())
-}
-
-/// Harbor's healthcheck: `sh -c command` until it exits 0; failures during the start period
-/// do not count (retried every `start_interval_sec`), after it `retries` consecutive
-/// failures (every `interval_sec`) fail the check.
-async fn healthcheck<S: Sandbox>(
-    ctx: &Ctx<'_, S>,
-    id: &ContainerId,
-    check: &Healthcheck,
-    user: Option<String>,
-    env: &[(String, String)],
-) -> Result<Result<(), String>, Infra> {
-    let secs = |s: f64| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX);
-    let started = tokio::time::Instant::now();
-    let mut failures = 0u32;
-    loop {
-        let spec = ctx.exec_spec(
-            vec!["sh".to_string(), "-c".to_string(), check.command.clone()],
-            user.clone(),
-            secs(check.timeout_sec),
-            None,
-        );
-        let end = exec_with(ctx, id, spec, env).await?;
-        if end == ExecEnd::Exited(0) {
-            return Ok(Ok(()));
-        }
-        let starting = started.elapsed() < secs(check.start_period_sec);
-        if !starting {
-            failures += 1;
-            if failures >= check.retries.max(1) {
-                return Ok(Err(format!(
-                    "`{}` failed {failures} time{} in a row",
-                    check.command,
-                    if failures == 1 { "" } else { "s" }
-                )));
-            }
-        }
-        let wait = if starting {
-            check.start_interval_sec
-        } else {
-            check.interval_sec
-        };
-        tokio::time::sleep(secs(wait)).await;
-    }
 }
 
 /// The agent's container cannot carry on to the next step: the harness's deadline, a kill,

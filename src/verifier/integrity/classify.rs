@@ -15,6 +15,7 @@ use super::paths::{
     Node, STDLIB_MODULES, View, file_name, is_at_or_under, is_under, join, normalize, parent,
     resolve,
 };
+use super::steering::{self, Check, Rule, Scope, Steering};
 
 /// Why a change is a finding. One class per finding (the first rule that matches, in the
 /// order the variants are listed here from `verifier_paths` down).
@@ -41,6 +42,9 @@ pub enum FindingClass {
     AccountDb,
     /// A path listed in `[verifier] protect`.
     Protected,
+    /// Name resolution, proxies, package-index and downloader configuration, credentials and
+    /// trust stores: what steers the verifier's downloads (`steering.rs`).
+    NetworkSteering,
 }
 
 /// One integrity finding: the change at `path` can alter how the verifier runs.
@@ -110,6 +114,9 @@ pub struct IntegrityContext<'a> {
     pub deliverables: Vec<String>,
     /// The image's Python interpreters.
     pub pythons: Vec<PythonLayout>,
+    /// The image config's `Env` (`KEY=value`): its `HOME`, `XDG_CONFIG_HOME` and the
+    /// configuration files its variables name (`PIP_CONFIG_FILE`, `SSL_CERT_FILE`, …).
+    pub image_env: Vec<String>,
     pub fs: &'a dyn Filesystems,
 }
 
@@ -145,6 +152,7 @@ impl<'a> IntegrityContext<'a> {
             verifier_paths: VERIFIER_PATHS.iter().map(|p| p.to_string()).collect(),
             deliverables: Vec::new(),
             pythons: guess_pythons(fs),
+            image_env: image_env.to_vec(),
             fs,
         }
     }
@@ -231,6 +239,7 @@ pub fn content_wanted(
         verifier_paths: ctx.verifier_paths.clone(),
         deliverables: ctx.deliverables.clone(),
         pythons: ctx.pythons.clone(),
+        image_env: ctx.image_env.clone(),
         fs: &recorder,
     };
     let _ = classify(changes, &probe);
@@ -332,6 +341,8 @@ struct Cx<'a> {
     path_dirs: Vec<(String, String)>,
     /// Every module dir of every Python layout, resolved in the image.
     python_dirs: BTreeSet<String>,
+    /// The network-steering files of this image.
+    steering: Steering,
 }
 
 const TEST_RUNNER_COMMANDS: &[&str] = &["pytest", "py.test", "pytest-3"];
@@ -365,6 +376,7 @@ impl<'a> Cx<'a> {
                 .flat_map(|l| l.stdlib.iter().chain(l.site.iter()))
                 .map(|d| real(d))
                 .collect(),
+            steering: Steering::new(&login_homes(ctx.fs), &ctx.image_env),
         }
     }
 
@@ -408,6 +420,7 @@ impl<'a> Cx<'a> {
             .or_else(|| self.loader(e))
             .or_else(|| self.fake_test_runner(e))
             .or_else(|| self.startup_hook(e))
+            .or_else(|| self.network_steering(e))
             .or_else(|| self.module_shadowing(e))
             .or_else(|| self.path_shadowing(e))
             .or_else(|| self.toolchain(e))
@@ -796,10 +809,14 @@ impl<'a> Cx<'a> {
                     | ".pam_environment"
             )
         });
-        if !(system || home) || e.file_type == FileType::Dir {
+        if e.file_type == FileType::Dir {
             return None;
         }
-        if let Some(text) = self.ctx.fs.agent_text(p)
+        if !(system || home) {
+            return self.installer_env_script(e);
+        }
+        let text = self.ctx.fs.agent_text(p);
+        if let Some(text) = &text
             && let Some(var) = LD_VARS.iter().find(|v| text.contains(*v))
         {
             return Some((
@@ -807,10 +824,171 @@ impl<'a> Cx<'a> {
                 format!("shell start-up or environment file sets {var}"),
             ));
         }
+        if let Some(var) = text.as_deref().and_then(steering::steering_var) {
+            return Some((
+                FindingClass::NetworkSteering,
+                format!(
+                    "steers the verifier's downloads: shell start-up or environment file sets {var}"
+                ),
+            ));
+        }
         Some((
             FindingClass::StartupHook,
             "shell start-up or environment file (BASH_ENV, profile, rc): runs or sets the environment for the shells that read it".into(),
         ))
+    }
+
+    /// `~/.local/bin/env` (uv's installer) and `~/.cargo/env` (rustup's): verifiers `source`
+    /// them right after installing the tool (`curl -LsSf https://astral.sh/uv/…/install.sh |
+    /// sh; source $HOME/.local/bin/env`), and the installer leaves an existing one in place.
+    /// uv's own script, word for word, is not a finding.
+    fn installer_env_script(&self, e: &ChangeEntry) -> Hit {
+        let p = e.path.as_str();
+        let rel = self
+            .steering
+            .home_rel(p)
+            .into_iter()
+            .find(|rel| matches!(*rel, ".local/bin/env" | ".cargo/env"))?;
+        if e.file_type == FileType::File
+            && rel == ".local/bin/env"
+            && self
+                .ctx
+                .fs
+                .agent_text(p)
+                .is_some_and(|t| steering::is_uv_env_script(&t))
+        {
+            return None;
+        }
+        Some((
+            FindingClass::StartupHook,
+            format!(
+                "~/{rel}: the env script an installer leaves and verifiers source after installing uv or rustup"
+            ),
+        ))
+    }
+
+    // ---- network_steering --------------------------------------------------------------
+
+    /// What steers the verifier's downloads (`steering.rs`; with or without a network, see
+    /// there): its files by path or name, and a deleted or relinked directory that holds one.
+    fn network_steering(&self, e: &ChangeEntry) -> Hit {
+        let p = e.path.as_str();
+        if self.is_deliverable(p) {
+            return None;
+        }
+        if let Some(rule) = self.steering.rule(p) {
+            return self.steering_file(e, rule);
+        }
+        let replaced = e.kind == ChangeKind::Deleted
+            || e.file_type == FileType::Symlink
+            || (e.file_type != FileType::Dir && matches!(self.orig_lstat(p), Node::Dir { .. }));
+        if !replaced || self.in_workdir(p) {
+            return None;
+        }
+        let (inner, what) = self.steering.beneath(p)?;
+        let verb = if e.kind == ChangeKind::Deleted {
+            "deletes"
+        } else {
+            "replaces"
+        };
+        Some((
+            FindingClass::NetworkSteering,
+            format!("steers the verifier's downloads: {verb} {p}, which holds {what} ({inner})"),
+        ))
+    }
+
+    fn steering_file(&self, e: &ChangeEntry, rule: Rule) -> Hit {
+        let p = e.path.as_str();
+        match rule.scope {
+            Scope::Everywhere => {}
+            Scope::OutsideWorkdir if self.in_workdir(p) => return None,
+            Scope::VenvRoot if self.in_workdir(p) => {
+                let venv_cfg = join(parent(p).unwrap_or("/"), "pyvenv.cfg");
+                if !self.agent_exists(&venv_cfg) {
+                    return None;
+                }
+            }
+            Scope::OutsideWorkdir | Scope::VenvRoot => {}
+        }
+        if self.beneath_added_steering_dir(p) {
+            return None; // the added directory's own finding covers it
+        }
+        let writes = e.kind != ChangeKind::Deleted;
+        if writes && e.file_type == FileType::Dir && rule.check != Check::Always {
+            return None;
+        }
+        let unread = || Some(" (contents not read)".to_string());
+        let detail = match rule.check {
+            Check::Always => Some(String::new()),
+            _ if !writes => Some(String::new()),
+            Check::Settings(inert) => match self.ctx.fs.agent_text(p) {
+                None => unread(),
+                Some(text) => {
+                    steering::first_live_setting(&text, inert).map(|k| format!(" (sets {k})"))
+                }
+            },
+            Check::GitConfig => match self.ctx.fs.agent_text(p) {
+                None => unread(),
+                Some(text) => {
+                    steering::first_live_git_setting(&text).map(|k| format!(" (sets {k})"))
+                }
+            },
+            Check::UvProject => {
+                let now = self.ctx.fs.agent_text(p);
+                let was = self.ctx.fs.original_text(p);
+                steering::uv_settings_changed(now.as_deref(), was.as_deref(), self.orig_exists(p))
+                    .then(String::new)
+            }
+            Check::SiteBundle => {
+                let installed = e.kind == ChangeKind::Added
+                    && site_dir_of(p).is_some_and(|(site, rest)| {
+                        let top = rest.split('/').next().unwrap_or("");
+                        !top.is_empty() && rest.contains('/') && self.has_new_dist_info(site, top)
+                    });
+                (!installed).then(|| " (not installed with its package's metadata)".to_string())
+            }
+        }?;
+        Some((
+            FindingClass::NetworkSteering,
+            format!(
+                "steers the verifier's downloads: {} {}{detail}",
+                kind_word(e),
+                rule.what
+            ),
+        ))
+    }
+
+    /// An ancestor of `path` is a directory the agent added that is itself a steering path
+    /// judged as a whole (a new dir under `/etc/ssl`, `/etc/apt`, …).
+    fn beneath_added_steering_dir(&self, path: &str) -> bool {
+        let mut at = parent(path);
+        while let Some(dir) = at {
+            if dir == "/" {
+                break;
+            }
+            if self
+                .changes
+                .get(dir)
+                .is_some_and(|d| d.kind == ChangeKind::Added && d.file_type == FileType::Dir)
+                && self
+                    .steering
+                    .rule(dir)
+                    .is_some_and(|r| r.check == Check::Always)
+            {
+                return true;
+            }
+            at = parent(dir);
+        }
+        false
+    }
+
+    /// The path exists in the agent's filesystem (the change set laid over the image).
+    fn agent_exists(&self, path: &str) -> bool {
+        let agent = AgentView {
+            changes: &self.changes,
+            orig: self.orig(),
+        };
+        resolve(&agent, path, false).is_some_and(|(_, n)| n != Node::Absent)
     }
 
     /// `__pycache__/<module>.<tag>.pyc` for a module whose source came with the image: Python
@@ -1086,6 +1264,28 @@ fn is_pytest_itself(dist_info: &str) -> bool {
     lower
         .strip_prefix("pytest-")
         .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// The homes that matter besides `/root` and `/home/<user>`: those of the image's
+/// `/etc/passwd` accounts that can log in (a service account's home, `/var/www` or `/bin`, is
+/// not where a verifier's downloader reads its configuration).
+fn login_homes(fs: &dyn Filesystems) -> Vec<String> {
+    let mut homes = vec!["/root".to_string()];
+    if let Some(text) = fs.original_text("/etc/passwd") {
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(':').collect();
+            let (Some(home), Some(shell)) = (fields.get(5), fields.get(6)) else {
+                continue;
+            };
+            let shell = shell.trim();
+            let no_login =
+                shell.ends_with("nologin") || shell.ends_with("/false") || shell.ends_with("/sync");
+            if !no_login && home.starts_with('/') && *home != "/" && *home != "/nonexistent" {
+                homes.push(normalize(home));
+            }
+        }
+    }
+    homes
 }
 
 /// The file name of a dotfile directly in a home dir (`/root`, `/home/<user>`).

@@ -14,10 +14,15 @@
 //!    them ([`record_hash`]) and writes [`ChangesFile`] to `agent/changes.json`;
 //!    [`summarize`] gives the record's `changes`;
 //! 6. `clean` mode replays [`without_findings`] onto the original image.
+//!
+//! What steers the verifier's downloads (hosts and resolver files, proxies, package-index
+//! configuration, credentials, trust stores) is a finding too, with or without a network in
+//! the verifier phase (`steering.rs` says why).
 
 mod changes;
 mod classify;
 mod paths;
+mod steering;
 
 #[cfg(test)]
 mod tests;
@@ -30,6 +35,7 @@ pub use classify::{
     DEFAULT_PATH, Filesystems, Finding, FindingClass, IntegrityContext, OriginalFile, PythonLayout,
     VERIFIER_PATHS, classify, content_wanted, guess_pythons, path_dirs_from_env,
 };
+pub use steering::text_wanted;
 
 use serde::{Deserialize, Serialize};
 
