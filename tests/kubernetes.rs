@@ -592,3 +592,167 @@ fn start_time() -> u64 {
     let rest = &stat[stat.rfind(')').unwrap() + 1..];
     rest.split_whitespace().nth(19).unwrap().parse().unwrap()
 }
+
+/// A copy of the `quick` fixture whose image is built (so it lands in the registry) rather
+/// than named.
+fn quick_built(dir: &Path) -> PathBuf {
+    let task = dir.join("quick-k8s");
+    let src = common::fixture("quick");
+    for sub in ["tests", "solution"] {
+        std::fs::create_dir_all(task.join(sub)).unwrap();
+        for entry in std::fs::read_dir(src.join(sub)).unwrap().flatten() {
+            std::fs::copy(entry.path(), task.join(sub).join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(src.join("instruction.md"), task.join("instruction.md")).unwrap();
+    let toml = std::fs::read_to_string(src.join("task.toml"))
+        .unwrap()
+        .replace("docker_image = \"arbiter/busybox:latest\"\n", "");
+    std::fs::write(task.join("task.toml"), toml).unwrap();
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        "FROM arbiter/busybox\nRUN mkdir -p /app\n",
+    )
+    .unwrap();
+    task
+}
+
+fn spawn_job(config: &Path, job_dir: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args([
+            "run",
+            "--quiet",
+            "--backend",
+            "kubernetes",
+            "--job-dir",
+            &job_dir.display().to_string(),
+            "-c",
+            &config.display().to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+/// The running agent pod of a trial, once there is one.
+fn agent_pod(trial: &str, deadline: Instant) -> String {
+    loop {
+        let out = kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            &format!("arbiter.trial={trial},arbiter.role=agent"),
+            "--field-selector",
+            "status.phase=Running",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ]);
+        let names = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if let Some(name) = names.split_whitespace().next() {
+            return name.to_string();
+        }
+        assert!(Instant::now() < deadline, "no agent pod of {trial}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_pod_deleted_behind_arbiters_back_is_an_infra_error_and_retried() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    if rt.block_on(cluster()).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let task = quick_built(tmp.path());
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 4; echo ok > /app/out']\nretries: {{max: 1, backoff_sec: 0.5}}\n",
+            task.display()
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-vanish-{}", std::process::id()));
+    let child = spawn_job(&config, &job_dir);
+    let trial = "quick-k8s__slow__default__1";
+    let pod = agent_pod(trial, Instant::now() + Duration::from_secs(180));
+    // Only once the agent runs (its exec is in flight).
+    std::thread::sleep(Duration::from_millis(1500));
+    let deleted = kubectl(&[
+        "delete",
+        "pod",
+        &pod,
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    ]);
+    assert!(deleted.status.success(), "{}", common::stderr(&deleted));
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let r = common::result(&job_dir, trial);
+    assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+    assert_eq!(r["retries"], 1, "{r:#}");
+    let first = &r["previous_errors"][0];
+    assert_eq!(first["phase"], "agent", "{r:#}");
+    assert!(
+        first["message"].as_str().is_some_and(|m| m.contains(&pod)),
+        "the first try failed on the deleted pod: {r:#}"
+    );
+    assert!(pods_of(&job_dir).is_empty(), "{:?}", pods_of(&job_dir));
+}
+
+#[test]
+fn kill_9_mid_job_then_resume_loses_and_duplicates_nothing() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    if rt.block_on(cluster()).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let task = quick_built(tmp.path());
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 3; echo ok > /app/out']\nattempts: 3\nconcurrency: 1\n",
+            task.display()
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-kill-{}", std::process::id()));
+    let mut child = spawn_job(&config, &job_dir);
+    // Killed while the second trial's agent runs: one record, one pod left behind.
+    agent_pod(
+        "quick-k8s__slow__default__2",
+        Instant::now() + Duration::from_secs(180),
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    assert!(!pods_of(&job_dir).is_empty(), "the killed job left its pod");
+    let out = common::arbiter(&["resume", "--quiet", &job_dir.display().to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let lines = std::fs::read_to_string(job_dir.join("trials.jsonl")).unwrap();
+    let mut ids: Vec<String> = lines
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        (1..=3)
+            .map(|i| format!("quick-k8s__slow__default__{i}"))
+            .collect::<Vec<_>>()
+    );
+    for id in &ids {
+        assert_eq!(common::result(&job_dir, id)["verifier"]["status"], "passed");
+    }
+    assert!(pods_of(&job_dir).is_empty(), "{:?}", pods_of(&job_dir));
+}
