@@ -696,7 +696,12 @@ fn a_pod_deleted_behind_arbiters_back_is_an_infra_error_and_retried() {
     assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
     assert_eq!(r["retries"], 1, "{r:#}");
     let first = &r["previous_errors"][0];
-    assert_eq!(first["phase"], "agent", "{r:#}");
+    // Noticed where it happened: the agent's exec (cut), or — when the kubelet killed the
+    // agent's process first and its exec ended with 137 — the collect phase's stop.
+    assert!(
+        first["phase"] == "agent" || first["phase"] == "collect",
+        "{r:#}"
+    );
     assert!(
         first["message"].as_str().is_some_and(|m| m.contains(&pod)),
         "the first try failed on the deleted pod: {r:#}"
