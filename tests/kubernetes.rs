@@ -761,3 +761,103 @@ fn kill_9_mid_job_then_resume_loses_and_duplicates_nothing() {
     }
     assert!(pods_of(&job_dir).is_empty(), "{:?}", pods_of(&job_dir));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn network_none_is_only_loopback_and_a_failed_pull_names_the_image() {
+    let Some(sb) = cluster().await else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = build_spec(&tmp.path().join("ctx"), "k8s-basics", TASK_IMAGE);
+    let image = sb.prepare_image(&spec).await.expect("prepare");
+    let server = sb
+        .create(&container(&image, "net-server", Network::Bridge, 64))
+        .await
+        .unwrap();
+    let client = sb
+        .create(&container(&image, "net-client", Network::Bridge, 64))
+        .await
+        .unwrap();
+    let none = sb
+        .create(&container(&image, "net-none", Network::None, 64))
+        .await
+        .unwrap();
+    for id in [&server, &client, &none] {
+        sb.start(id).await.expect("start");
+    }
+    let (spec, out, _) = logged(
+        tmp.path(),
+        sh("ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1"),
+    );
+    sb.exec(&server, &spec).await.unwrap();
+    let ip = std::fs::read_to_string(&out).unwrap().trim().to_string();
+    assert!(ip.starts_with("198.19."), "{ip}");
+    let serve = ExecSpec {
+        // Ends at its deadline, once the probes are done.
+        timeout: Some(Duration::from_secs(10)),
+        grace: Duration::from_secs(1),
+        ..sh("while :; do echo hi | nc -l -p 8080; done")
+    };
+    let serving = {
+        let sb = &sb;
+        let server = server.clone();
+        async move { sb.exec(&server, &serve).await }
+    };
+    let probes = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let connect = format!("nc -w 3 {ip} 8080 </dev/null");
+        let from_pod_network = sb.exec(&client, &sh(&connect)).await.unwrap().end;
+        let from_none = sb.exec(&none, &sh(&connect)).await.unwrap().end;
+        // Only loopback; the agent's container cannot bring eth0 back (no NET_ADMIN).
+        let (spec, out, _) = logged(
+            tmp.path(),
+            sh(
+                "ip -o link show up | awk -F': ' '{print $2}'; ip link set eth0 up 2>/dev/null && echo UP; grep CapEff /proc/self/status",
+            ),
+        );
+        sb.exec(&none, &spec).await.unwrap();
+        let inside = std::fs::read_to_string(&out).unwrap();
+        (from_pod_network, from_none, inside)
+    };
+    let (_, (from_pod_network, from_none, inside)) = tokio::join!(serving, probes);
+    assert_eq!(
+        from_pod_network,
+        ExecEnd::Exited(0),
+        "the pod network works"
+    );
+    assert_ne!(
+        from_none,
+        ExecEnd::Exited(0),
+        "network none reached another pod"
+    );
+    let mut lines = inside.lines();
+    assert_eq!(lines.next(), Some("lo"), "{inside}");
+    assert!(!inside.contains("UP"), "{inside}");
+    let caps = inside
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(caps & (1 << 12), 0, "NET_ADMIN in the agent's container");
+    for id in [server, client, none] {
+        sb.remove(&Resource::Container(id)).await.unwrap();
+    }
+
+    // An image nobody can pull: an error naming it, with the pod's events.
+    let named = ImageSpec {
+        recipe: ImageRecipe::Named("127.0.0.1:5000/arbiter-test/no-such-image:1".into()),
+        key: "127.0.0.1:5000/arbiter-test/no-such-image:1".into(),
+        timeout: Duration::from_secs(60),
+        labels: BTreeMap::new(),
+    };
+    let missing = sb.prepare_image(&named).await.unwrap();
+    let id = sb
+        .create(&container(&missing, "pull", Network::Bridge, 64))
+        .await
+        .unwrap();
+    let err = sb.start(&id).await.unwrap_err().to_string();
+    sb.remove(&Resource::Container(id)).await.unwrap();
+    assert!(
+        err.contains("image 127.0.0.1:5000/arbiter-test/no-such-image:1 could not be pulled"),
+        "{err}"
+    );
+    assert!(err.contains("events:"), "{err}");
+}
