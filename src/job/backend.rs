@@ -108,3 +108,81 @@ fn agent_feature(agent: &Agent) -> Option<&'static str> {
         | AgentKind::Aider(_) => Some("the agent cache (a host directory mounted read-only)"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{BackendKind, RunArgs};
+
+    /// The job of one task (`extra` appended to its task.toml) under `agents` (job.yaml).
+    fn spec(extra_toml: &str, agents: &str) -> (tempfile::TempDir, JobSpec) {
+        let root = tempfile::tempdir().expect("tmp");
+        let task = crate::testing::task_dir(root.path(), "hello", extra_toml);
+        let config = root.path().join("job.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "tasks: [{}]\nagents: {agents}\nbackend: {{kind: kubernetes, namespace: evals}}\n",
+                task.display()
+            ),
+        )
+        .expect("job.yaml");
+        let args = RunArgs {
+            config: Some(config),
+            job_dir: Some(root.path().join("job")),
+            ..RunArgs::default()
+        };
+        let spec = crate::job::resolve(&args).expect("resolves");
+        (root, spec)
+    }
+
+    #[test]
+    fn what_kubernetes_cannot_do_yet_is_refused_naming_task_and_feature() {
+        let offline = "network_mode = \"no-network\"\n";
+        let (_root, ok) = spec(offline, "[oracle, nop]");
+        assert_eq!(ok.backend.kind, BackendKind::Kubernetes);
+        assert_eq!(ok.backend.namespace.as_deref(), Some("evals"));
+        assert!(refuse_on_kubernetes(&ok, true).is_ok());
+        let cases: &[(&str, &str, bool, &str)] = &[
+            (
+                offline,
+                "[oracle]",
+                false,
+                "network none (the namespace does not admit",
+            ),
+            (
+                "network_mode = \"host\"\n",
+                "[oracle]",
+                true,
+                "network host",
+            ),
+            (
+                "network_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"clean\"\n",
+                "[oracle]",
+                true,
+                "verifier environment_mode clean",
+            ),
+            (
+                "network_mode = \"no-network\"\n[verifier]\nintegrity = \"enforce\"\n",
+                "[oracle]",
+                true,
+                "integrity enforce",
+            ),
+            (
+                offline,
+                "[{name: cmd, kind: command, run: [\"true\"], mounts: [{host: /tmp, container: /m}]}]",
+                true,
+                "host directories",
+            ),
+        ];
+        for (toml, agents, no_network, want) in cases {
+            let (_root, spec) = spec(toml, agents);
+            let err = refuse_on_kubernetes(&spec, *no_network)
+                .expect_err(want)
+                .to_string();
+            assert!(err.contains(want), "{want}: {err}");
+            assert!(err.contains("not supported on Kubernetes yet"), "{err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+}
