@@ -415,13 +415,23 @@ async fn run(
     let tty = std::io::stderr().is_terminal();
     let reporter = tokio::spawn(report::consume(events_rx, quiet, tty));
 
-    let outcome = job::run(&spec, sandbox, events_tx, cancel_rx).await?;
+    let outcome = job::run(&spec, sandbox.clone(), events_tx, cancel_rx).await?;
     let summary = job::summarize(&outcome.records);
     tracing::info!(
         requests = crate::sandbox::engine_requests(),
         trials = outcome.records.len(),
         "engine requests"
     );
+    if let Backend::Kubernetes(cluster) = &*sandbox {
+        let (builds, pushes) = cluster.builds_and_pushes();
+        tracing::info!(
+            requests = cluster.api_requests(),
+            trials = outcome.records.len(),
+            builds,
+            pushes,
+            "kubernetes api requests"
+        );
+    }
     let end = |code: u8| {
         if let Some(command) = json {
             let counts = packet::Counts::of_job(&summary, outcome.planned);
