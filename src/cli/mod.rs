@@ -20,7 +20,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::job::{self, ConfigError, RunArgs, RunError, StoreError};
-use crate::sandbox::{DockerSandbox, Sandbox, SandboxError};
+use crate::sandbox::{Backend, DockerSandbox, KubernetesSandbox, Sandbox, SandboxError};
 
 /// Exit codes (SPEC §9).
 pub(crate) mod exit {
@@ -126,6 +126,19 @@ struct RunCmd {
     /// is public): none, public or host. Recorded in each trial as a harness override.
     #[arg(long = "network", value_name = "MODE", value_parser = parse_network)]
     network: Option<job::PhaseNetwork>,
+    /// Where the trials run: docker (default) or kubernetes (SPEC §14; `backend:` in the config).
+    #[arg(long = "backend", value_name = "KIND", value_parser = parse_backend)]
+    backend: Option<job::BackendKind>,
+    /// Kubernetes namespace of the trials' pods (default: the context's, or ARBITER_K8S_NAMESPACE).
+    #[arg(long = "namespace", value_name = "NS")]
+    namespace: Option<String>,
+    /// Kubernetes context of $KUBECONFIG (default: the current one).
+    #[arg(long = "context", value_name = "CONTEXT")]
+    context: Option<String>,
+    /// Registry that task images built from environment/ are pushed to (Kubernetes; default:
+    /// ARBITER_K8S_REGISTRY).
+    #[arg(long = "registry", value_name = "HOST[:PORT][/PATH]")]
+    registry: Option<String>,
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -161,6 +174,15 @@ struct GcCmd {
     /// List what would be removed without removing it.
     #[arg(long)]
     dry_run: bool,
+    /// Where to collect: docker (default) or kubernetes.
+    #[arg(long = "backend", value_name = "KIND", value_parser = parse_backend)]
+    backend: Option<job::BackendKind>,
+    /// Kubernetes namespace (default: the context's, or ARBITER_K8S_NAMESPACE).
+    #[arg(long = "namespace", value_name = "NS")]
+    namespace: Option<String>,
+    /// Kubernetes context of $KUBECONFIG (default: the current one).
+    #[arg(long = "context", value_name = "CONTEXT")]
+    context: Option<String>,
 }
 
 /// Errors that end a command, each with its exit code.
@@ -182,14 +204,23 @@ enum CliError {
     Toolbox(#[from] crate::sandbox::toolbox::ToolboxError),
     #[error("{0}")]
     Regrade(#[from] crate::regrade::RegradeError),
+    #[error(
+        "{0}\nhint: start a cluster (scripts/k8s up; eval \"$(scripts/k8s env)\") or set KUBECONFIG"
+    )]
+    Cluster(#[source] SandboxError),
+    /// The cluster is not ready for the job: one line per problem.
+    #[error("{}", .0.join("\n"))]
+    Preflight(Vec<String>),
 }
 
 impl CliError {
     fn code(&self) -> u8 {
         match self {
-            CliError::Config(_) | CliError::Engine(_) | CliError::Run(RunError::Busy { .. }) => {
-                exit::USAGE
-            }
+            CliError::Config(_)
+            | CliError::Engine(_)
+            | CliError::Cluster(_)
+            | CliError::Preflight(_)
+            | CliError::Run(RunError::Busy { .. }) => exit::USAGE,
             CliError::Run(RunError::Store(_) | RunError::Gateway(_)) | CliError::Store(_) => {
                 exit::FAILURE
             }
@@ -252,6 +283,12 @@ pub fn main() -> ExitCode {
                     model: cmd.model,
                     network: cmd.network,
                     retry_infra: false,
+                    backend: job::BackendFlags {
+                        kind: cmd.backend,
+                        namespace: cmd.namespace,
+                        context: cmd.context,
+                        registry: cmd.registry,
+                    },
                 };
                 run(args, quiet, cmd.fail_under, json).await
             }
@@ -275,10 +312,27 @@ pub fn main() -> ExitCode {
                 run(args, cmd.quiet, None, json).await
             }
             Command::Gc(cmd) => {
-                let sandbox = DockerSandbox::connect().await.map_err(CliError::Engine)?;
-                let report = gc::collect(&sandbox, cmd.dry_run)
-                    .await
-                    .map_err(CliError::Engine)?;
+                let report = match cmd.backend.unwrap_or_default() {
+                    job::BackendKind::Docker => {
+                        let sandbox = DockerSandbox::connect().await.map_err(CliError::Engine)?;
+                        gc::collect(&sandbox, cmd.dry_run)
+                            .await
+                            .map_err(CliError::Engine)?
+                    }
+                    job::BackendKind::Kubernetes => {
+                        let settings = crate::sandbox::KubeSettings {
+                            namespace: cmd.namespace,
+                            context: cmd.context,
+                            ..Default::default()
+                        };
+                        let sandbox = KubernetesSandbox::connect(settings)
+                            .await
+                            .map_err(|e| CliError::Cluster(e.into()))?;
+                        gc::collect(&sandbox, cmd.dry_run)
+                            .await
+                            .map_err(CliError::Cluster)?
+                    }
+                };
                 println!("{report}");
                 Ok(exit::OK)
             }
@@ -334,7 +388,7 @@ async fn run(
         }
     };
     let spec = job::resolve(&args)?;
-    let sandbox = engine_with_toolbox().await?;
+    let sandbox = backend_for(&spec).await?;
     // A phase needing a network the engine cannot give (Harbor's default `public` on an engine
     // without a bridge) is refused before any trial starts, naming the override.
     let needs = job::phase_networks(&spec.tasks, &spec.agents, &spec.network);
@@ -361,13 +415,23 @@ async fn run(
     let tty = std::io::stderr().is_terminal();
     let reporter = tokio::spawn(report::consume(events_rx, quiet, tty));
 
-    let outcome = job::run(&spec, sandbox, events_tx, cancel_rx).await?;
+    let outcome = job::run(&spec, sandbox.clone(), events_tx, cancel_rx).await?;
     let summary = job::summarize(&outcome.records);
     tracing::info!(
         requests = crate::sandbox::engine_requests(),
         trials = outcome.records.len(),
         "engine requests"
     );
+    if let Backend::Kubernetes(cluster) = &*sandbox {
+        let (builds, pushes) = cluster.builds_and_pushes();
+        tracing::info!(
+            requests = cluster.api_requests(),
+            trials = outcome.records.len(),
+            builds,
+            pushes,
+            "kubernetes api requests"
+        );
+    }
     let end = |code: u8| {
         if let Some(command) = json {
             let counts = packet::Counts::of_job(&summary, outcome.planned);
@@ -426,6 +490,50 @@ async fn run(
 fn parse_network(raw: &str) -> Result<job::PhaseNetwork, String> {
     job::PhaseNetwork::parse(raw)
         .ok_or_else(|| format!("expected {} (got {raw:?})", job::PhaseNetwork::NAMES))
+}
+
+/// `--backend kubernetes [--namespace NS --context C --registry R]`, `backend:` in the config.
+fn parse_backend(raw: &str) -> Result<job::BackendKind, String> {
+    job::BackendKind::parse(raw)
+        .ok_or_else(|| format!("expected {} (got {raw:?})", job::BackendKind::NAMES))
+}
+
+/// The job's backend, checked before any trial (SPEC §14): on Kubernetes the cluster's
+/// preflight and the tasks' needs, each failure one line (exit 2), nothing started.
+async fn backend_for(spec: &job::JobSpec) -> Result<Arc<Backend>, CliError> {
+    match spec.backend.kind {
+        job::BackendKind::Docker => {
+            let engine = Arc::try_unwrap(engine_with_toolbox().await?).map_err(|_| {
+                CliError::Engine(SandboxError::Refused {
+                    op: "connect",
+                    message: "the engine is shared".to_string(),
+                })
+            })?;
+            Ok(Arc::new(Backend::Docker(Box::new(engine))))
+        }
+        job::BackendKind::Kubernetes => {
+            let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
+            let cluster = KubernetesSandbox::connect(spec.backend.kube_settings())
+                .await
+                .map_err(|e| CliError::Cluster(e.into()))?
+                .with_toolbox(&toolbox);
+            let problems = cluster.preflight().await;
+            if !problems.is_empty() {
+                return Err(CliError::Preflight(problems));
+            }
+            let no_network = cluster
+                .network_available(crate::sandbox::Network::None)
+                .await
+                .map_err(CliError::Cluster)?;
+            job::refuse_on_kubernetes(spec, no_network)?;
+            tracing::info!(
+                namespace = cluster.namespace(),
+                context = cluster.context(),
+                "running on kubernetes"
+            );
+            Ok(Arc::new(Backend::Kubernetes(Box::new(cluster))))
+        }
+    }
 }
 
 async fn engine_with_toolbox() -> Result<Arc<DockerSandbox>, CliError> {

@@ -10,6 +10,7 @@
 //!   discarded and the trial re-run;
 //! - on cancellation no new trial starts, running trials clean up and are not recorded.
 
+mod backend;
 mod config;
 mod core;
 mod events;
@@ -27,8 +28,10 @@ mod tests;
 #[cfg(test)]
 mod tests_harbor;
 
+pub(crate) use backend::refuse_on_kubernetes;
 pub use config::{
-    AgentEntry, ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant,
+    AgentEntry, BackendConfig, BackendFlags, BackendKind, ConfigError, JobConfig, RetryPolicy,
+    RunArgs, TimeoutMultipliers, Variant,
 };
 pub(crate) use core::CancelReason;
 pub(crate) use events::JobEvent;

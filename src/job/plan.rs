@@ -14,6 +14,8 @@ use super::lock::Lock;
 /// A resolved, validated job: everything needed to plan its trials.
 #[derive(Debug, Clone)]
 pub struct JobSpec {
+    /// Which backend runs the trials (not part of the lock).
+    pub backend: super::BackendConfig,
     pub name: String,
     pub dir: PathBuf,
     pub tasks: Vec<Arc<Task>>,
@@ -164,6 +166,7 @@ impl JobSpec {
             .filter_map(|m| m.secret().map(str::to_string))
             .collect();
         let settings = Arc::new(TrialSettings {
+            backend: self.backend.kind.name(),
             pass_threshold: self.pass_threshold,
             log_cap_bytes: self.log_cap_bytes,
             change_content_cap_bytes: self.change_content_cap_bytes,

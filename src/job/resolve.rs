@@ -77,7 +77,14 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         ));
     }
 
-    let saved = saved_config(&name, &tasks, &agents, &variants, &knobs, &config, network);
+    // Flags over the config's `backend:`; saved in job.yaml (a resume keeps it), not locked.
+    let backend = config
+        .backend
+        .clone()
+        .unwrap_or_default()
+        .with_flags(&args.backend);
+    let mut saved = saved_config(&name, &tasks, &agents, &variants, &knobs, &config, network);
+    saved.backend = (backend != super::BackendConfig::default()).then(|| backend.clone());
     let config_yaml =
         serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
     let lock = Lock::new(
@@ -113,6 +120,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         models,
         keep_snapshots: BTreeSet::new(),
         network: network.unwrap_or_default(),
+        backend,
     })
 }
 
@@ -442,6 +450,7 @@ fn saved_config(
         models: config.models.clone(),
         integrity: config.integrity,
         network,
+        backend: None,
     }
 }
 

@@ -21,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Mutex, OnceCell};
 
 use super::error::status_of;
+use super::sink::CappedSink;
 use super::tarball::dir_to_tar;
 use super::{
     Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, ExecEnd, ExecOutcome,
@@ -132,6 +133,16 @@ impl DockerSandbox {
     pub fn with_toolbox(mut self, toolbox: &super::toolbox::Toolbox) -> Self {
         self.toolbox = Some(toolbox.dir.clone());
         self
+    }
+
+    /// The engine's client (the Kubernetes backend tags and pushes what this engine built).
+    pub(crate) fn client(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// Whether the engine has an image of this name.
+    pub(crate) async fn has_image(&self, name: &str) -> Result<bool, SandboxError> {
+        self.image_exists(name).await
     }
 
     async fn image_exists(&self, name: &str) -> Result<bool, SandboxError> {
@@ -377,64 +388,6 @@ impl DockerSandbox {
     }
 }
 
-/// A file that keeps the first `cap` bytes written to it and counts the rest.
-struct CappedSink {
-    file: Option<tokio::io::BufWriter<tokio::fs::File>>,
-    path: Option<std::path::PathBuf>,
-    cap: u64,
-    kept: u64,
-    total: u64,
-}
-
-impl CappedSink {
-    async fn open(path: Option<&Path>, cap: u64) -> Result<Self, SandboxError> {
-        let file = match path {
-            Some(p) => Some(tokio::io::BufWriter::new(
-                tokio::fs::File::create(p)
-                    .await
-                    .map_err(SandboxError::io(p))?,
-            )),
-            None => None,
-        };
-        Ok(CappedSink {
-            file,
-            path: path.map(Path::to_path_buf),
-            cap,
-            kept: 0,
-            total: 0,
-        })
-    }
-
-    async fn write(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
-        self.total += bytes.len() as u64;
-        let room = self.cap.saturating_sub(self.kept) as usize;
-        let take = room.min(bytes.len());
-        if let (Some(file), true) = (self.file.as_mut(), take > 0) {
-            file.write_all(&bytes[..take])
-                .await
-                .map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
-            self.kept += take as u64;
-        }
-        Ok(())
-    }
-
-    async fn finish(&mut self) -> Result<(), SandboxError> {
-        if let Some(file) = self.file.as_mut() {
-            if self.total > self.kept {
-                let note = format!(
-                    "\n[arbiter: output truncated: kept {} of {} bytes]\n",
-                    self.kept, self.total
-                );
-                let _ = file.write_all(note.as_bytes()).await;
-            }
-            file.flush()
-                .await
-                .map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
-        }
-        Ok(())
-    }
-}
-
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -488,7 +441,7 @@ fn health_config(spec: &HealthSpec) -> bollard::models::HealthConfig {
 /// A shell script that exits 0 when a process of the container runs arbiter's keep-alive
 /// (its command line starts with `keepalive`), 1 otherwise. Its own command line starts
 /// differently, so it never finds itself.
-fn handover_probe(keepalive: &[String], tool: impl Fn(&str) -> String) -> String {
+pub(super) fn handover_probe(keepalive: &[String], tool: impl Fn(&str) -> String) -> String {
     let prefix = keepalive.join(" ");
     let quoted = prefix.replace('\'', "'\\''");
     format!(

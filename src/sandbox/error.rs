@@ -37,6 +37,15 @@ pub enum SandboxError {
     },
     #[error("cancelled")]
     Cancelled,
+    /// The backend cannot do this (yet): a typed refusal, never a silent downgrade; the
+    /// caller decides whether the trial goes on without it (the change set on Kubernetes).
+    #[error("{op} is not supported by the {backend} backend")]
+    Unsupported {
+        op: &'static str,
+        backend: &'static str,
+    },
+    #[error(transparent)]
+    Kubernetes(#[from] super::kubernetes::KubeError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

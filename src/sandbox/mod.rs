@@ -16,6 +16,7 @@
 //!
 //! Over 600 lines only with its unit tests: the trait and its types are ~570.
 
+mod backend;
 mod cancel;
 mod docker;
 mod engine_socket;
@@ -23,10 +24,12 @@ mod error;
 mod fake;
 mod fetch;
 mod gpus;
+pub mod kubernetes;
 mod layer;
 mod layer_changes;
 mod layer_write;
 mod scope;
+mod sink;
 mod tarball;
 pub mod toolbox;
 mod upper;
@@ -37,6 +40,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use backend::Backend;
 pub(crate) use cancel::Cancellable;
 pub use docker::DockerSandbox;
 pub use engine_socket::engine_requests;
@@ -44,6 +48,7 @@ pub use error::SandboxError;
 pub use fake::{FakeExec, FakeSandbox, Op};
 pub(crate) use fetch::{FetchResult, fetch, read_capped};
 pub use gpus::GPUS_UNCOUNTED;
+pub use kubernetes::{KubeSettings, KubernetesSandbox};
 pub(crate) use scope::Scope;
 pub use tarball::{
     ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, concat_archives,

@@ -72,6 +72,9 @@ pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
         verifier_history: Vec::new(),
         regrade: None,
         steps: Vec::new(),
+        sandbox: Some(super::record::SandboxInfo {
+            backend: plan.settings.backend.to_string(),
+        }),
         network: None,
         started_at: now_rfc3339(),
         finished_at: String::new(),

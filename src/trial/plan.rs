@@ -47,6 +47,9 @@ impl fmt::Display for Phase {
 /// Knobs that are the same for every trial of a job.
 #[derive(Debug, Clone)]
 pub(crate) struct TrialSettings {
+    /// The backend's name for the record (`docker`, `kubernetes`); nothing else of the trial
+    /// depends on it.
+    pub backend: &'static str,
     pub pass_threshold: f64,
     /// Bytes of stdout / stderr kept per stream.
     pub log_cap_bytes: u64,

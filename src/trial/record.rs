@@ -122,6 +122,13 @@ pub(crate) struct OutputStats {
     pub truncated: bool,
 }
 
+/// The backend of a trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SandboxInfo {
+    /// `docker` or `kubernetes`.
+    pub backend: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct TrialRecord {
     pub schema: String,
@@ -198,6 +205,10 @@ pub(crate) struct TrialRecord {
     /// absent). `verifier` then holds the task's reward per `multi_step_reward_strategy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
+    /// Which backend ran the trial (SPEC §14: the only field besides ids and times that
+    /// differs between the same job on Docker and on Kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxInfo>,
     /// What went through the egress allowlist proxy (`network_mode = "allowlist"`), when a
     /// phase of the trial had one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,8 @@ use crate::outcome::{
     FileCheck, FileStatus, collect_claim,
 };
 use crate::sandbox::{
-    ContainerId, ExecEnd, ExtractReport, FetchResult, Resource, Role, Sandbox, Stopped,
+    ContainerId, ExecEnd, ExtractReport, FetchResult, Resource, Role, Sandbox, SandboxError,
+    Stopped,
 };
 use crate::task::VerifierMode;
 use crate::trial::plan::Phase;
@@ -151,10 +152,25 @@ pub(crate) async fn run<S: Sandbox>(
         ctx.sb.stop(id).await.map_err(fail())?;
         return Ok(out);
     }
-    if !bench_skips_change_set(ctx.plan) {
-        let mut set = changes::record(ctx, &ctx.plan.settings.image_indexes, &env.image, id)
-            .await
-            .map_err(fail())?;
+    let recorded = if bench_skips_change_set(ctx.plan) {
+        None
+    } else {
+        match changes::record(ctx, &ctx.plan.settings.image_indexes, &env.image, id).await {
+            Ok(set) => Some(set),
+            // A backend that cannot list the changes yet (Kubernetes): no change set and so
+            // no integrity verdict, rather than no trial. Tasks that need one (`clean`,
+            // `enforce`) are refused before the job starts.
+            Err(SandboxError::Unsupported { op, backend }) => {
+                tracing::debug!(
+                    trial = ctx.plan.id,
+                    "no change set: {op} not supported by {backend}"
+                );
+                None
+            }
+            Err(e) => return Err(fail()(e)),
+        }
+    };
+    if let Some(mut set) = recorded {
         // The file bound on the change list: the bound itself when the backend could not
         // count while the agent ran, a second check when it could. More changed paths than
         // `max_files` and the agent's filesystem is not frozen or verified (the freeze alone

@@ -1,0 +1,188 @@
+//! What a job needs that the Kubernetes backend cannot give yet (SPEC §14, "nothing silently
+//! downgraded"): found before any trial, reported as one line naming the task (or agent) and
+//! the feature. The next issue fills these in.
+
+use crate::agent::{Agent, AgentKind};
+use crate::task::{IntegrityMode, NetworkMode, Task, VerifierMode};
+
+use super::config::field;
+use super::{ConfigError, JobSpec};
+
+/// The first need of the job the Kubernetes backend cannot meet, as a config error.
+/// `no_network`: whether the namespace admits arbiter's network-`none` pods.
+pub(crate) fn refuse_on_kubernetes(spec: &JobSpec, no_network: bool) -> Result<(), ConfigError> {
+    for task in &spec.tasks {
+        if let Some(feature) = task_feature(task) {
+            return Err(refusal(task, feature));
+        }
+        for agent in &spec.agents {
+            if let Some(feature) = agent_feature(agent) {
+                return Err(field(
+                    "--backend kubernetes",
+                    format!("agent {}", agent.name),
+                    format!(
+                        "{feature} is not supported on Kubernetes yet; run it with --backend docker"
+                    ),
+                ));
+            }
+            let agent_network = agent.network.map_or(task.environment.network, |n| n.mode());
+            for (phase, mode) in [
+                ("agent", agent_network),
+                ("verifier", task.verifier.network),
+            ] {
+                let feature = match mode {
+                    NetworkMode::Host => Some(format!("the {phase} phase's network host")),
+                    NetworkMode::Allowlist => Some(format!(
+                        "the {phase} phase's network allowlist (egress proxy)"
+                    )),
+                    NetworkMode::NoNetwork if !no_network => Some(format!(
+                        "the {phase} phase's network none (the namespace does not admit a NET_ADMIN init container; Pod Security baseline forbids it)"
+                    )),
+                    _ => None,
+                };
+                if let Some(feature) = feature {
+                    return Err(refusal(task, &feature));
+                }
+            }
+            let same = crate::trial::sandbox_network(agent_network)
+                == crate::trial::sandbox_network(task.verifier.network);
+            if !same {
+                return Err(refusal(
+                    task,
+                    "a verifier on another network than the agent (needs a frozen filesystem)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn refusal(task: &Task, feature: &str) -> ConfigError {
+    field(
+        task.dir.join("task.toml").display().to_string(),
+        format!("task {}", task.name),
+        format!("{feature} is not supported on Kubernetes yet; run it with --backend docker"),
+    )
+}
+
+/// What of a task needs a frozen filesystem, a sidecar or a change set.
+fn task_feature(task: &Task) -> Option<&'static str> {
+    if task.verifier.mode == VerifierMode::Clean {
+        return Some("verifier environment_mode clean (needs a frozen filesystem)");
+    }
+    if task.verifier.mode == VerifierMode::Separate {
+        return Some("verifier environment_mode separate (needs a frozen filesystem)");
+    }
+    if task.verifier.integrity == IntegrityMode::Enforce {
+        return Some("integrity enforce (needs the change set and a frozen filesystem)");
+    }
+    if task
+        .completion
+        .as_ref()
+        .is_some_and(|c| !c.validation.is_empty())
+    {
+        return Some("validation commands (need a frozen filesystem)");
+    }
+    if task.environment.compose.is_some() {
+        return Some("compose sidecars");
+    }
+    if !task.steps.is_empty() {
+        return Some("steps (need a frozen filesystem)");
+    }
+    None
+}
+
+/// What of an agent needs host directories or the model gateway.
+fn agent_feature(agent: &Agent) -> Option<&'static str> {
+    if agent.kind.model().is_some() {
+        return Some("the model gateway (an agent with a model:)");
+    }
+    match &agent.kind {
+        AgentKind::Oracle | AgentKind::Nop => None,
+        AgentKind::Command(c) if c.mounts.is_empty() => None,
+        AgentKind::Command(_) => Some("host directories mounted into the container (mounts:)"),
+        AgentKind::Aworld(_) => Some("the aworld agent's control root (a host directory)"),
+        AgentKind::ClaudeCode(_)
+        | AgentKind::Codex(_)
+        | AgentKind::MiniSweAgent(_)
+        | AgentKind::Aider(_) => Some("the agent cache (a host directory mounted read-only)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{BackendKind, RunArgs};
+
+    /// The job of one task (`extra` appended to its task.toml) under `agents` (job.yaml).
+    fn spec(extra_toml: &str, agents: &str) -> (tempfile::TempDir, JobSpec) {
+        let root = tempfile::tempdir().expect("tmp");
+        let task = crate::testing::task_dir(root.path(), "hello", extra_toml);
+        let config = root.path().join("job.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "tasks: [{}]\nagents: {agents}\nbackend: {{kind: kubernetes, namespace: evals}}\n",
+                task.display()
+            ),
+        )
+        .expect("job.yaml");
+        let args = RunArgs {
+            config: Some(config),
+            job_dir: Some(root.path().join("job")),
+            ..RunArgs::default()
+        };
+        let spec = crate::job::resolve(&args).expect("resolves");
+        (root, spec)
+    }
+
+    #[test]
+    fn what_kubernetes_cannot_do_yet_is_refused_naming_task_and_feature() {
+        let offline = "network_mode = \"no-network\"\n";
+        let (_root, ok) = spec(offline, "[oracle, nop]");
+        assert_eq!(ok.backend.kind, BackendKind::Kubernetes);
+        assert_eq!(ok.backend.namespace.as_deref(), Some("evals"));
+        assert!(refuse_on_kubernetes(&ok, true).is_ok());
+        let cases: &[(&str, &str, bool, &str)] = &[
+            (
+                offline,
+                "[oracle]",
+                false,
+                "network none (the namespace does not admit",
+            ),
+            (
+                "network_mode = \"host\"\n",
+                "[oracle]",
+                true,
+                "network host",
+            ),
+            (
+                "network_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"clean\"\n",
+                "[oracle]",
+                true,
+                "verifier environment_mode clean",
+            ),
+            (
+                "network_mode = \"no-network\"\n[verifier]\nintegrity = \"enforce\"\n",
+                "[oracle]",
+                true,
+                "integrity enforce",
+            ),
+            (
+                offline,
+                "[{name: cmd, kind: command, run: [\"true\"], mounts: [{host: /tmp, container: /m}]}]",
+                true,
+                "host directories",
+            ),
+        ];
+        for (toml, agents, no_network, want) in cases {
+            let (_root, spec) = spec(toml, agents);
+            let err = refuse_on_kubernetes(&spec, *no_network)
+                .expect_err(want)
+                .to_string();
+            assert!(err.contains(want), "{want}: {err}");
+            assert!(err.contains("not supported on Kubernetes yet"), "{err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! Commands in a pod over the pods/exec subresource (a websocket), with the Docker
+//! backend's deadline rule and real exit codes.
+//!
+//! A pod has no per-exec user, working dir or environment, so every exec runs the toolbox's
+//! shell as root with [`WRAPPER`]: it reads the exec's environment from stdin (never in the
+//! request URL, which an apiserver may log), enters the working dir, resolves the user as
+//! Docker does (a name or uid from the container's `/etc/passwd`, an optional `:group`; a
+//! uid not in passwd runs with gid 0), resolves the command through `PATH` itself (the
+//! toolbox's busybox would otherwise run its own applet of that name) and runs it through
+//! busybox `nsenter -S uid -G gid` (which sets uid and gid and clears supplementary groups).
+//!
+//! On the deadline every process of the container but PID 1 gets SIGTERM (`kill -TERM -1`
+//! from the toolbox, in a second exec), then after the grace period SIGKILL; the pod itself
+//! lives on. The exit code is the status the API sends at the end (`NonZeroExitCode`, cause
+//! `ExitCode`); a stream that ends without one is a kill.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::api::{AttachParams, AttachedProcess};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::KubernetesSandbox;
+use super::error::{KubeError, api_status};
+use super::pod::MAIN;
+use crate::sandbox::sink::CappedSink;
+use crate::sandbox::toolbox::toolbox_argv;
+use crate::sandbox::{ExecEnd, ExecOutcome, ExecSpec, SandboxError};
+
+/// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
+/// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
+/// base64 each, ending with `.`; `h`: the environment sets HOME), then the argv.
+const WRAPPER: &str = r#"B=/.arbiter/toolbox/busybox
+u=$1 wd=$2 fl=$3; shift 3
+case $fl in *e*)
+  while IFS= read -r l; do
+    [ "$l" = . ] && break
+    kv=$(printf %s "$l" | $B base64 -d; echo x) || exit 125
+    export "${kv%x}"
+  done;;
+esac
+exec </dev/null
+fields() { local IFS=:; set -f; set -- $1; uid=$3 gid=$4 home=$6; set +f; }
+uid=0 gid=0 home=
+if [ -n "$u" ]; then
+  n=${u%%:*} g=
+  case $u in *:*) g=${u#*:};; esac
+  case $n in
+    ''|*[!0-9]*) line=$($B awk -F: -v n="$n" '$1==n{print;exit}' /etc/passwd 2>/dev/null)
+      [ -n "$line" ] || { echo "unable to find user $n: no matching entries in passwd file" >&2; exit 126; }
+      fields "$line";;
+    *) line=$($B awk -F: -v n="$n" '$3==n{print;exit}' /etc/passwd 2>/dev/null)
+      if [ -n "$line" ]; then fields "$line"; else uid=$n gid=0 home=/; fi;;
+  esac
+  case $g in
+    '') ;;
+    *[!0-9]*) gid=$($B awk -F: -v g="$g" '$1==g{print $3;exit}' /etc/group 2>/dev/null)
+      [ -n "$gid" ] || { echo "unable to find group $g: no matching entries in group file" >&2; exit 126; };;
+    *) gid=$g;;
+  esac
+  case $fl in *h*) ;; *) [ -n "$home" ] && export HOME="$home";; esac
+fi
+if [ -n "$wd" ]; then cd "$wd" 2>/dev/null || { echo "cannot enter the working dir $wd" >&2; exit 126; }; fi
+c=$1
+case $c in
+  */*) ;;
+  *) p=
+    IFS=:; set -f
+    for d in $PATH; do [ -n "$d" ] || d=.; if [ -f "$d/$c" ] && [ -x "$d/$c" ]; then p=$d/$c; break; fi; done
+    unset IFS; set +f
+    [ -n "$p" ] || { echo "exec: \"$c\": executable file not found in \$PATH" >&2; exit 127; }
+    shift; set -- "$p" "$@";;
+esac
+if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
+exec $B nsenter -S "$uid" -G "$gid" "$@""#;
+
+/// How long connecting an exec may keep failing (a kubelet restarting answers "pod does not
+/// exist" for about a second) before it is an error.
+const CONNECT_RETRY: Duration = Duration::from_secs(8);
+/// How long the API may take to report the status once the streams ended.
+const STATUS_WAIT: Duration = Duration::from_secs(10);
+
+/// Where a stream of an exec goes.
+pub(super) enum Sink<'a> {
+    /// An [`ExecSpec`]'s capped file (or nothing).
+    Capped(&'a mut CappedSink),
+    /// Memory, at most `cap` bytes kept.
+    Memory { buf: &'a mut Vec<u8>, cap: usize },
+    /// A file of at most `limit` bytes: past it the exec is abandoned (`over` is set).
+    Limited {
+        file: &'a mut tokio::fs::File,
+        path: &'a std::path::Path,
+        written: u64,
+        limit: u64,
+        over: bool,
+    },
+}
+
+impl Sink<'_> {
+    /// Take `bytes`; `false`: stop reading (the limit is passed).
+    async fn take(&mut self, bytes: &[u8]) -> Result<bool, SandboxError> {
+        match self {
+            Sink::Capped(sink) => sink.write(bytes).await.map(|_| true),
+            Sink::Memory { buf, cap } => {
+                let room = cap.saturating_sub(buf.len());
+                buf.extend_from_slice(&bytes[..room.min(bytes.len())]);
+                Ok(true)
+            }
+            Sink::Limited {
+                file,
+                path,
+                written,
+                limit,
+                over,
+            } => {
+                *written += bytes.len() as u64;
+                if *written > *limit {
+                    *over = true;
+                    return Ok(false);
+                }
+                file.write_all(bytes)
+                    .await
+                    .map_err(SandboxError::io(path.to_path_buf()))?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// How a raw exec ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RawEnd {
+    Exited(i64),
+    TimedOut,
+    /// The stream ended without a status (the process or its container was killed), or a
+    /// sink's limit was passed.
+    Cut,
+}
+
+/// The exit code a finished exec's status reports.
+pub(super) fn exit_code_of(status: &Status) -> Result<i64, String> {
+    if status.status.as_deref() == Some("Success") {
+        return Ok(0);
+    }
+    if status.reason.as_deref() == Some("NonZeroExitCode") {
+        let code = status
+            .details
+            .as_ref()
+            .and_then(|d| d.causes.as_ref())
+            .and_then(|causes| {
+                causes
+                    .iter()
+                    .find(|c| c.reason.as_deref() == Some("ExitCode"))
+            })
+            .and_then(|c| c.message.as_deref())
+            .and_then(|m| m.trim().parse::<i64>().ok());
+        if let Some(code) = code {
+            return Ok(code);
+        }
+    }
+    Err(status
+        .message
+        .clone()
+        .or_else(|| status.reason.clone())
+        .unwrap_or_else(|| "no exit code in the exec's status".to_string()))
+}
+
+/// The wrapped argv of an exec and the stdin it needs (the environment), for a container
+/// whose execs without a user run as `default_user`.
+pub(super) fn wrapped(spec: &ExecSpec, default_user: Option<&str>) -> (Vec<String>, Vec<u8>) {
+    use base64_lines::encode;
+    let user = spec.user.as_deref().or(default_user).unwrap_or("");
+    let user = if user == "root" || user == "0" || user == "0:0" {
+        ""
+    } else {
+        user
+    };
+    let mut flags = String::new();
+    let mut stdin = Vec::new();
+    if !spec.env.is_empty() {
+        flags.push('e');
+        for (k, v) in &spec.env {
+            stdin.extend_from_slice(encode(format!("{k}={v}").as_bytes()).as_bytes());
+            stdin.push(b'\n');
+        }
+        stdin.extend_from_slice(b".\n");
+    }
+    if spec.env.iter().any(|(k, _)| k == "HOME") {
+        flags.push('h');
+    }
+    if flags.is_empty() {
+        flags.push('-');
+    }
+    let mut argv = toolbox_argv("sh", &["-c", WRAPPER, "arbiter-exec"]);
+    argv.push(user.to_string());
+    argv.push(spec.workdir.clone().unwrap_or_default());
+    argv.push(flags);
+    argv.extend(spec.argv.iter().cloned());
+    (argv, stdin)
+}
+
+/// Standard base64 (the toolbox's `base64 -d` reads it), no line breaks.
+mod base64_lines {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    pub(crate) fn encode(bytes: &[u8]) -> String {
+        let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                chunk.get(1).copied().unwrap_or(0),
+                chunk.get(2).copied().unwrap_or(0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+}
+
+impl KubernetesSandbox {
+    /// Open an exec in the pod's main container, retrying a connection the API refused for
+    /// a short while (nothing ran then).
+    async fn attach(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: bool,
+    ) -> Result<AttachedProcess, SandboxError> {
+        let params = AttachParams::default()
+            .container(MAIN)
+            .stdin(stdin)
+            .stdout(true)
+            .stderr(true)
+            .max_stdin_buf_size(256 * 1024)
+            .max_stdout_buf_size(256 * 1024)
+            .max_stderr_buf_size(64 * 1024);
+        let started = Instant::now();
+        loop {
+            self.count_request();
+            match self.pods().exec(pod, argv.to_vec(), &params).await {
+                Ok(process) => return Ok(process),
+                Err(e) => {
+                    let status = api_status(&e);
+                    let retry =
+                        !matches!(status, Some(401 | 403)) && started.elapsed() < CONNECT_RETRY;
+                    if !retry {
+                        return Err(self.exec_error(pod, e).await);
+                    }
+                    tracing::debug!(pod, "exec connect: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    /// An exec that could not connect: the pod is gone, or the API refused.
+    async fn exec_error(&self, pod: &str, e: kube::Error) -> SandboxError {
+        match self.pod_gone(pod).await {
+            Some(why) => KubeError::PodGone {
+                pod: pod.to_string(),
+                why,
+            }
+            .into(),
+            None => KubeError::Api {
+                op: "exec",
+                source: e,
+            }
+            .into(),
+        }
+    }
+
+    /// Run `argv` in the pod: `stdin` written and closed, the streams into the sinks,
+    /// `timeout` enforced by the deadline rule (SIGTERM, `grace`, SIGKILL).
+    pub(super) async fn run(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+        out: &mut Sink<'_>,
+        err: &mut Sink<'_>,
+        (timeout, grace): (Option<Duration>, Duration),
+    ) -> Result<RawEnd, SandboxError> {
+        let mut process = self.attach(pod, argv, stdin.is_some()).await?;
+        let mut stdout = process.stdout();
+        let mut stderr = process.stderr();
+        let status = process.take_status();
+        let writer = process.stdin();
+        let feed = async move {
+            if let (Some(mut w), Some(bytes)) = (writer, stdin) {
+                w.write_all(bytes).await?;
+                w.shutdown().await?;
+            }
+            Ok::<_, std::io::Error>(())
+        };
+        tokio::pin!(feed);
+        let mut fed = stdin.is_none();
+        let (mut out_done, mut err_done) = (stdout.is_none(), stderr.is_none());
+        let mut buf_out = vec![0u8; 64 * 1024];
+        let mut buf_err = vec![0u8; 16 * 1024];
+        let mut deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut stage = 0u8;
+        let mut cut = false;
+        while !(out_done && err_done) {
+            let sleep = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                fedr = &mut feed, if !fed => {
+                    fed = true;
+                    if let Err(e) = fedr {
+                        tracing::debug!(pod, "exec stdin: {e}");
+                    }
+                }
+                n = read(&mut stdout, &mut buf_out), if !out_done => match n {
+                    Some(n) => if !out.take(&buf_out[..n]).await? { cut = true; break; },
+                    None => out_done = true,
+                },
+                n = read(&mut stderr, &mut buf_err), if !err_done => match n {
+                    Some(n) => if !err.take(&buf_err[..n]).await? { cut = true; break; },
+                    None => err_done = true,
+                },
+                _ = sleep => {
+                    stage += 1;
+                    match stage {
+                        1 => {
+                            tracing::debug!(pod, "exec deadline reached: SIGTERM, then kill after grace");
+                            self.signal_all(pod, "-TERM").await;
+                            deadline = Some(tokio::time::Instant::now() + grace);
+                        }
+                        2 => {
+                            self.signal_all(pod, "-KILL").await;
+                            deadline = Some(tokio::time::Instant::now() + Duration::from_secs(10));
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        if stage > 0 {
+            process.abort();
+            return Ok(RawEnd::TimedOut);
+        }
+        if cut {
+            process.abort();
+            return Ok(RawEnd::Cut);
+        }
+        let Some(status) = status else {
+            return Ok(RawEnd::Cut);
+        };
+        match tokio::time::timeout(STATUS_WAIT, status).await {
+            Ok(Some(status)) => match exit_code_of(&status) {
+                Ok(code) => Ok(RawEnd::Exited(code)),
+                Err(message) => {
+                    if let Some(why) = self.pod_gone(pod).await {
+                        return Err(KubeError::PodGone {
+                            pod: pod.to_string(),
+                            why,
+                        }
+                        .into());
+                    }
+                    Err(KubeError::Exec {
+                        pod: pod.to_string(),
+                        message,
+                    }
+                    .into())
+                }
+            },
+            Ok(None) | Err(_) => {
+                if let Some(why) = self.pod_gone(pod).await {
+                    return Err(KubeError::PodGone {
+                        pod: pod.to_string(),
+                        why,
+                    }
+                    .into());
+                }
+                Ok(RawEnd::Cut)
+            }
+        }
+    }
+
+    /// A toolbox command as root, its output in memory (at most 1 MiB each), under `timeout`.
+    pub(super) async fn harness(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<(RawEnd, Vec<u8>, Vec<u8>), SandboxError> {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let end = {
+            let mut o = Sink::Memory {
+                buf: &mut out,
+                cap: 1 << 20,
+            };
+            let mut e = Sink::Memory {
+                buf: &mut err,
+                cap: 1 << 20,
+            };
+            self.run(
+                pod,
+                argv,
+                stdin,
+                &mut o,
+                &mut e,
+                (Some(timeout), Duration::from_secs(1)),
+            )
+            .await?
+        };
+        Ok((end, out, err))
+    }
+
+    /// `kill SIGNAL -1` from the toolbox as root: every process of the container but PID 1
+    /// (and the kill itself). Best effort: failures are logged.
+    pub(super) async fn signal_all(&self, pod: &str, signal: &str) {
+        let argv = toolbox_argv("kill", &[signal, "-1"]);
+        // Not through `run`, which calls this on its deadline.
+        let sent = async {
+            let mut process = self.attach(pod, &argv, false).await?;
+            let status = process.take_status();
+            if let Some(mut out) = process.stdout() {
+                let mut sink = Vec::new();
+                let _ = out.read_to_end(&mut sink).await;
+            }
+            if let Some(status) = status {
+                let _ = status.await;
+            }
+            Ok::<_, SandboxError>(())
+        };
+        match tokio::time::timeout(Duration::from_secs(10), sent).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(pod, signal, "signal broadcast failed: {e}"),
+            Err(_) => tracing::debug!(pod, signal, "signal broadcast did not finish"),
+        }
+    }
+
+    /// [`Sandbox::exec`](crate::sandbox::Sandbox::exec).
+    pub(super) async fn exec_spec(
+        &self,
+        pod: &str,
+        spec: &ExecSpec,
+    ) -> Result<ExecOutcome, SandboxError> {
+        let started = Instant::now();
+        let default_user = self.default_user(pod).await;
+        let (argv, stdin) = wrapped(spec, default_user.as_deref());
+        let mut stdout = CappedSink::open(spec.stdout.as_deref(), spec.cap_bytes).await?;
+        let mut stderr = CappedSink::open(spec.stderr.as_deref(), spec.cap_bytes).await?;
+        let end = self
+            .run(
+                pod,
+                &argv,
+                (!stdin.is_empty()).then_some(&stdin[..]),
+                &mut Sink::Capped(&mut stdout),
+                &mut Sink::Capped(&mut stderr),
+                (spec.timeout, spec.grace),
+            )
+            .await?;
+        stdout.finish().await?;
+        stderr.finish().await?;
+        let end = match end {
+            RawEnd::Exited(code) => ExecEnd::Exited(code),
+            RawEnd::TimedOut => ExecEnd::TimedOut,
+            RawEnd::Cut => ExecEnd::Killed { oom: false },
+        };
+        Ok(ExecOutcome {
+            end,
+            stdout_bytes: stdout.total,
+            stderr_bytes: stderr.total,
+            truncated: stdout.total > stdout.kept || stderr.total > stderr.kept,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// The next chunk of a stream (`None`: it ended or failed).
+async fn read<R: tokio::io::AsyncRead + Unpin>(
+    stream: &mut Option<R>,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let stream = stream.as_mut()?;
+    match stream.read(buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
+
+    #[test]
+    fn exit_codes_come_from_the_status() {
+        let ok = Status {
+            status: Some("Success".into()),
+            ..Default::default()
+        };
+        assert_eq!(exit_code_of(&ok), Ok(0));
+        let failed = Status {
+            status: Some("Failure".into()),
+            reason: Some("NonZeroExitCode".into()),
+            details: Some(StatusDetails {
+                causes: Some(vec![StatusCause {
+                    reason: Some("ExitCode".into()),
+                    message: Some("42".into()),
+                    field: None,
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(exit_code_of(&failed), Ok(42));
+        let broken = Status {
+            status: Some("Failure".into()),
+            message: Some("container not found".into()),
+            ..Default::default()
+        };
+        assert_eq!(exit_code_of(&broken), Err("container not found".into()));
+    }
+
+    #[test]
+    fn the_environment_goes_on_stdin_never_in_the_argv() {
+        let spec = ExecSpec {
+            argv: vec!["python3".into(), "-c".into(), "print(1)".into()],
+            env: vec![("TOKEN".into(), "s3cret\nline".into())],
+            user: None,
+            workdir: Some("/app".into()),
+            stdout: None,
+            stderr: None,
+            cap_bytes: 10,
+            timeout: None,
+            grace: Duration::ZERO,
+        };
+        let (argv, stdin) = wrapped(&spec, Some("agent"));
+        assert!(!argv.iter().any(|a| a.contains("s3cret")));
+        assert_eq!(argv[0], "/.arbiter/toolbox/busybox");
+        let tail: Vec<&str> = argv[5..].iter().map(String::as_str).collect();
+        assert_eq!(tail, ["agent", "/app", "e", "python3", "-c", "print(1)"]);
+        let text = String::from_utf8(stdin).unwrap();
+        assert_eq!(
+            text,
+            format!("{}\n.\n", base64_lines::encode(b"TOKEN=s3cret\nline"))
+        );
+        let root = ExecSpec {
+            user: Some("0".into()),
+            env: Vec::new(),
+            ..spec
+        };
+        let (argv, stdin) = wrapped(&root, Some("agent"));
+        assert_eq!(argv[5], "", "root needs no switch");
+        assert_eq!(argv[7], "-");
+        assert!(stdin.is_empty());
+    }
+
+    #[test]
+    fn base64_matches_the_standard_alphabet() {
+        assert_eq!(base64_lines::encode(b""), "");
+        assert_eq!(base64_lines::encode(b"f"), "Zg==");
+        assert_eq!(base64_lines::encode(b"fo"), "Zm8=");
+        assert_eq!(base64_lines::encode(b"foo"), "Zm9v");
+        assert_eq!(base64_lines::encode(b"A=1 b"), "QT0xIGI=");
+    }
+}

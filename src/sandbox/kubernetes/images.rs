@@ -1,0 +1,290 @@
+//! Images for pods: the harness toolbox image and the task environments, built with the
+//! local Docker engine and pushed to the registry once per content key however many trials
+//! ask at the same time (a per-key async once-cell; across processes the registry itself is
+//! asked first), used by digest. Named images are left to the kubelet.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bollard::query_parameters::{
+    CreateImageOptionsBuilder, PushImageOptionsBuilder, TagImageOptionsBuilder,
+};
+use futures_util::StreamExt;
+use tokio::sync::OnceCell;
+
+use super::KubernetesSandbox;
+use super::error::KubeError;
+use super::pod::IMAGE_BUSYBOX;
+use super::registry::{Reference, Registry};
+use crate::sandbox::{
+    DockerSandbox, ImageConfig, ImageRecipe, ImageRef, ImageSpec, Sandbox, SandboxError,
+};
+
+/// Repository of the toolbox image in the registry.
+const TOOLBOX_REPOSITORY: &str = "arbiter-toolbox";
+
+/// A prepared environment: the reference pods use, and what its config sets.
+#[derive(Debug, Clone)]
+pub(super) struct Prepared {
+    pub reference: String,
+    pub config: Option<ImageConfig>,
+    pub digest: Option<String>,
+}
+
+impl KubernetesSandbox {
+    fn registry(&self) -> Result<Registry, SandboxError> {
+        let host = self.resolved.registry.as_deref().ok_or_else(|| {
+            KubeError::Setup(
+                "no registry to push images to: pass --registry, set backend.registry or ARBITER_K8S_REGISTRY".to_string(),
+            )
+        })?;
+        // A registry may carry a path (`host/team`): the host is its first component.
+        let host = host.split('/').next().unwrap_or(host);
+        Ok(Registry::new(host)?)
+    }
+
+    /// `registry[/path]/repository`.
+    fn pushed_name(&self, repository: &str) -> Result<(String, String), SandboxError> {
+        let base = self.resolved.registry.as_deref().unwrap_or("");
+        let (host, path) = base.split_once('/').unwrap_or((base, ""));
+        let repo = if path.is_empty() {
+            repository.to_string()
+        } else {
+            format!("{}/{repository}", path.trim_matches('/'))
+        };
+        Ok((format!("{host}/{repo}"), repo))
+    }
+
+    /// The local engine that builds and pushes (connected on first use).
+    async fn engine(&self) -> Result<Arc<DockerSandbox>, SandboxError> {
+        self.engine
+            .get_or_try_init(|| async {
+                let engine = DockerSandbox::connect().await?;
+                Ok::<_, SandboxError>(Arc::new(match &self.toolbox {
+                    Some(toolbox) => engine.with_toolbox(toolbox),
+                    None => engine,
+                }))
+            })
+            .await
+            .cloned()
+    }
+
+    /// The toolbox image in the registry, by digest: imported from the host toolbox's static
+    /// busybox with the local engine and pushed once (its tag is its busybox's sha256).
+    pub(super) async fn toolbox_image(&self) -> Result<String, SandboxError> {
+        self.toolbox_image
+            .get_or_try_init(|| async {
+                let toolbox = self.toolbox.as_ref().ok_or_else(|| {
+                    KubeError::Setup("no harness toolbox (run scripts/bootstrap)".to_string())
+                })?;
+                let tag = &toolbox.busybox_sha256[..16];
+                let (name, repo) = self.pushed_name(TOOLBOX_REPOSITORY)?;
+                let registry = self.registry()?;
+                if let Some(digest) = registry.digest(&repo, tag).await? {
+                    return Ok(format!("{name}@{digest}"));
+                }
+                let busybox = std::fs::read(toolbox.dir.join("busybox"))
+                    .map_err(SandboxError::io(toolbox.dir.join("busybox")))?;
+                let tar = crate::sandbox::files_to_tar(&[
+                    crate::sandbox::TarEntry {
+                        path: "toolbox",
+                        content: None,
+                        mode: 0o755,
+                    },
+                    crate::sandbox::TarEntry {
+                        path: IMAGE_BUSYBOX.trim_start_matches('/'),
+                        content: Some(&busybox),
+                        mode: 0o755,
+                    },
+                ])
+                .map_err(|e| KubeError::Setup(format!("packing the toolbox image: {e}")))?;
+                let engine = self.engine().await?;
+                let docker = engine.client();
+                let options = CreateImageOptionsBuilder::new()
+                    .from_src("-")
+                    .repo(&name)
+                    .tag(tag)
+                    .build();
+                let mut stream =
+                    docker.create_image(Some(options), Some(bollard::body_full(tar.into())), None);
+                while let Some(item) = stream.next().await {
+                    let info = item.map_err(|e| KubeError::Push {
+                        image: name.clone(),
+                        message: format!("import: {e}"),
+                    })?;
+                    if let Some(detail) = info.error_detail {
+                        return Err(KubeError::Push {
+                            image: name.clone(),
+                            message: format!("import: {}", detail.message.unwrap_or_default()),
+                        }
+                        .into());
+                    }
+                }
+                self.push(&name, tag).await?;
+                let digest = registry
+                    .digest(&repo, tag)
+                    .await?
+                    .ok_or_else(|| KubeError::Push {
+                        image: name.clone(),
+                        message: "pushed, but the registry does not list it".to_string(),
+                    })?;
+                Ok::<_, SandboxError>(format!("{name}@{digest}"))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Push `name:tag` with the local engine.
+    async fn push(&self, name: &str, tag: &str) -> Result<(), SandboxError> {
+        let engine = self.engine().await?;
+        let docker = engine.client();
+        self.pushes.fetch_add(1, Ordering::SeqCst);
+        tracing::info!(image = name, tag, "pushing image");
+        let options = PushImageOptionsBuilder::new().tag(tag).build();
+        let mut stream = docker.push_image(name, Some(options), None);
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| KubeError::Push {
+                image: format!("{name}:{tag}"),
+                message: e.to_string(),
+            })?;
+            if let Some(detail) = info.error_detail {
+                return Err(KubeError::Push {
+                    image: format!("{name}:{tag}"),
+                    message: detail.message.unwrap_or_default(),
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Sandbox::prepare_image`]: a build is built locally, pushed once and used by digest;
+    /// a named image is the kubelet's to pull (its config read from its registry when it
+    /// can be).
+    pub(super) async fn prepare(&self, spec: &ImageSpec) -> Result<ImageRef, SandboxError> {
+        let key = spec.reference().to_string();
+        let cell = {
+            let mut cells = self.images.lock().await;
+            cells
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(OnceCell::new()))
+                .clone()
+        };
+        let prepared = cell
+            .get_or_try_init(|| async {
+                match &spec.recipe {
+                    ImageRecipe::Named(name) => Ok::<_, SandboxError>(Prepared {
+                        reference: name.clone(),
+                        config: self.named_config(name).await,
+                        digest: None,
+                    }),
+                    ImageRecipe::Build { .. } => {
+                        let built = tokio::time::timeout(spec.timeout, self.build_and_push(spec));
+                        match built.await {
+                            Ok(result) => result,
+                            Err(_) => Err(SandboxError::Build {
+                                tag: key.clone(),
+                                message: format!(
+                                    "build and push timed out after {}s",
+                                    spec.timeout.as_secs()
+                                ),
+                            }),
+                        }
+                    }
+                }
+            })
+            .await?
+            .clone();
+        let reference = prepared.reference.clone();
+        self.prepared
+            .lock()
+            .await
+            .insert(reference.clone(), prepared);
+        Ok(ImageRef::new(reference))
+    }
+
+    async fn build_and_push(&self, spec: &ImageSpec) -> Result<Prepared, SandboxError> {
+        let key = spec.reference();
+        let (repository, tag) = key.rsplit_once(':').unwrap_or((key, "latest"));
+        let (name, repo) = self.pushed_name(repository)?;
+        let registry = self.registry()?;
+        let engine = self.engine().await?;
+        let digest = match registry.digest(&repo, tag).await? {
+            Some(digest) => digest,
+            None => {
+                if !engine.has_image(key).await? {
+                    self.builds.fetch_add(1, Ordering::SeqCst);
+                }
+                let local = engine.prepare_image(spec).await?;
+                engine
+                    .client()
+                    .tag_image(
+                        local.as_str(),
+                        Some(TagImageOptionsBuilder::new().repo(&name).tag(tag).build()),
+                    )
+                    .await
+                    .map_err(|e| KubeError::Push {
+                        image: name.clone(),
+                        message: format!("tag: {e}"),
+                    })?;
+                self.push(&name, tag).await?;
+                registry
+                    .digest(&repo, tag)
+                    .await?
+                    .ok_or_else(|| KubeError::Push {
+                        image: format!("{name}:{tag}"),
+                        message: "pushed, but the registry does not list it".to_string(),
+                    })?
+            }
+        };
+        // The config as built: the local engine has it, else the registry.
+        let config = match engine.image_config(&ImageRef::new(key)).await {
+            Ok(config) => Some(config),
+            Err(_) => registry.image_config(&repo, &digest).await.ok(),
+        };
+        Ok(Prepared {
+            reference: format!("{name}@{digest}"),
+            config,
+            digest: Some(digest),
+        })
+    }
+
+    /// A named image's config from its registry; `None` (with a note) when it cannot be read.
+    async fn named_config(&self, name: &str) -> Option<ImageConfig> {
+        let r = Reference::parse(name);
+        let registry = Registry::new(&r.host).ok()?;
+        match registry.image_config(&r.repository, &r.reference).await {
+            Ok(config) => Some(config),
+            Err(e) => {
+                tracing::warn!(
+                    image = name,
+                    "image config not readable ({e}): execs without a user run as root"
+                );
+                None
+            }
+        }
+    }
+
+    /// The config of a prepared image, when known.
+    pub(super) async fn config_of(&self, image: &str) -> Option<ImageConfig> {
+        self.prepared
+            .lock()
+            .await
+            .get(image)
+            .and_then(|p| p.config.clone())
+    }
+
+    /// The user execs without one run as in containers of `image` (its `USER`).
+    pub(super) async fn image_user(&self, image: &str) -> Option<String> {
+        self.config_of(image).await.and_then(|c| c.user)
+    }
+
+    /// The digest of a prepared image, when it was built here.
+    pub(super) async fn digest_of(&self, image: &str) -> Option<String> {
+        self.prepared
+            .lock()
+            .await
+            .get(image)
+            .and_then(|p| p.digest.clone())
+    }
+}

@@ -1,0 +1,645 @@
+//! A pod's life: create (with its deny-all policy for network `none`), start (a watch until
+//! Running, failing with the pod's events), the proofs before the agent starts, stop (every
+//! process but PID 1 killed; the OOM verdict), status, remove, list.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerState, Event, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+use super::KubernetesSandbox;
+use super::error::{KubeError, api_status};
+use super::exec::RawEnd;
+use super::names::{ANNOTATION_LABELS, label_selector, pod_name, random_suffix};
+use super::pod::{ANNOTATION_USER, KEEPALIVE_MARKER, MAIN, PodPlan, deny_all, pod_for};
+use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
+use crate::sandbox::{
+    Base, ContainerId, ContainerSpec, ContainerStatus, Listed, Network, Process, Resource,
+    SandboxError, Selector, Stopped,
+};
+
+/// How long a pod may take to run (scheduling, pulls, init containers).
+const START_DEADLINE: Duration = Duration::from_secs(300);
+/// How long an image's ENTRYPOINT may take to hand over to the keep-alive.
+const HANDOVER_WAIT: Duration = Duration::from_secs(30);
+
+/// Waiting reasons that will not fix themselves.
+const FATAL_WAITING: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// What arbiter knows of one of its pods.
+#[derive(Debug, Clone, Default)]
+pub(super) struct PodState {
+    /// The user an exec without one runs as.
+    pub default_user: Option<String>,
+    /// Started once (a second start is the snapshot verifier in the agent's own pod).
+    pub started: bool,
+    pub network: Option<Network>,
+    /// The image's ENTRYPOINT runs first and must hand over to the keep-alive.
+    pub handover: bool,
+}
+
+/// Proof, from inside, that a pod with network `none` has only loopback: no other interface
+/// up, no address but loopback's, no route, and the API service unreachable.
+const PROVE_NO_NETWORK: &str = r#"B=/.arbiter/toolbox/busybox
+for d in /sys/class/net/*; do i=${d##*/}; [ "$i" = lo ] && continue
+  s=$($B cat "$d/operstate" 2>/dev/null); [ "$s" = down ] || { echo "interface $i is ${s:-unknown}" >&2; exit 1; }
+done
+a=$($B ip -o addr show | $B grep -v ': lo ')
+[ -z "$a" ] || { echo "addresses besides loopback: $a" >&2; exit 1; }
+r=$($B ip route show)
+[ -z "$r" ] || { echo "routes: $r" >&2; exit 1; }
+if [ -n "$KUBERNETES_SERVICE_HOST" ]; then
+  $B nc -w 2 "$KUBERNETES_SERVICE_HOST" "${KUBERNETES_SERVICE_PORT:-443}" </dev/null >/dev/null 2>&1 && { echo "the API service answered" >&2; exit 1; }
+fi
+exit 0"#;
+
+/// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
+/// until none is left; print the memory cgroup's OOM-kill count read before.
+const STOP: &str = r#"B=/.arbiter/toolbox/busybox; o=0
+if [ -r /sys/fs/cgroup/memory/memory.oom_control ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory/memory.oom_control)
+elif [ -r /sys/fs/cgroup/memory.events ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory.events); fi
+i=0
+while :; do
+  kill -KILL -1 2>/dev/null
+  n=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    { [ "$p" = 1 ] || [ "$p" = $$ ]; } && continue
+    read -r s < "$d/stat" 2>/dev/null || continue
+    r=${s##*) }; set -- $r
+    [ "$1" = Z ] && continue
+    if [ "$2" = 1 ]; then c=$($B tr '\000' ' ' < "$d/cmdline" 2>/dev/null); [ "$c" = "/.arbiter/toolbox/busybox sleep 3600 " ] && continue; fi
+    n=$((n+1))
+  done
+  [ "$n" = 0 ] && break
+  i=$((i+1)); [ "$i" -ge 150 ] && { echo "$n process(es) left after SIGKILL" >&2; exit 3; }
+  $B usleep 20000
+done
+echo "oom_kill=${o:-0}""#;
+
+impl KubernetesSandbox {
+    /// [`Sandbox::create`](crate::sandbox::Sandbox::create).
+    pub(super) async fn create_pod(
+        &self,
+        spec: &ContainerSpec,
+    ) -> Result<ContainerId, SandboxError> {
+        let Base::Image(image) = &spec.base else {
+            return Err(SandboxError::Unsupported {
+                op: "a container of a frozen filesystem",
+                backend: "kubernetes",
+            });
+        };
+        let toolbox = self.toolbox_image().await?;
+        let default_user = self.image_user(image.as_str()).await;
+        let name = pod_name(&spec.owner.trial, spec.owner.role, &random_suffix());
+        let pod = pod_for(&PodPlan {
+            name: &name,
+            image: image.as_str(),
+            toolbox_image: &toolbox,
+            spec,
+            resolved: &self.resolved,
+            default_user: default_user.as_deref(),
+        })?;
+        self.count_request();
+        let created = self
+            .pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .map_err(KubeError::api("pod create"))?;
+        let state = PodState {
+            default_user: spec.start.user.clone().or(default_user),
+            started: false,
+            network: Some(spec.network),
+            handover: spec.start.process == Process::ImageEntrypoint,
+        };
+        self.states.lock().await.insert(name.clone(), state);
+        if spec.network == Network::None && self.policies_allowed() {
+            let uid = created.metadata.uid.clone().unwrap_or_default();
+            let labels = created.metadata.labels.clone().unwrap_or_default();
+            let policy = deny_all(&name, &uid, &labels);
+            let api: Api<NetworkPolicy> =
+                Api::namespaced(self.client.clone(), &self.resolved.namespace);
+            self.count_request();
+            if let Err(e) = api.create(&PostParams::default(), &policy).await {
+                // The interfaces are down either way; the policy is the second wall only.
+                tracing::warn!(pod = name, "deny-all NetworkPolicy not created: {e}");
+            }
+        }
+        Ok(ContainerId::new(name))
+    }
+
+    /// [`Sandbox::start`](crate::sandbox::Sandbox::start).
+    pub(super) async fn start_pod(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        let pod = id.as_str();
+        let state = self
+            .states
+            .lock()
+            .await
+            .get(pod)
+            .cloned()
+            .unwrap_or_default();
+        if state.started {
+            // The snapshot verifier in the agent's own pod: `stop` left PID 1 and the
+            // filesystem; nothing of the agent runs. PID 1 must still run.
+            return match self.main_state(pod).await? {
+                Some(ContainerState {
+                    running: Some(_), ..
+                }) => Ok(()),
+                _ => Err(KubeError::PodGone {
+                    pod: pod.to_string(),
+                    why: "its container is no longer running".to_string(),
+                }
+                .into()),
+            };
+        }
+        self.await_running(pod).await?;
+        if let Some(s) = self.states.lock().await.get_mut(pod) {
+            s.started = true;
+        }
+        if state.handover {
+            self.await_handover(pod).await?;
+        }
+        if state.network == Some(Network::None) {
+            let argv = toolbox_argv("sh", &["-c", PROVE_NO_NETWORK]);
+            let (end, _, err) = self
+                .harness(pod, &argv, None, Duration::from_secs(30))
+                .await?;
+            if end != RawEnd::Exited(0) {
+                return Err(KubeError::NotStarted {
+                    pod: pod.to_string(),
+                    why: format!(
+                        "network none not in place: {}",
+                        String::from_utf8_lossy(&err).trim()
+                    ),
+                    events: String::new(),
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Watch the pod until its main container runs; fail on a state that will not fix
+    /// itself, or at the start deadline, quoting the pod's events.
+    async fn await_running(&self, pod: &str) -> Result<(), SandboxError> {
+        use kube::runtime::wait::await_condition;
+        let verdict = |p: Option<&Pod>| -> bool { p.is_none_or(|p| start_verdict(p).is_some()) };
+        self.count_request();
+        let waited =
+            tokio::time::timeout(START_DEADLINE, await_condition(self.pods(), pod, verdict)).await;
+        let why = match waited {
+            Ok(Ok(Some(p))) => match start_verdict(&p) {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(why)) => why,
+                None => "no verdict".to_string(),
+            },
+            Ok(Ok(None)) => {
+                return Err(KubeError::PodGone {
+                    pod: pod.to_string(),
+                    why: "deleted while starting".to_string(),
+                }
+                .into());
+            }
+            Ok(Err(e)) => format!("watch failed: {e}"),
+            Err(_) => format!("not running after {}s", START_DEADLINE.as_secs()),
+        };
+        let events = self.events_of(pod).await;
+        if let Some(image) = why.strip_prefix("pull:") {
+            let (image, why) = image.split_once('|').unwrap_or((image, ""));
+            return Err(KubeError::Pull {
+                image: image.to_string(),
+                why: why.to_string(),
+                events,
+            }
+            .into());
+        }
+        Err(KubeError::NotStarted {
+            pod: pod.to_string(),
+            why,
+            events,
+        }
+        .into())
+    }
+
+    /// Wait until the keep-alive runs (the image's ENTRYPOINT handed over), as on Docker.
+    async fn await_handover(&self, pod: &str) -> Result<(), SandboxError> {
+        let mut keepalive = keepalive_argv();
+        keepalive.push(KEEPALIVE_MARKER.to_string());
+        let tool = |applet: &str| toolbox_argv(applet, &[]).join(" ");
+        let probe = toolbox_argv(
+            "sh",
+            &[
+                "-c",
+                &crate::sandbox::docker::handover_probe(&keepalive, tool),
+            ],
+        );
+        let started = tokio::time::Instant::now();
+        loop {
+            match self.main_state(pod).await? {
+                Some(ContainerState {
+                    running: Some(_), ..
+                }) => {}
+                other => {
+                    let code = other
+                        .and_then(|s| s.terminated)
+                        .map_or(-1, |t| i64::from(t.exit_code));
+                    return Err(SandboxError::Entrypoint {
+                        entrypoint: "of the image".to_string(),
+                        why: format!("exited with code {code} before running its arguments"),
+                        logs: self.last_output(pod).await,
+                    });
+                }
+            }
+            let (end, _, _) = self
+                .harness(pod, &probe, None, Duration::from_secs(10))
+                .await?;
+            if end == RawEnd::Exited(0) {
+                return Ok(());
+            }
+            if started.elapsed() >= HANDOVER_WAIT {
+                return Err(SandboxError::Entrypoint {
+                    entrypoint: "of the image".to_string(),
+                    why: format!(
+                        "still had not run its arguments after {}s",
+                        HANDOVER_WAIT.as_secs()
+                    ),
+                    logs: self.last_output(pod).await,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// ` (last output: …)` from the main container's log, or empty.
+    async fn last_output(&self, pod: &str) -> String {
+        let params = kube::api::LogParams {
+            container: Some(MAIN.to_string()),
+            tail_lines: Some(5),
+            ..Default::default()
+        };
+        self.count_request();
+        match self.pods().logs(pod, &params).await {
+            Ok(text) if !text.trim().is_empty() => {
+                let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                format!(
+                    " (last output: {})",
+                    line.chars().take(400).collect::<String>()
+                )
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// The main container's state (`None`: not reported yet). A pod that is gone is
+    /// [`KubeError::PodGone`].
+    pub(super) async fn main_state(
+        &self,
+        pod: &str,
+    ) -> Result<Option<ContainerState>, SandboxError> {
+        self.count_request();
+        let got = match self.pods().get(pod).await {
+            Ok(p) => p,
+            Err(e) if api_status(&e) == Some(404) => {
+                return Err(KubeError::PodGone {
+                    pod: pod.to_string(),
+                    why: "not found".to_string(),
+                }
+                .into());
+            }
+            Err(e) => return Err(KubeError::api("pod get")(e).into()),
+        };
+        Ok(main_status(&got).and_then(|s| s.state.clone()))
+    }
+
+    /// Why the pod is gone, if it is (deleted, evicted, or its container ended).
+    pub(super) async fn pod_gone(&self, pod: &str) -> Option<String> {
+        self.count_request();
+        match self.pods().get(pod).await {
+            Err(e) if api_status(&e) == Some(404) => Some("not found".to_string()),
+            Err(_) => None,
+            Ok(p) => {
+                if p.metadata.deletion_timestamp.is_some() {
+                    return Some("being deleted".to_string());
+                }
+                let status = p.status.as_ref();
+                if let Some(reason) = status.and_then(|s| s.reason.clone()) {
+                    return Some(reason);
+                }
+                match main_status(&p).and_then(|s| s.state.clone()) {
+                    Some(ContainerState {
+                        terminated: Some(t),
+                        ..
+                    }) => Some(format!(
+                        "its container ended ({}, exit {})",
+                        t.reason.unwrap_or_default(),
+                        t.exit_code
+                    )),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// The pod's last events, as `; events: reason: message | …` (empty when none).
+    pub(super) async fn events_of(&self, pod: &str) -> String {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.resolved.namespace);
+        let params = ListParams::default().fields(&format!("involvedObject.name={pod}"));
+        self.count_request();
+        let Ok(list) = api.list(&params).await else {
+            return String::new();
+        };
+        let mut items = list.items;
+        items.sort_by_key(|e| e.last_timestamp.clone().map(|t| t.0));
+        let lines: Vec<String> = items
+            .iter()
+            .rev()
+            .take(6)
+            .rev()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.reason.clone().unwrap_or_default(),
+                    e.message.clone().unwrap_or_default().trim()
+                )
+            })
+            .collect();
+        if lines.is_empty() {
+            String::new()
+        } else {
+            format!("; events: {}", lines.join(" | "))
+        }
+    }
+
+    /// [`Sandbox::stop`](crate::sandbox::Sandbox::stop).
+    pub(super) async fn stop_pod(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
+        let pod = id.as_str();
+        match self.main_state(pod).await? {
+            Some(ContainerState {
+                running: Some(_), ..
+            }) => {}
+            Some(ContainerState {
+                terminated: Some(t),
+                ..
+            }) => {
+                return Ok(Stopped {
+                    oom_killed: t.reason.as_deref() == Some("OOMKilled"),
+                });
+            }
+            _ => return Ok(Stopped::default()),
+        }
+        let argv = toolbox_argv("sh", &["-c", STOP]);
+        let (end, out, err) = self
+            .harness(pod, &argv, None, Duration::from_secs(60))
+            .await?;
+        let text = String::from_utf8_lossy(&out);
+        match end {
+            RawEnd::Exited(0) => {
+                let kills = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("oom_kill="))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+                Ok(Stopped {
+                    oom_killed: kills > 0,
+                })
+            }
+            other => {
+                // PID 1 itself may have died (the OOM killer picks the largest process).
+                if let Ok(Some(ContainerState {
+                    terminated: Some(t),
+                    ..
+                })) = self.main_state(pod).await
+                {
+                    return Ok(Stopped {
+                        oom_killed: t.reason.as_deref() == Some("OOMKilled"),
+                    });
+                }
+                Err(KubeError::Exec {
+                    pod: pod.to_string(),
+                    message: format!(
+                        "stopping its processes: {} ({other:?})",
+                        String::from_utf8_lossy(&err).trim()
+                    ),
+                }
+                .into())
+            }
+        }
+    }
+
+    /// [`Sandbox::status`](crate::sandbox::Sandbox::status).
+    pub(super) async fn pod_status(
+        &self,
+        id: &ContainerId,
+    ) -> Result<ContainerStatus, SandboxError> {
+        match self.main_state(id.as_str()).await? {
+            Some(ContainerState {
+                running: Some(_), ..
+            }) => Ok(ContainerStatus::Running { health: None }),
+            Some(ContainerState {
+                terminated: Some(t),
+                ..
+            }) => Ok(ContainerStatus::Exited(i64::from(t.exit_code))),
+            _ => Ok(ContainerStatus::Exited(-1)),
+        }
+    }
+
+    /// [`Sandbox::remove`](crate::sandbox::Sandbox::remove): the pod, at once (its policy
+    /// goes with it: owner reference). Frozen filesystems and images do not exist here.
+    pub(super) async fn remove_resource(&self, resource: &Resource) -> Result<(), SandboxError> {
+        let Resource::Container(id) = resource else {
+            return Ok(());
+        };
+        self.states.lock().await.remove(id.as_str());
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::background()
+        };
+        self.count_request();
+        match self.pods().delete(id.as_str(), &params).await {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(api_status(&e), Some(404)) => Ok(()),
+            Err(e) => Err(KubeError::api("pod delete")(e).into()),
+        }
+    }
+
+    /// [`Sandbox::list`](crate::sandbox::Sandbox::list): pods by label selector, each with
+    /// its exact owner labels.
+    pub(super) async fn list_pods(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {
+        let params = ListParams::default().labels(&label_selector(selector));
+        self.count_request();
+        let list = self
+            .pods()
+            .list(&params)
+            .await
+            .map_err(KubeError::api("pod list"))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|p| {
+                let name = p.metadata.name.clone()?;
+                let labels: BTreeMap<String, String> = p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION_LABELS))
+                    .and_then(|json| serde_json::from_str(json).ok())
+                    .unwrap_or_else(|| p.metadata.labels.clone().unwrap_or_default());
+                selector.matches(&labels).then_some(Listed {
+                    resource: Resource::Container(ContainerId::new(name)),
+                    labels,
+                })
+            })
+            .collect())
+    }
+
+    /// The user execs without one run as in `pod`: known since its create, else from the
+    /// pod's annotation (a pod of an earlier process of this job).
+    pub(super) async fn default_user(&self, pod: &str) -> Option<String> {
+        if let Some(state) = self.states.lock().await.get(pod) {
+            return state.default_user.clone();
+        }
+        self.count_request();
+        let got = self.pods().get(pod).await.ok()?;
+        got.metadata.annotations?.get(ANNOTATION_USER).cloned()
+    }
+}
+
+/// The main container's status in the pod.
+fn main_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == MAIN)
+}
+
+/// `Some(Ok)` once the main container runs; `Some(Err(why))` when it never will (a failed
+/// init container, a pull that failed: `pull:<image>|<why>`, the pod ended); `None`: wait.
+fn start_verdict(pod: &Pod) -> Option<Result<(), String>> {
+    let status = pod.status.as_ref()?;
+    if let Some(phase @ ("Failed" | "Succeeded")) = status.phase.as_deref() {
+        return Some(Err(format!(
+            "pod {phase}{}",
+            status
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        )));
+    }
+    let all = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten());
+    for c in all {
+        let Some(state) = &c.state else { continue };
+        if let Some(waiting) = &state.waiting {
+            let reason = waiting.reason.as_deref().unwrap_or("");
+            if FATAL_WAITING.contains(&reason) {
+                let message = waiting.message.clone().unwrap_or_default();
+                if reason.contains("Image") {
+                    return Some(Err(format!("pull:{}|{reason}: {message}", c.image)));
+                }
+                return Some(Err(format!("container {}: {reason}: {message}", c.name)));
+            }
+        }
+        if let Some(t) = &state.terminated
+            && c.name != MAIN
+            && t.exit_code != 0
+        {
+            return Some(Err(format!(
+                "init container {} failed (exit {}{})",
+                c.name,
+                t.exit_code,
+                t.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            )));
+        }
+    }
+    let main = main_status(pod)?;
+    match &main.state {
+        Some(ContainerState {
+            running: Some(_), ..
+        }) => Some(Ok(())),
+        Some(ContainerState {
+            terminated: Some(t),
+            ..
+        }) => Some(Err(format!(
+            "its container ended at once (exit {}, {})",
+            t.exit_code,
+            t.reason.clone().unwrap_or_default()
+        ))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerStateRunning, ContainerStateWaiting, ContainerStatus as Cs, PodStatus,
+    };
+
+    fn pod(init: Vec<Cs>, main: Vec<Cs>) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                init_container_statuses: Some(init),
+                container_statuses: Some(main),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn cs(name: &str, state: ContainerState) -> Cs {
+        Cs {
+            name: name.into(),
+            image: "reg/img:1".into(),
+            state: Some(state),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_start_verdict_names_a_failed_pull_and_waits_otherwise() {
+        let waiting = |reason: &str| ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.into()),
+                message: Some("not found".into()),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            start_verdict(&pod(vec![], vec![cs(MAIN, waiting("ContainerCreating"))])),
+            None
+        );
+        let pull = start_verdict(&pod(vec![], vec![cs(MAIN, waiting("ImagePullBackOff"))]));
+        assert_eq!(
+            pull,
+            Some(Err("pull:reg/img:1|ImagePullBackOff: not found".into()))
+        );
+        let running = ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        };
+        assert_eq!(
+            start_verdict(&pod(vec![], vec![cs(MAIN, running)])),
+            Some(Ok(()))
+        );
+    }
+}

@@ -1,0 +1,468 @@
+//! The pod of one [`ContainerSpec`] (pure: tested without a cluster).
+//!
+//! - init container `toolbox`: copies the harness toolbox's static busybox from the toolbox
+//!   image into an emptyDir, which the main container mounts read-only at the path the Docker
+//!   backend bind-mounts it (`/.arbiter/toolbox`); so every harness command has the same argv
+//!   on both backends;
+//! - init container `net-none` (network `none` only): the one container with `NET_ADMIN`
+//!   takes every interface but loopback down and flushes its addresses, before the main
+//!   container starts; the main container never gets a capability Docker would not give it;
+//! - container `main`: the task's image, PID 1 arbiter's keep-alive (or the image's
+//!   ENTRYPOINT with the keep-alive as its arguments, Harbor's semantics: `args` without
+//!   `command`), run as root so that harness execs are root and switch to the exec's user
+//!   themselves (a pod has no per-exec user); requests = limits from [`ContainerLimits`];
+//! - `restartPolicy: Never`, no service-account token, no service links, `dnsPolicy: Default`,
+//!   `activeDeadlineSeconds` as a backstop only.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, Pod, PodSpec, ResourceRequirements,
+    SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+
+use super::config::Resolved;
+use super::names::{ANNOTATION_LABELS, LABEL_POD, object_labels};
+use crate::sandbox::toolbox::{TOOLBOX_MOUNT, keepalive_argv};
+use crate::sandbox::{
+    Base, ContainerLimits, ContainerSpec, Network, Process, SandboxError, StartSpec,
+};
+
+/// The main container's name.
+pub(crate) const MAIN: &str = "main";
+/// Where the toolbox image keeps its busybox.
+pub(crate) const IMAGE_BUSYBOX: &str = "/toolbox/busybox";
+/// A root-only directory beside the toolbox, for transfers checked before they are unpacked.
+pub(crate) const SCRATCH: &str = "/.arbiter/scratch";
+/// The keep-alive's `$0` (as on Docker): what its command line ends with.
+pub(crate) const KEEPALIVE_MARKER: &str = "arbiter-keepalive";
+/// Annotation with the user execs run as when they name none (the image's `USER`).
+pub(crate) const ANNOTATION_USER: &str = "arbiter.default-user";
+
+const TOOLBOX_VOLUME: &str = "arbiter-toolbox";
+const SCRATCH_VOLUME: &str = "arbiter-scratch";
+
+/// Takes every interface but loopback down and flushes its addresses (run with NET_ADMIN).
+const NET_DOWN: &str = "B=/toolbox/busybox; for d in /sys/class/net/*; do i=${d##*/}; [ \"$i\" = lo ] && continue; $B ip link set \"$i\" down || exit 1; $B ip addr flush dev \"$i\" || exit 1; done";
+
+/// Everything the pod of one container spec is made from.
+pub(crate) struct PodPlan<'a> {
+    pub name: &'a str,
+    /// The main container's image (a reference the kubelet can pull, by digest when built).
+    pub image: &'a str,
+    pub toolbox_image: &'a str,
+    pub spec: &'a ContainerSpec,
+    pub resolved: &'a Resolved,
+    /// The user an exec without one runs as (the image's `USER`), when not root.
+    pub default_user: Option<&'a str>,
+}
+
+fn unsupported(op: &'static str) -> SandboxError {
+    SandboxError::Unsupported {
+        op,
+        backend: "kubernetes",
+    }
+}
+
+/// The pod, or what of the spec the backend cannot give (refused, never dropped).
+pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
+    let spec = plan.spec;
+    if let Base::Frozen(_) = spec.base {
+        return Err(unsupported("a container of a frozen filesystem"));
+    }
+    if !spec.mounts.is_empty() {
+        return Err(unsupported("host directories mounted into a container"));
+    }
+    let StartSpec {
+        process,
+        join,
+        hosts,
+        user,
+        healthcheck,
+    } = &spec.start;
+    if join.is_some() {
+        return Err(unsupported(
+            "sidecar containers (a shared network namespace)",
+        ));
+    }
+    if !hosts.is_empty() {
+        return Err(unsupported("extra /etc/hosts entries"));
+    }
+    if healthcheck.is_some() {
+        return Err(unsupported("healthchecks"));
+    }
+    if spec.network == Network::Host {
+        return Err(unsupported("network host"));
+    }
+    let mut keepalive = keepalive_argv();
+    keepalive.push(KEEPALIVE_MARKER.to_string());
+    let (command, args) = match process {
+        Process::Keepalive => (Some(keepalive), None),
+        // Harbor: the image's ENTRYPOINT (if any) with the keep-alive as its arguments.
+        Process::ImageEntrypoint => (None, Some(keepalive)),
+        Process::Service { .. } => return Err(unsupported("compose services")),
+    };
+    let mut labels = object_labels(&spec.owner.labels());
+    labels.insert(LABEL_POD.to_string(), plan.name.to_string());
+    let mut annotations = BTreeMap::from([(
+        ANNOTATION_LABELS.to_string(),
+        serde_json::to_string(&spec.owner.labels()).unwrap_or_default(),
+    )]);
+    let default_user = user.as_deref().or(plan.default_user);
+    if let Some(user) = default_user {
+        annotations.insert(ANNOTATION_USER.to_string(), user.to_string());
+    }
+    let mut init = vec![toolbox_init(plan.toolbox_image)];
+    if spec.network == Network::None {
+        init.push(net_none_init(plan.toolbox_image));
+    }
+    let main = Container {
+        name: MAIN.to_string(),
+        image: Some(plan.image.to_string()),
+        command,
+        args,
+        env: Some(
+            spec.env
+                .iter()
+                .map(|(k, v)| k8s_openapi::api::core::v1::EnvVar {
+                    name: k.clone(),
+                    value: Some(v.clone()),
+                    value_from: None,
+                })
+                .collect(),
+        ),
+        working_dir: spec.workdir.clone(),
+        resources: Some(resources(&spec.limits)),
+        security_context: Some(root()),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: TOOLBOX_VOLUME.to_string(),
+                mount_path: TOOLBOX_MOUNT.to_string(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: SCRATCH_VOLUME.to_string(),
+                mount_path: SCRATCH.to_string(),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    let settings = &plan.resolved.settings;
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(plan.name.to_string()),
+            namespace: Some(plan.resolved.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_string()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            dns_policy: Some("Default".to_string()),
+            active_deadline_seconds: Some(plan.resolved.backstop.as_secs().max(1) as i64),
+            termination_grace_period_seconds: Some(1),
+            runtime_class_name: settings.runtime_class.clone(),
+            node_selector: (!settings.node_selector.is_empty())
+                .then(|| settings.node_selector.clone()),
+            tolerations: (!settings.tolerations.is_empty()).then(|| settings.tolerations.clone()),
+            service_account_name: settings.service_account.clone(),
+            init_containers: Some(init),
+            containers: vec![main],
+            volumes: Some(vec![
+                Volume {
+                    name: TOOLBOX_VOLUME.to_string(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                },
+                Volume {
+                    name: SCRATCH_VOLUME.to_string(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// Runs as root (uid and gid 0), whatever the image's `USER`.
+fn root() -> SecurityContext {
+    SecurityContext {
+        run_as_user: Some(0),
+        run_as_group: Some(0),
+        run_as_non_root: Some(false),
+        ..Default::default()
+    }
+}
+
+/// Small, fixed resources for the harness's init containers.
+fn harness_resources() -> ResourceRequirements {
+    let amounts = BTreeMap::from([
+        ("cpu".to_string(), Quantity("100m".to_string())),
+        ("memory".to_string(), Quantity("32Mi".to_string())),
+    ]);
+    ResourceRequirements {
+        limits: Some(amounts.clone()),
+        requests: Some(amounts),
+        ..Default::default()
+    }
+}
+
+fn toolbox_init(image: &str) -> Container {
+    let script = format!(
+        "{IMAGE_BUSYBOX} cp {IMAGE_BUSYBOX} {TOOLBOX_MOUNT}/busybox && {IMAGE_BUSYBOX} chmod 0755 {TOOLBOX_MOUNT}/busybox && {IMAGE_BUSYBOX} chmod 0700 {SCRATCH}"
+    );
+    Container {
+        name: "toolbox".to_string(),
+        image: Some(image.to_string()),
+        command: Some(vec![
+            IMAGE_BUSYBOX.to_string(),
+            "sh".to_string(),
+            "-c".to_string(),
+            script,
+        ]),
+        resources: Some(harness_resources()),
+        security_context: Some(root()),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: TOOLBOX_VOLUME.to_string(),
+                mount_path: TOOLBOX_MOUNT.to_string(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: SCRATCH_VOLUME.to_string(),
+                mount_path: SCRATCH.to_string(),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    }
+}
+
+fn net_none_init(image: &str) -> Container {
+    Container {
+        name: "net-none".to_string(),
+        image: Some(image.to_string()),
+        command: Some(vec![
+            IMAGE_BUSYBOX.to_string(),
+            "sh".to_string(),
+            "-c".to_string(),
+            NET_DOWN.to_string(),
+        ]),
+        resources: Some(harness_resources()),
+        security_context: Some(SecurityContext {
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_ADMIN".to_string()]),
+                drop: None,
+            }),
+            ..root()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Requests = limits: the task's CPUs, memory and GPUs.
+fn resources(limits: &ContainerLimits) -> ResourceRequirements {
+    let millis = (limits.cpus * 1000.0).round().max(1.0) as u64;
+    let mut amounts = BTreeMap::from([
+        ("cpu".to_string(), Quantity(format!("{millis}m"))),
+        (
+            "memory".to_string(),
+            Quantity(format!("{}Mi", limits.memory_mb.max(4))),
+        ),
+    ]);
+    if limits.gpus > 0 {
+        amounts.insert(
+            "nvidia.com/gpu".to_string(),
+            Quantity(limits.gpus.to_string()),
+        );
+    }
+    ResourceRequirements {
+        limits: Some(amounts.clone()),
+        requests: Some(amounts),
+        ..Default::default()
+    }
+}
+
+/// A NetworkPolicy denying all ingress and egress of one pod (the second wall of network
+/// `none` where the cluster enforces policies), removed with its pod (owner reference).
+pub(crate) fn deny_all(pod: &str, uid: &str, labels: &BTreeMap<String, String>) -> NetworkPolicy {
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(format!("{pod}-deny")),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".to_string(),
+                kind: "Pod".to_string(),
+                name: pod.to_string(),
+                uid: uid.to_string(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(LABEL_POD.to_string(), pod.to_string())])),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".to_string(), "Egress".to_string()]),
+            ingress: None,
+            egress: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::{ImageRef, Owner, Role};
+    use std::time::Duration;
+
+    fn resolved() -> Resolved {
+        Resolved {
+            kubeconfig: "/k".into(),
+            context: "c".into(),
+            namespace: "ns".into(),
+            registry: Some("127.0.0.1:5000".into()),
+            settings: super::super::KubeSettings {
+                runtime_class: Some("gvisor".into()),
+                ..Default::default()
+            },
+            backstop: Duration::from_secs(3600),
+        }
+    }
+
+    fn spec(network: Network) -> ContainerSpec {
+        ContainerSpec {
+            base: Base::Image(ImageRef::new("img")),
+            owner: Owner {
+                job: "job".into(),
+                trial: "t".into(),
+                role: Role::Agent,
+                extra: BTreeMap::from([("arbiter.owner".into(), "h/1/2".into())]),
+            },
+            env: vec![("A".into(), "1".into())],
+            limits: ContainerLimits {
+                cpus: 1.5,
+                memory_mb: 512,
+                pids_limit: 100,
+                gpus: 0,
+            },
+            network,
+            workdir: None,
+            mounts: Vec::new(),
+            start: StartSpec::for_role(Role::Agent),
+        }
+    }
+
+    #[test]
+    fn the_pod_keeps_every_rule_of_the_backend() {
+        let resolved = resolved();
+        let spec = spec(Network::None);
+        let pod = pod_for(&PodPlan {
+            name: "p",
+            image: "reg/img@sha256:ab",
+            toolbox_image: "reg/tb@sha256:cd",
+            spec: &spec,
+            resolved: &resolved,
+            default_user: Some("1000"),
+        })
+        .unwrap();
+        let meta = &pod.metadata;
+        let labels = meta.labels.as_ref().unwrap();
+        assert_eq!(labels["arbiter.managed"], "true");
+        assert!(labels["arbiter.owner"].starts_with("h-"));
+        let exact: BTreeMap<String, String> =
+            serde_json::from_str(&meta.annotations.as_ref().unwrap()[ANNOTATION_LABELS]).unwrap();
+        assert_eq!(exact["arbiter.owner"], "h/1/2");
+        let ps = pod.spec.unwrap();
+        assert_eq!(ps.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(ps.automount_service_account_token, Some(false));
+        assert_eq!(ps.enable_service_links, Some(false));
+        assert_eq!(ps.dns_policy.as_deref(), Some("Default"));
+        assert_eq!(ps.active_deadline_seconds, Some(3600));
+        assert_eq!(ps.runtime_class_name.as_deref(), Some("gvisor"));
+        let init = ps.init_containers.unwrap();
+        assert_eq!(init.len(), 2);
+        let caps = |c: &Container| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.capabilities.as_ref())
+                .and_then(|c| c.add.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(caps(&init[1]), ["NET_ADMIN"]);
+        let main = &ps.containers[0];
+        assert!(
+            caps(main).is_empty(),
+            "the agent's container gets no capability"
+        );
+        assert_eq!(main.command, None, "the image's ENTRYPOINT stays");
+        assert_eq!(
+            main.args.as_ref().unwrap().last().unwrap(),
+            KEEPALIVE_MARKER
+        );
+        let res = main.resources.as_ref().unwrap();
+        assert_eq!(res.limits, res.requests);
+        assert_eq!(res.limits.as_ref().unwrap()["cpu"].0, "1500m");
+        assert_eq!(res.limits.as_ref().unwrap()["memory"].0, "512Mi");
+        let mounts = main.volume_mounts.as_ref().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.mount_path == TOOLBOX_MOUNT && m.read_only == Some(true))
+        );
+    }
+
+    #[test]
+    fn a_pod_network_has_no_harness_network_init_and_refusals_are_typed() {
+        let resolved = resolved();
+        let bridge = spec(Network::Bridge);
+        let plan = |spec| PodPlan {
+            name: "p",
+            image: "i",
+            toolbox_image: "t",
+            spec,
+            resolved: &resolved,
+            default_user: None,
+        };
+        let pod = pod_for(&plan(&bridge)).unwrap();
+        assert_eq!(pod.spec.unwrap().init_containers.unwrap().len(), 1);
+        let host = spec(Network::Host);
+        assert!(matches!(
+            pod_for(&plan(&host)),
+            Err(SandboxError::Unsupported { .. })
+        ));
+        let mut mounted = spec(Network::None);
+        mounted.mounts.push(crate::sandbox::Mount {
+            host: "/h".into(),
+            container: "/c".into(),
+            read_only: true,
+        });
+        assert!(matches!(
+            pod_for(&plan(&mounted)),
+            Err(SandboxError::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn deny_all_selects_its_pod_and_allows_nothing() {
+        let policy = deny_all("p", "uid-1", &BTreeMap::new());
+        let spec = policy.spec.unwrap();
+        assert_eq!(
+            spec.pod_selector.unwrap().match_labels.unwrap()[LABEL_POD],
+            "p"
+        );
+        assert_eq!(spec.policy_types.unwrap(), ["Ingress", "Egress"]);
+        assert!(spec.ingress.is_none() && spec.egress.is_none());
+        assert_eq!(policy.metadata.owner_references.unwrap()[0].uid, "uid-1");
+    }
+}

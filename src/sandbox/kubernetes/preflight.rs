@@ -1,0 +1,210 @@
+//! Before any trial (SPEC §14): the namespace exists, the credentials may create, exec into
+//! and delete pods there, the registry answers, and — for network `none` — a pod with a
+//! `NET_ADMIN` init container is admitted. Each failure is one line naming what and how to
+//! fix it.
+
+use std::sync::atomic::Ordering;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+
+use super::KubernetesSandbox;
+use super::error::api_status;
+use crate::sandbox::{
+    Base, ContainerLimits, ContainerSpec, ImageRef, Network, Owner, Role, StartSpec,
+};
+
+/// What the backend needs to be allowed (verb, resource, subresource).
+const NEEDED: &[(&str, &str, &str)] = &[
+    ("create", "pods", ""),
+    ("get", "pods", ""),
+    ("list", "pods", ""),
+    ("watch", "pods", ""),
+    ("delete", "pods", ""),
+    ("create", "pods", "exec"),
+    ("get", "pods", "log"),
+];
+
+impl KubernetesSandbox {
+    /// Check the cluster; the problems found, one line each (empty: ready).
+    pub async fn preflight(&self) -> Vec<String> {
+        let ns = &self.resolved.namespace;
+        let ctx = &self.resolved.context;
+        let mut problems = Vec::new();
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        match namespaces.get(ns).await {
+            Ok(_) => {}
+            Err(e) if api_status(&e) == Some(404) => {
+                problems.push(format!(
+                    "kubernetes: namespace {ns} does not exist in context {ctx}: create it (kubectl create namespace {ns}) or pass --namespace"
+                ));
+                return problems;
+            }
+            // May not read namespaces: the dry-run create below tells whether it exists.
+            Err(e) if api_status(&e) == Some(403) => {}
+            Err(e) => {
+                problems.push(format!(
+                    "kubernetes: cannot reach the API server of context {ctx} ({}): check KUBECONFIG and that the cluster runs",
+                    one_line(&e.to_string())
+                ));
+                return problems;
+            }
+        }
+        let reviews: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        for (verb, resource, sub) in NEEDED {
+            if !self.allowed(&reviews, verb, "", resource, sub).await {
+                let what = if sub.is_empty() {
+                    resource.to_string()
+                } else {
+                    format!("{resource}/{sub}")
+                };
+                problems.push(format!(
+                    "kubernetes: the credentials of context {ctx} may not {verb} {what} in namespace {ns}: grant the Role in docs/kubernetes-rbac.yaml"
+                ));
+            }
+        }
+        let policies = self
+            .allowed(
+                &reviews,
+                "create",
+                "networking.k8s.io",
+                "networkpolicies",
+                "",
+            )
+            .await;
+        self.policies.store(policies, Ordering::SeqCst);
+        if !problems.is_empty() {
+            return problems;
+        }
+        match self.registry_answers().await {
+            Ok(()) => {}
+            Err(line) => {
+                problems.push(line);
+                return problems;
+            }
+        }
+        if let Err(e) = self.toolbox_image().await {
+            problems.push(format!(
+                "kubernetes: the harness toolbox image could not be pushed: {}",
+                one_line(&e.to_string())
+            ));
+            return problems;
+        }
+        // Network `none` needs an init container with NET_ADMIN: a server-side dry run.
+        match self.net_admin_admitted().await {
+            Ok(admitted) => self.net_admin.store(admitted, Ordering::SeqCst),
+            Err(line) => problems.push(line),
+        }
+        problems
+    }
+
+    async fn registry_answers(&self) -> Result<(), String> {
+        let Some(registry) = self.resolved.registry.as_deref() else {
+            // Only built images need one; a job of named images runs without.
+            return Ok(());
+        };
+        let host = registry.split('/').next().unwrap_or(registry);
+        let client = super::registry::Registry::new(host).map_err(|e| e.to_string())?;
+        client.ping().await.map_err(|e| {
+            format!(
+                "kubernetes: {}: start it or pass --registry",
+                one_line(&e.to_string())
+            )
+        })
+    }
+
+    async fn allowed(
+        &self,
+        reviews: &Api<SelfSubjectAccessReview>,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        sub: &str,
+    ) -> bool {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(self.resolved.namespace.clone()),
+                    verb: Some(verb.to_string()),
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    subresource: (!sub.is_empty()).then(|| sub.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        self.count_request();
+        match reviews.create(&PostParams::default(), &review).await {
+            Ok(done) => done.status.is_some_and(|s| s.allowed),
+            Err(e) => {
+                tracing::debug!(verb, resource, "access review failed: {e}");
+                false
+            }
+        }
+    }
+
+    /// Whether the namespace admits a pod with arbiter's network-`none` init container
+    /// (Pod Security `baseline` forbids NET_ADMIN). `Err`: a line for the user (the
+    /// namespace is missing).
+    async fn net_admin_admitted(&self) -> Result<bool, String> {
+        let toolbox = self.toolbox_image().await.map_err(|e| e.to_string())?;
+        let spec = ContainerSpec {
+            base: Base::Image(ImageRef::new(toolbox.clone())),
+            owner: Owner {
+                job: "preflight".to_string(),
+                trial: "preflight".to_string(),
+                role: Role::Agent,
+                extra: Default::default(),
+            },
+            env: Vec::new(),
+            limits: ContainerLimits {
+                cpus: 0.1,
+                memory_mb: 32,
+                pids_limit: 64,
+                gpus: 0,
+            },
+            network: Network::None,
+            workdir: None,
+            mounts: Vec::new(),
+            start: StartSpec::default(),
+        };
+        let pod = super::pod::pod_for(&super::pod::PodPlan {
+            name: "arb-preflight",
+            image: &toolbox,
+            toolbox_image: &toolbox,
+            spec: &spec,
+            resolved: &self.resolved,
+            default_user: None,
+        })
+        .map_err(|e| e.to_string())?;
+        let params = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        self.count_request();
+        match self.pods().create(&params, &pod).await {
+            Ok(_) => Ok(true),
+            Err(e) if api_status(&e) == Some(404) => Err(format!(
+                "kubernetes: namespace {} does not exist in context {}: create it or pass --namespace",
+                self.resolved.namespace, self.resolved.context
+            )),
+            Err(e) if api_status(&e) == Some(403) => {
+                tracing::info!("a pod with a NET_ADMIN init container is not admitted: {e}");
+                Ok(false)
+            }
+            Err(e) => Err(format!(
+                "kubernetes: a trial pod was refused by a dry run: {}",
+                one_line(&e.to_string())
+            )),
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}

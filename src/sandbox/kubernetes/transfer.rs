@@ -1,0 +1,212 @@
+//! Files in and out of a pod as tar streams over exec, through the toolbox's `tar`.
+//!
+//! Exec streams can truncate silently (stdin above ~40 MiB arriving as 0 bytes has been seen
+//! elsewhere), so nothing is trusted unchecked: an upload goes into a root-only scratch file
+//! in chunks of at most [`CHUNK`], each chunk's arrival checked by the size of the file on the
+//! far side, and the whole is unpacked only once its size and sha256 there match what was
+//! sent; a download's bytes are counted on the far side too (`tee` into `wc -c`) and must
+//! match what arrived. Every exec has a deadline.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::KubernetesSandbox;
+use super::error::KubeError;
+use super::exec::{RawEnd, Sink};
+use super::pod::SCRATCH;
+use crate::digest::sha256_hex;
+use crate::sandbox::toolbox::toolbox_argv;
+use crate::sandbox::{Fetched, SandboxError};
+
+/// Bytes of stdin per exec, at most.
+pub(super) const CHUNK: usize = 8 * 1024 * 1024;
+/// Deadline of one transfer exec.
+const TRANSFER_DEADLINE: Duration = Duration::from_secs(600);
+/// Exit code of the download script when the path does not exist.
+const NOT_FOUND: i64 = 44;
+
+/// Upload script: `$1` mode (`new`, `append`: stdin into the file, then its size checked;
+/// `one`: both, then checked and unpacked; `finish`: checked and unpacked), `$2` file, `$3`
+/// its size after this step, `$4` sha256 of the whole, `$5` the directory to unpack into.
+const UPLOAD: &str = r#"B=/.arbiter/toolbox/busybox; m=$1 f=$2 n=$3 h=$4 d=$5
+case $m in new|one) $B cat > "$f" || exit 97;; append) $B cat >> "$f" || exit 97;; esac
+got=$($B wc -c < "$f"); got=$((got+0))
+[ "$got" = "$n" ] || { $B rm -f "$f"; echo "the pod received $got bytes of $n" >&2; exit 98; }
+case $m in new|append) exit 0;; esac
+sum=$($B sha256sum "$f"); sum=${sum%% *}
+[ "$sum" = "$h" ] || { $B rm -f "$f"; echo "the pod received sha256 $sum, sent $h" >&2; exit 98; }
+[ -d "$d" ] || { $B rm -f "$f"; echo "$d is not a directory" >&2; exit 96; }
+$B tar -x --numeric-owner -f "$f" -C "$d"; r=$?; $B rm -f "$f"; exit $r"#;
+
+/// Download script: `$1` the path, `$2` extra tar flags (`--no-recursion` or empty). The
+/// archive goes to stdout; its byte count, counted on this side, ends stderr.
+const DOWNLOAD: &str = r#"B=/.arbiter/toolbox/busybox; p=$1
+[ -e "$p" ] || [ -L "$p" ] || exit 44
+case $p in /) dir=/ name=.;; *) p=${p%/}; dir=${p%/*}; name=${p##*/}; [ -n "$dir" ] || dir=/;; esac
+case $name in -*) name=./$name;; esac
+set -o pipefail
+{ $B tar -c -f - -C "$dir" $2 "$name" | $B tee /dev/fd/3 | $B wc -c >&2; } 3>&1"#;
+
+impl KubernetesSandbox {
+    /// [`Sandbox::upload`](crate::sandbox::Sandbox::upload).
+    pub(super) async fn upload_tar(
+        &self,
+        pod: &str,
+        dest: &str,
+        tar: &[u8],
+    ) -> Result<(), SandboxError> {
+        let file = format!("{SCRATCH}/upload-{}.tar", super::names::random_suffix());
+        let total = tar.len().to_string();
+        let sum = sha256_hex(tar);
+        let step = |mode: &str, size: usize| {
+            toolbox_argv(
+                "sh",
+                &[
+                    "-c",
+                    UPLOAD,
+                    "arbiter-upload",
+                    mode,
+                    &file,
+                    &size.to_string(),
+                    &sum,
+                    dest,
+                ],
+            )
+        };
+        if tar.len() <= CHUNK {
+            return self
+                .upload_step(pod, &step("one", tar.len()), Some(tar))
+                .await;
+        }
+        let mut sent = 0usize;
+        for (i, chunk) in tar.chunks(CHUNK).enumerate() {
+            sent += chunk.len();
+            let mode = if i == 0 { "new" } else { "append" };
+            self.upload_step(pod, &step(mode, sent), Some(chunk))
+                .await?;
+        }
+        debug_assert_eq!(sent.to_string(), total);
+        self.upload_step(pod, &step("finish", tar.len()), None)
+            .await
+    }
+
+    async fn upload_step(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> Result<(), SandboxError> {
+        let (end, _, err) = self.harness(pod, argv, stdin, TRANSFER_DEADLINE).await?;
+        match end {
+            RawEnd::Exited(0) => Ok(()),
+            other => Err(KubeError::Transfer {
+                op: "upload",
+                pod: pod.to_string(),
+                message: format!(
+                    "{} ({other:?})",
+                    String::from_utf8_lossy(&err)
+                        .trim()
+                        .chars()
+                        .take(400)
+                        .collect::<String>()
+                ),
+            }
+            .into()),
+        }
+    }
+
+    /// [`Sandbox::download`](crate::sandbox::Sandbox::download) (`entry_only`: the path's own
+    /// entry, not what is beneath it).
+    pub(super) async fn download_tar(
+        &self,
+        pod: &str,
+        path: &str,
+        to: &Path,
+        limit: u64,
+        entry_only: bool,
+    ) -> Result<Fetched, SandboxError> {
+        let flags = if entry_only { "--no-recursion" } else { "" };
+        let argv = toolbox_argv("sh", &["-c", DOWNLOAD, "arbiter-download", path, flags]);
+        let mut file = tokio::fs::File::create(to)
+            .await
+            .map_err(SandboxError::io(to))?;
+        let mut err = Vec::new();
+        let mut out = Sink::Limited {
+            file: &mut file,
+            path: to,
+            written: 0,
+            limit,
+            over: false,
+        };
+        let end = self
+            .run(
+                pod,
+                &argv,
+                None,
+                &mut out,
+                &mut Sink::Memory {
+                    buf: &mut err,
+                    cap: 64 * 1024,
+                },
+                (Some(TRANSFER_DEADLINE), Duration::from_secs(2)),
+            )
+            .await;
+        let Sink::Limited { written, over, .. } = out else {
+            unreachable!("the sink stays what it was made")
+        };
+        let discard = |to: &Path| {
+            let _ = std::fs::remove_file(to);
+        };
+        let end = match end {
+            Ok(end) => end,
+            Err(e) => {
+                discard(to);
+                return Err(e);
+            }
+        };
+        if over {
+            discard(to);
+            return Ok(Fetched::TooLarge { limit });
+        }
+        use tokio::io::AsyncWriteExt;
+        file.flush().await.map_err(SandboxError::io(to))?;
+        drop(file);
+        let stderr = String::from_utf8_lossy(&err);
+        let counted = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.trim().parse::<u64>().ok());
+        let failed = |message: String| -> SandboxError {
+            KubeError::Transfer {
+                op: "download",
+                pod: pod.to_string(),
+                message,
+            }
+            .into()
+        };
+        match end {
+            RawEnd::Exited(0) if counted == Some(written) => {
+                Ok(Fetched::Archive { bytes: written })
+            }
+            RawEnd::Exited(0) => {
+                discard(to);
+                Err(failed(format!(
+                    "{path}: received {written} bytes, the pod sent {}",
+                    counted.map_or("an unknown number".to_string(), |c| c.to_string())
+                )))
+            }
+            RawEnd::Exited(NOT_FOUND) => {
+                discard(to);
+                Ok(Fetched::NotFound)
+            }
+            other => {
+                discard(to);
+                Err(failed(format!(
+                    "{path}: {} ({other:?})",
+                    stderr.trim().chars().take(400).collect::<String>()
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! A capped sink for an exec's output: the first `cap` bytes go to a file, the rest is
+//! counted and dropped, so no backend ever buffers an unbounded stream.
+
+use std::path::Path;
+
+use tokio::io::AsyncWriteExt;
+
+use super::SandboxError;
+
+/// A file that keeps the first `cap` bytes written to it and counts the rest.
+pub(crate) struct CappedSink {
+    file: Option<tokio::io::BufWriter<tokio::fs::File>>,
+    path: Option<std::path::PathBuf>,
+    cap: u64,
+    pub(crate) kept: u64,
+    pub(crate) total: u64,
+}
+
+impl CappedSink {
+    pub(crate) async fn open(path: Option<&Path>, cap: u64) -> Result<Self, SandboxError> {
+        let file = match path {
+            Some(p) => Some(tokio::io::BufWriter::new(
+                tokio::fs::File::create(p)
+                    .await
+                    .map_err(SandboxError::io(p))?,
+            )),
+            None => None,
+        };
+        Ok(CappedSink {
+            file,
+            path: path.map(Path::to_path_buf),
+            cap,
+            kept: 0,
+            total: 0,
+        })
+    }
+
+    pub(crate) async fn write(&mut self, bytes: &[u8]) -> Result<(), SandboxError> {
+        self.total += bytes.len() as u64;
+        let room = self.cap.saturating_sub(self.kept) as usize;
+        let take = room.min(bytes.len());
+        if let (Some(file), true) = (self.file.as_mut(), take > 0) {
+            file.write_all(&bytes[..take])
+                .await
+                .map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
+            self.kept += take as u64;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn finish(&mut self) -> Result<(), SandboxError> {
+        if let Some(file) = self.file.as_mut() {
+            if self.total > self.kept {
+                let note = format!(
+                    "\n[arbiter: output truncated: kept {} of {} bytes]\n",
+                    self.kept, self.total
+                );
+                let _ = file.write_all(note.as_bytes()).await;
+            }
+            file.flush()
+                .await
+                .map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
+        }
+        Ok(())
+    }
+}
