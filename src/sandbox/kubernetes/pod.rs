@@ -1,12 +1,11 @@
 //! The pod of one [`ContainerSpec`] (pure: tested without a cluster).
 //!
-//! - init container `toolbox`: copies the harness toolbox's static busybox from the toolbox
+//! - one harness init container: copies the harness toolbox's static busybox from the toolbox
 //!   image into an emptyDir, which the main container mounts read-only at the path the Docker
-//!   backend bind-mounts it (`/.arbiter/toolbox`); so every harness command has the same argv
-//!   on both backends;
-//! - init container `net-none` (network `none` only): the one container with `NET_ADMIN`
-//!   takes every interface but loopback down and flushes its addresses, before the main
-//!   container starts; the main container never gets a capability Docker would not give it;
+//!   backend bind-mounts it (`/.arbiter/toolbox`), so every harness command has the same argv
+//!   on both backends; for network `none` it alone has `NET_ADMIN` and takes every interface
+//!   but loopback down (addresses flushed) before the main container starts; the main
+//!   container never gets a capability Docker would not give it;
 //! - container `main`: the task's image, PID 1 arbiter's keep-alive (or the image's
 //!   ENTRYPOINT with the keep-alive as its arguments, Harbor's semantics: `args` without
 //!   `command`), run as root so that harness execs are root and switch to the exec's user
@@ -115,10 +114,10 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
     if let Some(user) = default_user {
         annotations.insert(ANNOTATION_USER.to_string(), user.to_string());
     }
-    let mut init = vec![toolbox_init(plan.toolbox_image)];
-    if spec.network == Network::None {
-        init.push(net_none_init(plan.toolbox_image));
-    }
+    let init = vec![harness_init(
+        plan.toolbox_image,
+        spec.network == Network::None,
+    )];
     let main = Container {
         name: MAIN.to_string(),
         image: Some(plan.image.to_string()),
@@ -216,12 +215,27 @@ fn harness_resources() -> ResourceRequirements {
     }
 }
 
-fn toolbox_init(image: &str) -> Container {
-    let script = format!(
+/// The harness's one init container: copies the toolbox into its emptyDir and, for network
+/// `none` (then with `NET_ADMIN`, the only container of the pod that has it), takes every
+/// interface but loopback down. One container: each costs a start on the node.
+fn harness_init(image: &str, net_none: bool) -> Container {
+    let mut script = format!(
         "{IMAGE_BUSYBOX} cp {IMAGE_BUSYBOX} {TOOLBOX_MOUNT}/busybox && {IMAGE_BUSYBOX} chmod 0755 {TOOLBOX_MOUNT}/busybox && {IMAGE_BUSYBOX} chmod 0700 {SCRATCH}"
     );
+    if net_none {
+        script = format!("{script} && {{ {NET_DOWN}; }}");
+    }
+    let capabilities = net_none.then(|| Capabilities {
+        add: Some(vec!["NET_ADMIN".to_string()]),
+        drop: None,
+    });
     Container {
-        name: "toolbox".to_string(),
+        name: if net_none {
+            "harness-net-none"
+        } else {
+            "harness"
+        }
+        .to_string(),
         image: Some(image.to_string()),
         command: Some(vec![
             IMAGE_BUSYBOX.to_string(),
@@ -230,7 +244,10 @@ fn toolbox_init(image: &str) -> Container {
             script,
         ]),
         resources: Some(harness_resources()),
-        security_context: Some(root()),
+        security_context: Some(SecurityContext {
+            capabilities,
+            ..root()
+        }),
         volume_mounts: Some(vec![
             VolumeMount {
                 name: TOOLBOX_VOLUME.to_string(),
@@ -243,28 +260,6 @@ fn toolbox_init(image: &str) -> Container {
                 ..Default::default()
             },
         ]),
-        ..Default::default()
-    }
-}
-
-fn net_none_init(image: &str) -> Container {
-    Container {
-        name: "net-none".to_string(),
-        image: Some(image.to_string()),
-        command: Some(vec![
-            IMAGE_BUSYBOX.to_string(),
-            "sh".to_string(),
-            "-c".to_string(),
-            NET_DOWN.to_string(),
-        ]),
-        resources: Some(harness_resources()),
-        security_context: Some(SecurityContext {
-            capabilities: Some(Capabilities {
-                add: Some(vec!["NET_ADMIN".to_string()]),
-                drop: None,
-            }),
-            ..root()
-        }),
         ..Default::default()
     }
 }
@@ -391,7 +386,7 @@ mod tests {
         assert_eq!(ps.active_deadline_seconds, Some(3600));
         assert_eq!(ps.runtime_class_name.as_deref(), Some("gvisor"));
         let init = ps.init_containers.unwrap();
-        assert_eq!(init.len(), 2);
+        assert_eq!(init.len(), 1);
         let caps = |c: &Container| {
             c.security_context
                 .as_ref()
@@ -399,7 +394,7 @@ mod tests {
                 .and_then(|c| c.add.clone())
                 .unwrap_or_default()
         };
-        assert_eq!(caps(&init[1]), ["NET_ADMIN"]);
+        assert_eq!(caps(&init[0]), ["NET_ADMIN"]);
         let main = &ps.containers[0];
         assert!(
             caps(main).is_empty(),
@@ -435,7 +430,15 @@ mod tests {
             default_user: None,
         };
         let pod = pod_for(&plan(&bridge)).unwrap();
-        assert_eq!(pod.spec.unwrap().init_containers.unwrap().len(), 1);
+        let init = pod.spec.unwrap().init_containers.unwrap();
+        assert_eq!(init.len(), 1);
+        let caps = init[0]
+            .security_context
+            .as_ref()
+            .unwrap()
+            .capabilities
+            .clone();
+        assert!(caps.is_none(), "no NET_ADMIN without network none");
         let host = spec(Network::Host);
         assert!(matches!(
             pod_for(&plan(&host)),
