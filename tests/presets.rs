@@ -349,11 +349,18 @@ async fn solves_scripted_task(kind: PresetKind) {
         server.requests()
     );
     assert_eq!(run.exit_code, Some(0), "{}", kind.name());
-    if matches!(kind, PresetKind::ClaudeCode | PresetKind::Codex) {
-        // ~1 s measured here; a single network stall (Codex's analytics or plugin sync, a
-        // DNS lookup with no network) costs 5 s.
+    // ~1 s measured on an idle machine; a single network stall (Codex's analytics or plugin
+    // sync, a DNS lookup with no network) costs 5 s. A bound on seconds fails on a loaded
+    // machine (9.7 s seen with builds running, 1.1 s idle), so it is checked only when asked
+    // for: ARBITER_PRESET_MAX_AGENT_SECS=8 (a benchmark's knob, not the suite's).
+    let bound: Option<f64> = std::env::var("ARBITER_PRESET_MAX_AGENT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    if let Some(bound) = bound
+        && matches!(kind, PresetKind::ClaudeCode | PresetKind::Codex)
+    {
         assert!(
-            run.seconds < 8.0,
+            run.seconds < bound,
             "{}: agent phase took {:.1} s",
             kind.name(),
             run.seconds
