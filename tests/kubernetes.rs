@@ -87,6 +87,7 @@ fn container(image: &ImageRef, trial: &str, network: Network, memory_mb: u64) ->
             memory_mb,
             pids_limit: 256,
             gpus: 0,
+            storage_mb: None,
         },
         network,
         workdir: None,
@@ -706,6 +707,69 @@ fn a_pod_deleted_behind_arbiters_back_is_an_infra_error_and_retried() {
         first["message"].as_str().is_some_and(|m| m.contains(&pod)),
         "the first try failed on the deleted pod: {r:#}"
     );
+    assert!(pods_of(&job_dir).is_empty(), "{:?}", pods_of(&job_dir));
+}
+
+/// What the agent causes ends as the agent's result, told from the pod's status: a pod the
+/// kubelet evicts for writing over its ephemeral-storage limit is `killed` with the verifier
+/// `error` (its filesystem is gone with it); an OOM kill is `oom` — on cgroup v2 the kubelet
+/// has the whole container killed (`memory.oom.group`: the filesystem is gone, the verifier
+/// `error`), on cgroup v1 (this machine) only the hog, and the verifier runs. Never an
+/// `infra_error`, never retried.
+#[test]
+fn what_the_agent_causes_is_the_agents_result_never_infra() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    if rt.block_on(cluster()).is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let task = quick_built(tmp.path());
+    let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        toml.replace("memory_mb = 64", "memory_mb = 64\nstorage_mb = 16")
+            .replace("timeout_sec = 60", "timeout_sec = 240"),
+    )
+    .unwrap();
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: filler\n    kind: command\n    run: [sh, -c, 'dd if=/dev/zero of=/app/big bs=1M count=400; sleep 200']\n  - name: hog\n    kind: command\n    run: [sh, -c, 'tail /dev/zero']\nretries: {{max: 1, backoff_sec: 0.5}}\nconcurrency: 2\n",
+            task.display()
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-agent-ends-{}", std::process::id()));
+    let out = spawn_job(&config, &job_dir)
+        .wait_with_output()
+        .expect("wait");
+    assert!(out.status.code().is_some(), "{}", common::stderr(&out));
+    for (agent, kind, detail) in [
+        (
+            "filler",
+            "killed",
+            "its container was evicted for writing more than its ephemeral-storage limit while the agent ran",
+        ),
+        ("hog", "oom", "killed by the kernel OOM killer"),
+    ] {
+        let r = common::result(&job_dir, &format!("quick-k8s__{agent}__default__1"));
+        assert!(r["infra_error"].is_null(), "{agent}: {r:#}");
+        assert_eq!(r["retries"], 0, "{agent}: {r:#}");
+        assert_eq!(r["termination"]["kind"], kind, "{agent}: {r:#}");
+        assert!(
+            r["termination"]["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with(detail)),
+            "{agent}: {r:#}"
+        );
+        let lost = r["verifier"]["status"] == "error"
+            && r["verifier"]["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("not run: ") && d.ends_with("could not be read"));
+        let verified = r["verifier"]["status"] == "failed";
+        assert!(lost || (agent == "hog" && verified), "{agent}: {r:#}");
+    }
     assert!(pods_of(&job_dir).is_empty(), "{:?}", pods_of(&job_dir));
 }
 

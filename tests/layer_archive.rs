@@ -534,6 +534,7 @@ fn plain_spec(trial: &str) -> ContainerSpec {
             memory_mb: 256,
             pids_limit: 64,
             gpus: 0,
+            storage_mb: None,
         },
         network: Network::None,
         workdir: Some("/".to_string()),

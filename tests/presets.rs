@@ -189,6 +189,7 @@ async fn run_preset(
             memory_mb: 2048,
             pids_limit: 1024,
             gpus: 0,
+            storage_mb: None,
         },
         network: Network::Host,
         workdir: Some("/app".to_string()),

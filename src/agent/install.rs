@@ -469,6 +469,7 @@ async fn install_pypi<S: Sandbox>(
             memory_mb: 4096,
             pids_limit: 4096,
             gpus: 0,
+            storage_mb: None,
         },
         network: Network::None,
         workdir: None,

@@ -1056,8 +1056,10 @@ impl Sandbox for DockerSandbox {
         // same inspection that saw it stopped.
         let (state, info) = self.kill(id.as_str()).await?;
         self.upper.stopped(id.as_str(), &info);
+        // A Docker container's filesystem outlives its processes: never lost.
         Ok(Stopped {
             oom_killed: state.oom_killed.unwrap_or(false),
+            lost: None,
         })
     }
 

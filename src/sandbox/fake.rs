@@ -17,8 +17,8 @@ use tokio::sync::watch;
 
 use super::{
     Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecEnd,
-    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Network,
-    Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
+    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Lost,
+    Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// The backend operations, for scripting failures and reading the call log.
@@ -76,6 +76,10 @@ pub struct FakeExec {
     /// The kernel's OOM killer killed it (the exec ends `Exited(137)`, the container's stop
     /// reports `oom_killed`).
     pub oom: bool,
+    /// It ends its container's filesystem (a backend whose containers do not outlive their
+    /// first process): the exec ends `Killed`, the stop reports it, and the container can no
+    /// longer be read.
+    pub lost: Option<Lost>,
     /// It ignores SIGTERM: on its deadline it runs until the grace period is over.
     pub ignores_term: bool,
     /// The container's disk usage while it runs.
@@ -94,6 +98,7 @@ impl Default for FakeExec {
             stderr: Vec::new(),
             writes: Vec::new(),
             oom: false,
+            lost: None,
             ignores_term: false,
             disk_bytes: None,
             disk_files: None,
@@ -139,6 +144,7 @@ struct Container {
     labels: BTreeMap<String, String>,
     running: watch::Sender<bool>,
     oom: bool,
+    lost: Option<Lost>,
     disk_bytes: Option<u64>,
     disk_files: Option<u64>,
 }
@@ -462,6 +468,7 @@ impl Sandbox for FakeSandbox {
                 labels: spec.owner.labels(),
                 running,
                 oom: false,
+                lost: None,
                 disk_bytes: None,
                 disk_files: None,
             },
@@ -534,7 +541,13 @@ impl Sandbox for FakeSandbox {
             for (path, content) in &script.writes {
                 container.files.insert(path.clone(), content.clone());
             }
-            if script.oom {
+            if let Some(lost) = script.lost {
+                container.lost = Some(lost);
+                container.running.send_replace(false);
+                ExecEnd::Killed {
+                    oom: lost == Lost::Oom,
+                }
+            } else if script.oom {
                 container.oom = true;
                 ExecEnd::Exited(137)
             } else {
@@ -607,7 +620,8 @@ impl Sandbox for FakeSandbox {
             .ok_or_else(|| missing(Op::Stop, id))?;
         container.running.send_replace(false);
         Ok(Stopped {
-            oom_killed: container.oom,
+            oom_killed: container.oom || container.lost == Some(Lost::Oom),
+            lost: container.lost,
         })
     }
 

@@ -272,6 +272,11 @@ pub struct ContainerLimits {
     pub pids_limit: i64,
     /// GPUs requested from the backend (0: none).
     pub gpus: u32,
+    /// What the container may write to its own filesystem, in MiB (`None`: no bound given).
+    /// The trial's watchdog enforces it where the backend measures writes (Docker); a
+    /// backend may also give it to its scheduler (Kubernetes: an ephemeral-storage limit, so
+    /// the kubelet evicts a pod that writes more — the agent's result, not the cluster's).
+    pub storage_mb: Option<u64>,
 }
 
 /// Everything needed to create a long-lived container that commands are exec'd into.
@@ -469,6 +474,34 @@ pub struct ExecOutcome {
 pub struct Stopped {
     /// The kernel's OOM killer killed a process of the container during its life.
     pub oom_killed: bool,
+    /// The container's filesystem can no longer be read or started from, because of what ran
+    /// in it (a backend whose containers do not outlive their first process: Kubernetes).
+    pub lost: Option<Lost>,
+}
+
+/// Why a container's filesystem was lost through what ran in it — the agent's result, never
+/// the harness's failure (a pod deleted or a node lost is [`SandboxError`] instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// The OOM killer ended the container's first process (on cgroup v2 it kills the whole
+    /// container's group at once).
+    Oom,
+    /// The container was evicted for writing more than its ephemeral-storage limit.
+    Storage,
+    /// The container's first process exited with this code while commands ran in it.
+    Exited(i32),
+}
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lost::Oom => f.write_str("the OOM killer ended its container"),
+            Lost::Storage => f.write_str(
+                "its container was evicted for writing more than its ephemeral-storage limit",
+            ),
+            Lost::Exited(code) => write!(f, "its container's first process exited ({code})"),
+        }
+    }
 }
 
 /// Result of fetching a path out of a container as a tar archive.
@@ -711,7 +744,10 @@ mod tests {
 
     #[test]
     fn oom_is_decided_once_stopped() {
-        let oom = Stopped { oom_killed: true };
+        let oom = Stopped {
+            oom_killed: true,
+            lost: None,
+        };
         let clean = Stopped::default();
         assert_eq!(
             ExecEnd::Exited(137).after_stop(oom),

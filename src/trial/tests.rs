@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::sandbox::{FakeExec, FakeSandbox, Op};
+use crate::sandbox::{FakeExec, FakeSandbox, Lost, Op};
 use crate::testing::{job_spec, task_dir};
 
 use super::test_support::plan_in;
@@ -336,6 +336,54 @@ async fn an_oom_killed_agent_is_oom() {
     // OOM is the agent's result: still verified, never retried as infra.
     assert!(rec.infra_error.is_none());
     assert_eq!(rec.verifier.status, VerifierStatus::Passed);
+}
+
+/// A container whose filesystem the agent's own doing ended (a pod evicted for its
+/// ephemeral storage, an OOM kill of the whole container, its first process gone): the
+/// agent's result, with the verifier `error` — never an infra error that would be retried.
+#[tokio::test(start_paused = true)]
+async fn a_container_lost_through_the_agent_is_the_agents_result() {
+    for (lost, kind, detail) in [
+        (
+            Lost::Storage,
+            TerminationKind::Killed,
+            "its container was evicted for writing more than its ephemeral-storage limit while the agent ran",
+        ),
+        (
+            Lost::Exited(2),
+            TerminationKind::Killed,
+            "its container's first process exited (2) while the agent ran",
+        ),
+        (
+            Lost::Oom,
+            TerminationKind::Oom,
+            "killed by the kernel OOM killer (memory limit 2048 MiB)",
+        ),
+    ] {
+        let (_root, plan, fake) = solving_in("");
+        fake.on_exec(
+            "/solution/solve.sh",
+            FakeExec {
+                lost: Some(lost),
+                ..FakeExec::exits(0)
+            },
+        );
+        let rec = record(run_on(&fake, &plan, None).await.run);
+        assert!(rec.infra_error.is_none(), "{lost:?}: {rec:#?}");
+        assert_eq!(rec.termination.kind, kind, "{lost:?}");
+        assert_eq!(rec.termination.detail.as_deref(), Some(detail), "{lost:?}");
+        assert_eq!(rec.verifier.status, VerifierStatus::Error, "{lost:?}");
+        assert_eq!(
+            rec.verifier.detail,
+            Some(format!(
+                "not run: {lost} while the agent ran, so its filesystem could not be read"
+            )),
+            "{lost:?}"
+        );
+        assert_eq!(fake.count(Op::Freeze), 0);
+        assert_eq!(fake.count(Op::Download), 0, "nothing is read from it");
+        assert!(fake.live().is_empty());
+    }
 }
 
 #[tokio::test(start_paused = true)]

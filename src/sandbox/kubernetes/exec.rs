@@ -21,6 +21,7 @@ use kube::api::{AttachParams, AttachedProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::KubernetesSandbox;
+use super::ended::Ended;
 use super::error::{KubeError, api_status};
 use super::pod::MAIN;
 use crate::sandbox::sink::CappedSink;
@@ -135,6 +136,19 @@ pub(super) enum RawEnd {
     /// The stream ended without a status (the process or its container was killed), or a
     /// sink's limit was passed.
     Cut,
+}
+
+/// The end of an exec whose pod ended under it: killed, when what ran in the pod ended it
+/// (the stop that follows reports how); the cluster's doing is an error.
+fn gone(pod: &str, how: Ended) -> Result<RawEnd, SandboxError> {
+    match how {
+        Ended::ByWorkload(_) => Ok(RawEnd::Cut),
+        Ended::ByCluster(why) => Err(KubeError::PodGone {
+            pod: pod.to_string(),
+            why,
+        }
+        .into()),
+    }
 }
 
 /// The exit code a finished exec's status reports.
@@ -262,10 +276,13 @@ impl KubernetesSandbox {
 
     /// An exec that could not connect: the pod is gone, or the API refused.
     async fn exec_error(&self, pod: &str, e: kube::Error) -> SandboxError {
-        match self.pod_gone(pod).await {
-            Some(why) => KubeError::PodGone {
+        match self.pod_ended(pod).await {
+            Some(how) => KubeError::PodGone {
                 pod: pod.to_string(),
-                why,
+                why: match how {
+                    Ended::ByWorkload(lost) => lost.to_string(),
+                    Ended::ByCluster(why) => why,
+                },
             }
             .into(),
             None => KubeError::Api {
@@ -361,12 +378,8 @@ impl KubernetesSandbox {
             Ok(Some(status)) => match exit_code_of(&status) {
                 Ok(code) => Ok(RawEnd::Exited(code)),
                 Err(message) => {
-                    if let Some(why) = self.pod_gone(pod).await {
-                        return Err(KubeError::PodGone {
-                            pod: pod.to_string(),
-                            why,
-                        }
-                        .into());
+                    if let Some(how) = self.pod_ended(pod).await {
+                        return gone(pod, how);
                     }
                     Err(KubeError::Exec {
                         pod: pod.to_string(),
@@ -375,16 +388,10 @@ impl KubernetesSandbox {
                     .into())
                 }
             },
-            Ok(None) | Err(_) => {
-                if let Some(why) = self.pod_gone(pod).await {
-                    return Err(KubeError::PodGone {
-                        pod: pod.to_string(),
-                        why,
-                    }
-                    .into());
-                }
-                Ok(RawEnd::Cut)
-            }
+            Ok(None) | Err(_) => match self.pod_ended(pod).await {
+                Some(how) => gone(pod, how),
+                None => Ok(RawEnd::Cut),
+            },
         }
     }
 

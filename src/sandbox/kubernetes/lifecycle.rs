@@ -10,13 +10,14 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 use super::KubernetesSandbox;
+use super::ended::{Ended, ended};
 use super::error::{KubeError, api_status};
 use super::exec::RawEnd;
 use super::names::{ANNOTATION_LABELS, label_selector, pod_name, random_suffix};
 use super::pod::{ANNOTATION_USER, KEEPALIVE_MARKER, MAIN, PodPlan, deny_all, pod_for};
 use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
 use crate::sandbox::{
-    Base, ContainerId, ContainerSpec, ContainerStatus, Listed, Network, Process, Resource,
+    Base, ContainerId, ContainerSpec, ContainerStatus, Listed, Lost, Network, Process, Resource,
     SandboxError, Selector, Stopped,
 };
 
@@ -24,6 +25,9 @@ use crate::sandbox::{
 const START_DEADLINE: Duration = Duration::from_secs(300);
 /// How long an image's ENTRYPOINT may take to hand over to the keep-alive.
 const HANDOVER_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a pod's status may take to report that its container ended.
+const SETTLE_WAIT: Duration = Duration::from_secs(30);
 
 /// Waiting reasons that will not fix themselves.
 const FATAL_WAITING: &[&str] = &[
@@ -321,32 +325,32 @@ impl KubernetesSandbox {
         Ok(main_status(&got).and_then(|s| s.state.clone()))
     }
 
-    /// Why the pod is gone, if it is (deleted, evicted, or its container ended).
-    pub(super) async fn pod_gone(&self, pod: &str) -> Option<String> {
+    /// How the pod ended, if it did (deleted, evicted, or its container ended): `None`
+    /// while it runs or when the API cannot say.
+    pub(super) async fn pod_ended(&self, pod: &str) -> Option<Ended> {
         self.count_request();
         match self.pods().get(pod).await {
-            Err(e) if api_status(&e) == Some(404) => Some("not found".to_string()),
-            Err(_) => None,
-            Ok(p) => {
-                if p.metadata.deletion_timestamp.is_some() {
-                    return Some("being deleted".to_string());
-                }
-                let status = p.status.as_ref();
-                if let Some(reason) = status.and_then(|s| s.reason.clone()) {
-                    return Some(reason);
-                }
-                match main_status(&p).and_then(|s| s.state.clone()) {
-                    Some(ContainerState {
-                        terminated: Some(t),
-                        ..
-                    }) => Some(format!(
-                        "its container ended ({}, exit {})",
-                        t.reason.unwrap_or_default(),
-                        t.exit_code
-                    )),
-                    _ => None,
-                }
+            Err(e) if api_status(&e) == Some(404) => {
+                Some(Ended::ByCluster("not found".to_string()))
             }
+            Err(_) => None,
+            Ok(p) => ended(&p),
+        }
+    }
+
+    /// How the pod ended, once its status says so: an exec that failed because the pod's
+    /// container is gone may come before the kubelet reports why. `None` when the status
+    /// still shows the container running after [`SETTLE_WAIT`].
+    async fn pod_settled(&self, pod: &str) -> Option<Ended> {
+        let until = tokio::time::Instant::now() + SETTLE_WAIT;
+        loop {
+            if let Some(how) = self.pod_ended(pod).await {
+                return Some(how);
+            }
+            if tokio::time::Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
@@ -383,24 +387,24 @@ impl KubernetesSandbox {
     /// [`Sandbox::stop`](crate::sandbox::Sandbox::stop).
     pub(super) async fn stop_pod(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
         let pod = id.as_str();
-        match self.main_state(pod).await? {
-            Some(ContainerState {
-                running: Some(_), ..
-            }) => {}
-            Some(ContainerState {
-                terminated: Some(t),
-                ..
-            }) => {
-                return Ok(Stopped {
-                    oom_killed: t.reason.as_deref() == Some("OOMKilled"),
-                });
-            }
-            _ => return Ok(Stopped::default()),
+        if let Some(how) = self.pod_ended(pod).await {
+            return stopped_after(pod, how);
         }
         let argv = toolbox_argv("sh", &["-c", STOP]);
-        let (end, out, err) = self
+        let (end, out, err) = match self
             .harness(pod, &argv, None, Duration::from_secs(60))
-            .await?;
+            .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                // The pod ended while it was being stopped (or just before: its status may
+                // not say so yet).
+                return match self.pod_settled(pod).await {
+                    Some(how) => stopped_after(pod, how),
+                    None => Err(e),
+                };
+            }
+        };
         let text = String::from_utf8_lossy(&out);
         match end {
             RawEnd::Exited(0) => {
@@ -411,18 +415,13 @@ impl KubernetesSandbox {
                     .unwrap_or(0);
                 Ok(Stopped {
                     oom_killed: kills > 0,
+                    lost: None,
                 })
             }
             other => {
                 // PID 1 itself may have died (the OOM killer picks the largest process).
-                if let Ok(Some(ContainerState {
-                    terminated: Some(t),
-                    ..
-                })) = self.main_state(pod).await
-                {
-                    return Ok(Stopped {
-                        oom_killed: t.reason.as_deref() == Some("OOMKilled"),
-                    });
+                if let Some(how) = self.pod_settled(pod).await {
+                    return stopped_after(pod, how);
                 }
                 Err(KubeError::Exec {
                     pod: pod.to_string(),
@@ -515,6 +514,22 @@ impl KubernetesSandbox {
 }
 
 /// The main container's status in the pod.
+/// A stop of a pod that had already ended: what ran in it ended it (the agent's result, its
+/// filesystem lost), or the cluster did (infrastructure).
+fn stopped_after(pod: &str, how: Ended) -> Result<Stopped, SandboxError> {
+    match how {
+        Ended::ByWorkload(lost) => Ok(Stopped {
+            oom_killed: lost == Lost::Oom,
+            lost: Some(lost),
+        }),
+        Ended::ByCluster(why) => Err(KubeError::PodGone {
+            pod: pod.to_string(),
+            why,
+        }
+        .into()),
+    }
+}
+
 fn main_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
     pod.status
         .as_ref()?

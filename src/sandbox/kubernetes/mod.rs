@@ -13,6 +13,7 @@
 //! any trial starts.
 
 mod config;
+mod ended;
 mod error;
 mod exec;
 mod images;

@@ -280,12 +280,33 @@ fn resources(limits: &ContainerLimits) -> ResourceRequirements {
             Quantity(limits.gpus.to_string()),
         );
     }
+    let mut requests = amounts.clone();
+    if let Some(mb) = limits.storage_mb {
+        // The kubelet evicts a pod over it ("exceeded its local ephemeral storage limit"):
+        // the agent's result. Headroom over the trial's own bound for the harness's files and
+        // the container's log. Requested small: the scheduler would otherwise reserve the
+        // whole bound on a node's disk for every pod.
+        amounts.insert(
+            "ephemeral-storage".to_string(),
+            Quantity(format!("{}Mi", mb.saturating_add(STORAGE_HEADROOM_MB))),
+        );
+        requests.insert(
+            "ephemeral-storage".to_string(),
+            Quantity(format!("{STORAGE_REQUEST_MB}Mi")),
+        );
+    }
     ResourceRequirements {
-        limits: Some(amounts.clone()),
-        requests: Some(amounts),
+        limits: Some(amounts),
+        requests: Some(requests),
         ..Default::default()
     }
 }
+
+/// Ephemeral storage a pod may use beyond its container's storage bound (the toolbox, the
+/// harness's scratch files, the container's log).
+const STORAGE_HEADROOM_MB: u64 = 256;
+/// Ephemeral storage a pod asks the scheduler for.
+const STORAGE_REQUEST_MB: u64 = 64;
 
 /// A NetworkPolicy denying all ingress and egress of one pod (the second wall of network
 /// `none` where the cluster enforces policies), removed with its pod (owner reference).
@@ -350,6 +371,7 @@ mod tests {
                 memory_mb: 512,
                 pids_limit: 100,
                 gpus: 0,
+                storage_mb: None,
             },
             network,
             workdir: None,

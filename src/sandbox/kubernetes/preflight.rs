@@ -167,6 +167,7 @@ impl KubernetesSandbox {
                 memory_mb: 32,
                 pids_limit: 64,
                 gpus: 0,
+                storage_mb: None,
             },
             network: Network::None,
             workdir: None,

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::sandbox::{ContainerId, DiskUsage, ExecEnd, ExecOutcome, ExecSpec, Sandbox, Stopped};
+use crate::sandbox::{
+    ContainerId, DiskUsage, ExecEnd, ExecOutcome, ExecSpec, Lost, Sandbox, Stopped,
+};
 use crate::trial::plan::Phase;
 use crate::trial::record::{FilesCounted, OutputStats, Termination, TerminationKind};
 
@@ -272,6 +274,18 @@ impl AgentDone {
                 exit_code: None,
                 detail: Some(format!("{why}; the container was killed")),
             };
+        }
+        match stopped.lost {
+            // What ran in the container ended it (a backend whose containers do not outlive
+            // their first process): the agent's result, as an OOM kill is.
+            Some(lost @ (Lost::Storage | Lost::Exited(_))) => {
+                t = Termination {
+                    kind: TerminationKind::Killed,
+                    exit_code: None,
+                    detail: Some(format!("{lost} while the agent ran")),
+                };
+            }
+            Some(Lost::Oom) | None => {}
         }
         if stopped.oom_killed && t.kind != TerminationKind::Oom {
             let note =

@@ -90,7 +90,16 @@ pub(crate) async fn run<S: Sandbox>(
         unverifiable: None,
     };
     if !live {
-        out.stopped = Some(ctx.sb.stop(id).await.map_err(fail())?);
+        let stopped = ctx.sb.stop(id).await.map_err(fail())?;
+        out.stopped = Some(stopped);
+        if let Some(lost) = stopped.lost {
+            // Nothing of the agent's filesystem can be read any more, through the agent's
+            // own doing: no claim, no artifacts, no verifier — and no infra error either.
+            out.unverifiable = Some(format!(
+                "not run: {lost} while the agent ran, so its filesystem could not be read"
+            ));
+            return Ok(out);
+        }
     }
     // The last word on the agent's writes (in snapshot mode, after every process is gone).
     out.storage.measure(ctx.sb, id).await;

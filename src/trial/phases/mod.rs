@@ -123,6 +123,10 @@ pub(crate) fn limits_of(env: &crate::task::EnvironmentSpec) -> ContainerLimits {
         memory_mb: env.memory_mb,
         pids_limit: env.pids_limit,
         gpus: env.gpus,
+        storage_mb: Some(
+            env.storage_mb
+                .unwrap_or(crate::trial::DEFAULT_STORAGE_LIMIT_MB),
+        ),
     }
 }
 

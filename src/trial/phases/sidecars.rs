@@ -447,6 +447,7 @@ mod tests {
                 memory_mb: 512,
                 pids_limit: 64,
                 gpus: 0,
+                storage_mb: None,
             },
             main_image: "main-image",
             build_timeout: Duration::from_secs(60),
