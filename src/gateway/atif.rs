@@ -1,6 +1,6 @@
 //! ATIF export of the gateway's ledger: `agent/model-calls.jsonl` → `agent/trajectory.atif.json`.
 //!
-//! The Agent Trajectory Interchange Format is Harbor's (RFC 0001; schema `ATIF-v1.7`, as JSON
+//! The Agent Trajectory Interchange Format is Harbor's (RFC 0001; schema `ATIF-v1.8`, as JSON
 //! Schema in docs/atif.schema.json). [`trajectory`] is pure: ledger lines in, an ATIF JSON value
 //! out. It reads what the gateway saw, so every fact in it was measured by the harness, not
 //! reported by the agent:
@@ -39,7 +39,7 @@ use reply::{Reply, parse_response};
 use request::{Input, Read, parse_request};
 
 /// The ATIF version written.
-pub const ATIF_SCHEMA_VERSION: &str = "ATIF-v1.7";
+pub const ATIF_SCHEMA_VERSION: &str = "ATIF-v1.8";
 /// The export, under the trial's `agent/`.
 pub const TRAJECTORY_FILE: &str = "trajectory.atif.json";
 /// The ledger it is built from, under the trial's `agent/`.

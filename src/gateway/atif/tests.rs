@@ -240,6 +240,41 @@ fn each_protocol_streaming_or_not_becomes_system_user_and_agent_steps_with_obser
     }
 }
 
+/// ATIF-v1.8 adds `audio` content parts; documents of every earlier version stay valid.
+#[test]
+fn the_schema_takes_v1_8_audio_parts_and_every_earlier_version() {
+    let calls = conversation(Protocol::ChatCompletions, false);
+    let written = checked(&calls);
+    assert_eq!(written["schema_version"], "ATIF-v1.8");
+    for version in ["ATIF-v1.0", "ATIF-v1.4", "ATIF-v1.7"] {
+        let mut v = written.clone();
+        v["schema_version"] = json!(version);
+        valid(&v);
+    }
+    let with_part = |part: Value| {
+        let mut v = written.clone();
+        v["steps"][1]["message"] = json!([{"type": "text", "text": "listen"}, part]);
+        v
+    };
+    valid(&with_part(json!({"type": "audio", "source": {
+        "media_type": "audio/wav", "path": "audio/1.wav", "duration_sec": 2.5}})));
+    valid(&with_part(
+        json!({"type": "audio", "source": {"media_type": "audio/mpeg", "path": "a.mp3"}}),
+    ));
+    for bad in [
+        json!({"type": "audio", "source": {"media_type": "audio/mp3", "path": "a.mp3"}}),
+        json!({"type": "audio", "source": {"media_type": "audio/wav", "path": "a", "duration_sec": -1}}),
+        json!({"type": "audio", "text": "no source"}),
+        json!({"type": "image", "source": {"media_type": "audio/wav", "path": "a.wav"}}),
+        json!({"type": "video", "source": {"media_type": "audio/wav", "path": "a.wav"}}),
+    ] {
+        assert!(!problems(&with_part(bad.clone())).is_empty(), "{bad}");
+    }
+    let mut future = written.clone();
+    future["schema_version"] = json!("ATIF-v1.9");
+    assert!(!problems(&future).is_empty());
+}
+
 #[test]
 fn ledger_lines_in_end_order_are_put_in_start_order() {
     let mut calls = conversation(Protocol::ChatCompletions, false);
