@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::scripted::Script;
+pub use super::usage::Price;
 
 /// A configuration problem, one line: `<field>: <what is wrong>`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -147,18 +148,6 @@ impl fmt::Debug for ApiKeyRef {
             f.write_str("ApiKeyRef(***)")
         }
     }
-}
-
-/// Prices in US dollars per million tokens. Cache prices default to the input price.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Price {
-    pub input_per_mtok: f64,
-    pub output_per_mtok: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read_per_mtok: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write_per_mtok: Option<f64>,
 }
 
 /// Upstream retries of 429 / 5xx / overloaded answers and connection failures.

@@ -9,7 +9,19 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::config::Price;
+/// Prices in US dollars per million tokens (a model's `price:` in the job config). Cache
+/// prices default to the input price. Here, with the tokens they price, so that the config
+/// (which reads them) and the usage meter (which applies them) do not depend on each other.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_per_mtok: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<f64>,
+}
 
 /// The protocol of one call, as routed by the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

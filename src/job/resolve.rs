@@ -333,7 +333,7 @@ impl Knobs {
         }
         let change_content_cap_mb = config
             .change_content_cap_mb
-            .unwrap_or(crate::regrade::DEFAULT_CONTENT_CAP_MB);
+            .unwrap_or(crate::trial::content::DEFAULT_CONTENT_CAP_MB);
         let timeouts = config.timeouts.unwrap_or_default();
         for (key, value) in [
             ("agent", timeouts.agent),

@@ -2,10 +2,10 @@
 //! run again on what each agent left, the new outcome appended to the trial's verifier
 //! history with its provenance, and the trial's current verdict updated.
 //!
-//! Owns: the content of the agent's changes kept at collect time (`content`: the archive
-//! `agent/changes.tar` and the record's `change_content`), the regrade journal
-//! (`journal`: `regrade/<id>.json` in the job dir and the per-trial decision), and the
-//! regrade itself (`run`).
+//! Owns: the regrade journal (`journal`: `regrade/<id>.json` in the job dir and the
+//! per-trial decision) and the regrade itself (`run`). The content of the agent's changes it
+//! replays is kept by the trial (`trial::content`), with the verifier history it appends to
+//! (`trial::history`): a trial never depends on the command built on top of it.
 //!
 //! Invariants:
 //! - the verifier runs on the original environment image with the recorded change set applied
@@ -18,43 +18,9 @@
 //!   an engine failure leaves the trial unmarked (regraded on the next run) and is counted as
 //!   an infrastructure error.
 
-mod content;
 mod journal;
-mod model;
 mod run;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use content::ContentWriter;
-pub(crate) use content::DEFAULT_CONTENT_CAP_MB;
-pub(crate) use model::{ChangeContent, RegradeMark, VerifierRun};
 pub(crate) use run::{RegradeArgs, RegradeError, RegradeOutcome, RowStatus, regrade};
-
-/// After the trial's files were scrubbed of secrets (`scrubbed`: the files changed): an archive
-/// in which a secret was replaced no longer unpacks, so it is removed and the record says why.
-pub(crate) fn after_scrub(
-    trial_dir: &std::path::Path,
-    content: &mut ChangeContent,
-    scrubbed: &[String],
-) {
-    let Some(file) = &content.file else {
-        return;
-    };
-    let archive = trial_dir.join(file);
-    if scrubbed.iter().any(|s| std::path::Path::new(s) == archive) {
-        discard_content(
-            trial_dir,
-            content,
-            "the agent's changed files held a secret value (scrubbed), so their content was not kept",
-        );
-    }
-}
-
-/// The collect phase decided not to verify the agent's filesystem: the content kept so far is
-/// removed and the record says why the trial cannot be regraded.
-pub(crate) fn discard_content(trial_dir: &std::path::Path, content: &mut ChangeContent, why: &str) {
-    if let Some(file) = content.file.take() {
-        let _ = std::fs::remove_file(trial_dir.join(file));
-    }
-    *content = ChangeContent::not_kept(content.cap_bytes, why.to_string());
-}

@@ -28,9 +28,9 @@ use crate::verifier::{
     self, Target, VerifierOutcome, VerifierStatus, VerifyError, VerifyInput, primary_value,
 };
 
-use super::content::without_findings;
 use super::journal::{Decision, REGRADE_SCHEMA, RegradePlan, choose, decide, fresh_id, load_plans};
-use super::model::{RegradeMark, RegradeStatus, VerifierRun, VerifierSource};
+use crate::trial::content::without_findings;
+use crate::trial::history::{RegradeMark, RegradeStatus, VerifierRun, VerifierSource};
 
 /// What `arbiter verify` was asked to do.
 #[derive(Debug, Clone)]
@@ -524,11 +524,17 @@ async fn regrade_one<S: Sandbox>(
     let left_out: &[String] = if clean { &findings } else { &[] };
     let (archive, roots) = match &rec.change_content {
         Some(c) => (
-            plan.dir
-                .join(c.file.as_deref().unwrap_or(super::content::CHANGES_TAR)),
+            plan.dir.join(
+                c.file
+                    .as_deref()
+                    .unwrap_or(crate::trial::content::CHANGES_TAR),
+            ),
             c.roots.clone(),
         ),
-        None => (plan.dir.join(super::content::CHANGES_TAR), Vec::new()),
+        None => (
+            plan.dir.join(crate::trial::content::CHANGES_TAR),
+            Vec::new(),
+        ),
     };
     let (tar, dropped) = without_findings(&archive, &roots, left_out).map_err(io(&archive))?;
     if !dropped.is_empty() {

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
-use super::content::CHANGES_TAR;
-use super::model::{RegradeStatus, VerifierSource};
 use crate::job::{self, JobSpec};
 use crate::sandbox::{FakeExec, FakeSandbox, Op};
 use crate::testing::{job_spec, task_dir};
 use crate::trial::TrialRecord;
+use crate::trial::content::{CHANGES_TAR, after_scrub, discard_content};
+use crate::trial::history::ChangeContent;
+use crate::trial::history::{RegradeStatus, VerifierSource};
 use crate::verifier::VerifierStatus;
 
 use super::*;

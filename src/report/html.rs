@@ -14,35 +14,10 @@ use std::fmt::Write as _;
 
 use super::compare::{ComparisonSet, fmt_p, pts};
 use super::load::{JobData, Outcome};
+use super::markup::esc;
 use super::model::{ArmStats, Cell, Report, tokens, usd};
 use super::text::{ci, glyphs, pct, reward_key_lines, unverified_line};
 use super::trial_page::trial_href;
-
-/// Escape text for HTML content and attribute values.
-pub(crate) fn esc(s: &str) -> String {
-    escape_markup(s, "&#39;", &['\n', '\t'], &[])
-}
-
-/// Escape `&`, `<`, `>`, `"` and `'` (as `apos`) for markup content or attribute values
-/// (HTML here, XML in `junit`); a control character not in `keep`, or a character in `bad`,
-/// becomes U+FFFD.
-pub(crate) fn escape_markup(s: &str, apos: &str, keep: &[char], bad: &[char]) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str(apos),
-            c if ((c as u32) < 0x20 && !keep.contains(&c)) || bad.contains(&c) => {
-                out.push('\u{FFFD}')
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// At most `n` characters, with an ellipsis when cut.
 fn clip(s: &str, n: usize) -> String {

@@ -10,8 +10,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::html::escape_markup;
 use super::load::{JobData, Outcome, Trial};
+use super::markup::escape_markup;
 use super::model::Report;
 
 /// Escape text for XML content or attribute values, dropping characters XML 1.0 forbids.

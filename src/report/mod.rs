@@ -19,6 +19,7 @@ pub(crate) mod gate;
 pub(crate) mod html;
 pub(crate) mod junit;
 pub(crate) mod load;
+mod markup;
 pub(crate) mod model;
 pub(crate) mod stats;
 pub(crate) mod text;

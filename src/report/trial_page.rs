@@ -22,8 +22,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::ReportError;
-use super::html::esc;
 use super::load::{JobData, TAMPERED, Trial};
+use super::markup::esc;
 use super::model::{tokens, usd};
 
 /// The largest `result.json`, trajectory or change set read whole.

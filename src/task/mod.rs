@@ -28,6 +28,7 @@ mod config;
 mod dataset;
 mod dockerfile;
 mod error;
+mod files;
 mod load;
 mod model;
 mod steps;

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::config::{EnvConfig, StepConfig, only_for_allowlist};
 use super::error::{TaskError, quote};
-use super::load::{missing, read_prompt, separate_source};
+use super::files::{missing, read_prompt, separate_source};
 use super::model::{
     AgentSection, DEFAULT_VERIFIER_TIMEOUT_SEC, ImageSource, NetworkMode, Step, VerifierMode,
     VerifierSection,

@@ -9,9 +9,9 @@ use crate::outcome::{AuditInput, Claim, CompletionRecord, audit};
 use crate::timefmt::now_rfc3339;
 
 use super::phases;
+use super::plan::DEFAULT_STORAGE_LIMIT_MB;
 use super::plan::TrialPlan;
 use super::record::{Limits, OutputStats, TRIAL_SCHEMA, Termination, TerminationKind, TrialRecord};
-use super::run::DEFAULT_STORAGE_LIMIT_MB;
 use super::scrub;
 use crate::verifier::{VerifierOutcome, VerifierStatus};
 
@@ -101,7 +101,7 @@ pub(super) fn finish(
         }
         // A scrubbed archive no longer unpacks: the trial cannot be regraded from it.
         if let Some(content) = rec.change_content.as_mut() {
-            crate::regrade::after_scrub(&plan.dir, content, &scrubbed);
+            super::content::after_scrub(&plan.dir, content, &scrubbed);
         }
         if let Ok(mut bytes) = serde_json::to_vec(&rec)
             && scrub::scrub_bytes(&mut bytes, secrets)

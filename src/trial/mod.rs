@@ -15,7 +15,9 @@
 //! - A cancelled trial records nothing: it runs again on resume.
 
 mod close;
+pub(crate) mod content;
 mod control;
+pub(crate) mod history;
 mod phases;
 mod plan;
 mod record;
@@ -38,9 +40,9 @@ pub(crate) use close::audit_of;
 #[cfg(test)]
 pub(crate) use close::initial_record;
 pub(crate) use phases::{limits_of, sandbox_network};
-pub(crate) use plan::{Phase, TrialPlan, TrialSettings};
+pub(crate) use plan::{DEFAULT_STORAGE_LIMIT_MB, Phase, TrialPlan, TrialSettings};
 pub(crate) use record::{InfraError, NetworkRecord, TerminationKind, TrialRecord, VerifierStatus};
-pub(crate) use run::{DEFAULT_STORAGE_LIMIT_MB, TrialRun, run};
+pub(crate) use run::{TrialRun, run};
 
 /// `s` reduced to `[A-Za-z0-9._-]` (anything else becomes `-`): safe in file names and ids.
 pub(crate) fn safe_name(s: &str) -> String {

@@ -12,6 +12,11 @@ use crate::agent::Agent;
 use crate::sandbox::ImageSpec;
 use crate::task::Task;
 
+/// What an agent may write to its container's filesystem when the task sets no `storage_mb`.
+/// Without a ceiling a sparse file (`truncate -s 1T`) costs the agent nothing, but freezing it
+/// for the snapshot verifier writes every byte to the host's disk.
+pub(crate) const DEFAULT_STORAGE_LIMIT_MB: u64 = 10 * 1024;
+
 /// Phases of a trial, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -194,13 +194,13 @@ pub(crate) struct TrialRecord {
     pub usage: Option<crate::gateway::Usage>,
     /// Whether the agent's changed files were kept for regrading (`arbiter verify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub change_content: Option<crate::regrade::ChangeContent>,
+    pub change_content: Option<super::history::ChangeContent>,
     /// Every verifier outcome of this trial, oldest first, once it has been regraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub verifier_history: Vec<crate::regrade::VerifierRun>,
+    pub verifier_history: Vec<super::history::VerifierRun>,
     /// The last regrade that reached this trial.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub regrade: Option<crate::regrade::RegradeMark>,
+    pub regrade: Option<super::history::RegradeMark>,
     /// Harbor `[[steps]]`: each step's own result, in run order (steps that did not run are
     /// absent). `verifier` then holds the task's reward per `multi_step_reward_strategy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -19,11 +19,6 @@ use super::plan::{Phase, TrialPlan};
 use super::record::*;
 use super::scrub;
 
-/// What an agent may write to its container's filesystem when the task sets no `storage_mb`.
-/// Without a ceiling a sparse file (`truncate -s 1T`) costs the agent nothing, but freezing it
-/// for the snapshot verifier writes every byte to the host's disk.
-pub(crate) const DEFAULT_STORAGE_LIMIT_MB: u64 = 10 * 1024;
-
 /// How a trial run ended.
 #[derive(Debug)]
 pub(crate) enum TrialRun {

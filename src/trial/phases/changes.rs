@@ -49,6 +49,17 @@ const MAX_READ_BYTES: u64 = 512 * 1024 * 1024;
 /// Regular files hashed while reading, at most this size each.
 const MAX_HASH_BYTES: u64 = 16 * 1024 * 1024;
 
+/// The benchmark-only switch `ARBITER_BENCH_NO_CHANGESET=1` (scripts/bench-integrity
+/// measures what the change set costs): no change set, hence no integrity verdict, in snapshot
+/// mode only (the other modes need it). Never set it for scores; a trial it applies to says so
+/// in its record's `harness_overrides`.
+pub(crate) const BENCH_NO_CHANGESET: &str = "ARBITER_BENCH_NO_CHANGESET";
+
+pub(crate) fn bench_skips_change_set(plan: &crate::trial::plan::TrialPlan) -> bool {
+    plan.task.verifier.mode == crate::task::VerifierMode::Snapshot
+        && std::env::var_os(BENCH_NO_CHANGESET).is_some_and(|v| v == "1")
+}
+
 /// The change set of one trial.
 #[derive(Debug)]
 pub(crate) struct ChangeSet {
@@ -61,7 +72,7 @@ pub(crate) struct ChangeSet {
     pub roots: Vec<String>,
     pub deleted: Vec<String>,
     /// Whether the content of the changes was kept (`agent/changes.tar`) for regrading.
-    pub content: crate::regrade::ChangeContent,
+    pub content: crate::trial::history::ChangeContent,
 }
 
 /// Both sides for the classifier: the image's index and the agent's small texts.
@@ -128,7 +139,7 @@ pub(crate) async fn record<S: Sandbox>(
         .collect();
     entries.retain(|e| !lone.contains(&e.path));
     let index = indexes.get(ctx, image).await?;
-    let mut content = crate::regrade::ContentWriter::new(
+    let mut content = crate::trial::content::ContentWriter::new(
         &ctx.plan.dir,
         ctx.plan.settings.change_content_cap_bytes,
     );
@@ -211,7 +222,7 @@ async fn describe<S: Sandbox>(
     id: &ContainerId,
     entries: &mut [ChangeEntry],
     index: &ImageIndex,
-    content: &mut crate::regrade::ContentWriter,
+    content: &mut crate::trial::content::ContentWriter,
 ) -> Result<Described, SandboxError> {
     let mut digests = HashMap::new();
     let mut texts = HashMap::new();

@@ -11,8 +11,7 @@ use crate::outcome::{
     FileCheck, FileStatus, collect_claim,
 };
 use crate::sandbox::{
-    ContainerId, ExecEnd, ExtractReport, FetchResult, Resource, Role, Sandbox, SandboxError,
-    Stopped,
+    ContainerId, ExecEnd, FetchResult, Resource, Role, Sandbox, SandboxError, Stopped,
 };
 use crate::task::VerifierMode;
 use crate::trial::plan::Phase;
@@ -21,12 +20,12 @@ use crate::verifier::Target;
 
 use super::super::control;
 use super::agent::Storage;
+use super::artifacts::fetch_artifact;
+use super::changes::bench_skips_change_set;
 use super::changes::{self, ChangeSet};
-use super::{AgentDone, Ctx, EnvReady, Infra, infra, read_capped, safe_relative};
+use super::{AgentDone, Ctx, EnvReady, Infra, infra, read_capped};
 
-pub(super) const AGENT_LOGS_LIMIT: u64 = 64 * 1024 * 1024;
 const OUTCOME_LIMIT: u64 = 1024 * 1024;
-pub(super) const ARTIFACT_LIMIT: u64 = 256 * 1024 * 1024;
 /// At most this many extra paths named by a completion record are checked.
 const MAX_OBSERVED_PATHS: usize = 16;
 
@@ -51,17 +50,6 @@ pub(crate) struct Collected {
     pub changes: Option<ChangeSet>,
     /// Why the agent's filesystem is not verified (its own doing, e.g. millions of files).
     pub unverifiable: Option<String>,
-}
-
-/// The benchmark-only switch `ARBITER_BENCH_NO_CHANGESET=1` (scripts/bench-integrity
-/// measures what the change set costs): no change set, hence no integrity verdict, in snapshot
-/// mode only (the other modes need it). Never set it for scores; a trial it applies to says so
-/// in its record's `harness_overrides`.
-pub(crate) const BENCH_NO_CHANGESET: &str = "ARBITER_BENCH_NO_CHANGESET";
-
-pub(crate) fn bench_skips_change_set(plan: &crate::trial::plan::TrialPlan) -> bool {
-    plan.task.verifier.mode == VerifierMode::Snapshot
-        && std::env::var_os(BENCH_NO_CHANGESET).is_some_and(|v| v == "1")
 }
 
 /// `steps`: the container ran Harbor steps (this collects after the last one).
@@ -132,7 +120,7 @@ pub(crate) async fn run<S: Sandbox>(
     }
     // harbor-run (issue 13): Harbor's `/logs/artifacts`, recorded when it holds anything.
     if let Some(entry) =
-        super::environment::collect_logs_artifacts(ctx, id, logs_artifacts.take()).await?
+        super::artifacts::collect_logs_artifacts(ctx, id, logs_artifacts.take()).await?
     {
         out.artifacts.push(entry);
     }
@@ -191,7 +179,7 @@ pub(crate) async fn run<S: Sandbox>(
                 "not run: the agent changed {listed} paths in its container's filesystem, over the file limit of {} (max_files), so its filesystem was not snapshotted",
                 out.storage.max_files
             ));
-            crate::regrade::discard_content(
+            crate::trial::content::discard_content(
                 &ctx.plan.dir,
                 &mut set.content,
                 "its filesystem was not verified (too many changed paths)",
@@ -255,73 +243,6 @@ fn restartable<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady, changes: Option<&Ch
         && agent_network != NetworkMode::Allowlist
         && task.verifier.network != NetworkMode::Allowlist
         && super::sandbox_network(agent_network) == super::sandbox_network(task.verifier.network)
-}
-
-/// Fetch `path` into `artifacts/`, describing what was found.
-pub(super) async fn fetch_artifact<S: Sandbox>(
-    ctx: &Ctx<'_, S>,
-    id: &ContainerId,
-    path: &str,
-) -> Result<(ArtifactEntry, Option<ExtractReport>), Infra> {
-    let fetched = match safe_relative(path) {
-        Some(relative) => {
-            let dest = ctx.path("artifacts").join(relative);
-            Some(
-                ctx.fetch(id, path, &dest, ARTIFACT_LIMIT)
-                    .await
-                    .map_err(infra(Phase::Collect))?,
-            )
-        }
-        None => None,
-    };
-    Ok(artifact_entry(path, fetched))
-}
-
-/// What was found at `path` (`None`: not a path arbiter fetches).
-pub(super) fn artifact_entry(
-    path: &str,
-    fetched: Option<FetchResult>,
-) -> (ArtifactEntry, Option<ExtractReport>) {
-    let entry = |status, detail: Option<String>| ArtifactEntry {
-        path: path.to_string(),
-        status,
-        size: None,
-        sha256: None,
-        detail,
-    };
-    let Some(fetched) = fetched else {
-        return (
-            entry(
-                ArtifactStatus::Failed,
-                Some("not a plain absolute path (no `..`)".to_string()),
-            ),
-            None,
-        );
-    };
-    match fetched {
-        FetchResult::Missing => (entry(ArtifactStatus::Missing, None), None),
-        FetchResult::Failed(why) => (entry(ArtifactStatus::Failed, Some(why)), None),
-        FetchResult::Ok(report) => {
-            let size = report.files.iter().map(|f| f.size).sum();
-            let single = report.files.iter().find(|f| f.relative.is_empty());
-            let mut notes: Vec<String> = report
-                .skipped
-                .iter()
-                .map(|s| format!("{}: {}", s.path, s.reason))
-                .collect();
-            if report.truncated {
-                notes.push("truncated".to_string());
-            }
-            let found = ArtifactEntry {
-                path: path.to_string(),
-                status: ArtifactStatus::Ok,
-                size: Some(size),
-                sha256: single.map(|f| f.sha256.clone()),
-                detail: (!notes.is_empty()).then(|| notes.join("; ")),
-            };
-            (found, Some(report))
-        }
-    }
 }
 
 /// Check the task's declared deliverables (saved as artifacts) and any absolute paths the

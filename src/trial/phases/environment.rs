@@ -13,7 +13,6 @@ use super::super::control;
 use super::{Ctx, Infra, infra, sandbox_network};
 use crate::task::NetworkMode;
 use crate::trial::plan::Phase;
-use crate::trial::record::{ArtifactEntry, ArtifactStatus};
 
 /// The agent's container is running and holds everything the agent needs.
 pub(crate) struct EnvReady {
@@ -31,10 +30,6 @@ pub(crate) struct EnvReady {
 
 /// Host path of a trial's control root (removed by the trial's cleanup on every path).
 pub(crate) const CONTROL_DIR: &str = ".control";
-
-/// Harbor's collected-artifacts directory: anyone in the agent's container may write there,
-/// and what it holds is collected like an `[artifacts]` path.
-pub(crate) const LOGS_ARTIFACTS: &str = "/logs/artifacts";
 
 /// Container port of the model gateway on the agent container's own loopback.
 pub(crate) const GATEWAY_PORT: u16 = 4141;
@@ -137,9 +132,9 @@ pub(crate) async fn run<S: Sandbox>(
     agent
         .harness_overrides
         .extend(super::egress::network_overrides(plan));
-    if super::collect::bench_skips_change_set(plan) {
+    if super::changes::bench_skips_change_set(plan) {
         agent.harness_overrides.push(crate::agent::HarnessOverride {
-            key: super::collect::BENCH_NO_CHANGESET.to_string(),
+            key: super::changes::BENCH_NO_CHANGESET.to_string(),
             value: "1: no change set and no integrity verdict (benchmark only)".to_string(),
             source: "environment".to_string(),
         });
@@ -352,36 +347,6 @@ pub(crate) fn base_image_note(dockerfile: &str, build_message: &str) -> Option<S
         "({label}: {} — {is_it} available locally? arbiter cannot pull from a registry it cannot reach; pull or build {it} before the run)",
         images.join(", ")
     ))
-}
-
-/// Collect `/logs/artifacts` into the trial's `artifacts/logs/artifacts/` after the agent
-/// phase, like an `[artifacts]` path: the entry for the record when the directory held
-/// anything (or could not be read), `None` when it is empty, gone, or already listed in the
-/// task's `artifacts`. Called by the collect phase after the task's own artifacts.
-/// `prefetched`: what the collect phase already fetched of it (with `/logs/agent`).
-pub(crate) async fn collect_logs_artifacts<S: Sandbox>(
-    ctx: &Ctx<'_, S>,
-    id: &ContainerId,
-    prefetched: Option<super::FetchResult>,
-) -> Result<Option<ArtifactEntry>, Infra> {
-    if ctx
-        .plan
-        .task
-        .artifacts
-        .iter()
-        .any(|p| p.trim_end_matches('/') == LOGS_ARTIFACTS)
-    {
-        return Ok(None);
-    }
-    let (entry, report) = match prefetched {
-        Some(fetched) => super::collect::artifact_entry(LOGS_ARTIFACTS, Some(fetched)),
-        None => super::collect::fetch_artifact(ctx, id, LOGS_ARTIFACTS).await?,
-    };
-    Ok(match (&entry.status, report) {
-        (ArtifactStatus::Missing, _) => None,
-        (ArtifactStatus::Ok, Some(r)) if r.files.is_empty() && r.skipped.is_empty() => None,
-        _ => Some(entry),
-    })
 }
 
 /// The archive unpacked at the agent container's `/`: the instruction, the `/logs` dirs and

@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::sandbox::{ContainerId, FetchResult, Sandbox};
 use crate::trial::plan::Phase;
 
-use super::collect::{AGENT_LOGS_LIMIT, ARTIFACT_LIMIT};
+use super::artifacts::{AGENT_LOGS_LIMIT, ARTIFACT_LIMIT, LOGS_ARTIFACTS};
 use super::{Ctx, Infra, infra};
 
 /// `/logs/agent` unpacked into `logs_dir`, and, when Harbor's `/logs/artifacts` is collected
@@ -28,7 +28,7 @@ pub(super) async fn fetch_logs<S: Sandbox>(
         .task
         .artifacts
         .iter()
-        .any(|p| p.trim_end_matches('/') == super::environment::LOGS_ARTIFACTS);
+        .any(|p| p.trim_end_matches('/') == LOGS_ARTIFACTS);
     if with_artifacts
         && let Some(both) = fetch_logs_together(ctx, id, logs_dir)
             .await

@@ -628,7 +628,7 @@ async fn step_artifacts<S: Sandbox>(
     };
     let mut out = Vec::new();
     for path in &ctx.plan.task.artifacts {
-        let (entry, _) = super::collect::fetch_artifact(&actx, id, path).await?;
+        let (entry, _) = super::artifacts::fetch_artifact(&actx, id, path).await?;
         out.push(entry);
     }
     Ok(out)

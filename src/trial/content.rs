@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::model::ChangeContent;
+use super::history::ChangeContent;
 use crate::verifier::{at_or_under, left_out};
 
 /// The archive, relative to the trial dir.
@@ -254,6 +254,35 @@ pub(crate) fn without_findings(
         }
     }
     Ok((out.into_inner()?, left))
+}
+
+/// After the trial's files were scrubbed of secrets (`scrubbed`: the files changed): an archive
+/// in which a secret was replaced no longer unpacks, so it is removed and the record says why.
+pub(crate) fn after_scrub(
+    trial_dir: &std::path::Path,
+    content: &mut ChangeContent,
+    scrubbed: &[String],
+) {
+    let Some(file) = &content.file else {
+        return;
+    };
+    let archive = trial_dir.join(file);
+    if scrubbed.iter().any(|s| std::path::Path::new(s) == archive) {
+        discard_content(
+            trial_dir,
+            content,
+            "the agent's changed files held a secret value (scrubbed), so their content was not kept",
+        );
+    }
+}
+
+/// The collect phase decided not to verify the agent's filesystem: the content kept so far is
+/// removed and the record says why the trial cannot be regraded.
+pub(crate) fn discard_content(trial_dir: &std::path::Path, content: &mut ChangeContent, why: &str) {
+    if let Some(file) = content.file.take() {
+        let _ = std::fs::remove_file(trial_dir.join(file));
+    }
+    *content = ChangeContent::not_kept(content.cap_bytes, why.to_string());
 }
 
 #[cfg(test)]
