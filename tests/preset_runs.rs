@@ -271,6 +271,7 @@ fn solves_the_example_tasks(kind: PresetKind, unsolvable: &[&str]) {
         assert_eq!(r["claim"]["source"], "adapter", "{id}: {r:#}");
         assert_eq!(r["claim"]["status"], "present", "{id}: {r:#}");
         assert!(r["usage"]["requests"].as_u64() >= Some(1), "{id}: {r:#}");
+        valid_atif(&w.dir.join("trials").join(id));
         if unsolvable.contains(&task) {
             assert_eq!(r["verifier"]["status"], "failed", "{id}: {r:#}");
             assert_eq!(r["audit"]["verdict"], "false_completion", "{id}: {r:#}");
@@ -283,6 +284,22 @@ fn solves_the_example_tasks(kind: PresetKind, unsolvable: &[&str]) {
     assert!(solved >= 5, "{} solved {solved} of 6", kind.name());
     assert_eq!(w.out.status.code(), Some(0), "{}", stderr(&w.out));
     assert_no_secrets(&w);
+}
+
+/// The preset's trajectory as arbiter exports it (ATIF v1.8): valid against
+/// docs/atif.schema.json and Harbor's two cross-field rules.
+fn valid_atif(trial_dir: &Path) {
+    let path = trial_dir.join("agent/trajectory.atif.json");
+    let v: Value = serde_json::from_slice(&std::fs::read(&path).expect("trajectory.atif.json"))
+        .expect("JSON");
+    assert_eq!(v["schema_version"], "ATIF-v1.8", "{}", path.display());
+    let schema: Value =
+        serde_json::from_str(include_str!("../docs/atif.schema.json")).expect("schema");
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
+    let broken = arbiter::gateway::atif::invariant_errors(&v);
+    assert!(broken.is_empty(), "{}: {broken:#?}", path.display());
 }
 
 #[test]
