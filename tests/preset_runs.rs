@@ -290,8 +290,8 @@ fn solves_the_example_tasks(kind: PresetKind, unsolvable: &[&str]) {
 /// docs/atif.schema.json and Harbor's two cross-field rules.
 fn valid_atif(trial_dir: &Path) {
     let path = trial_dir.join("agent/trajectory.atif.json");
-    let v: Value = serde_json::from_slice(&std::fs::read(&path).expect("trajectory.atif.json"))
-        .expect("JSON");
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("trajectory.atif.json")).expect("JSON");
     assert_eq!(v["schema_version"], "ATIF-v1.8", "{}", path.display());
     let schema: Value =
         serde_json::from_str(include_str!("../docs/atif.schema.json")).expect("schema");

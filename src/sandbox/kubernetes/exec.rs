@@ -388,9 +388,17 @@ impl KubernetesSandbox {
                     .into())
                 }
             },
-            Ok(None) | Err(_) => match self.pod_ended(pod).await {
+            // No status: the pod ended under the command (what ended it decides whose
+            // result it is), or the stream to it was lost (the apiserver or the kubelet
+            // restarted) while the command may still run — the harness's failure, never the
+            // agent's.
+            Ok(None) | Err(_) => match self.pod_settled(pod).await {
                 Some(how) => gone(pod, how),
-                None => Ok(RawEnd::Cut),
+                None => Err(KubeError::Exec {
+                    pod: pod.to_string(),
+                    message: "the exec stream ended without the command's status while the pod still runs (the connection through the apiserver and the kubelet was lost)".to_string(),
+                }
+                .into()),
             },
         }
     }

@@ -341,7 +341,7 @@ impl KubernetesSandbox {
     /// How the pod ended, once its status says so: an exec that failed because the pod's
     /// container is gone may come before the kubelet reports why. `None` when the status
     /// still shows the container running after [`SETTLE_WAIT`].
-    async fn pod_settled(&self, pod: &str) -> Option<Ended> {
+    pub(super) async fn pod_settled(&self, pod: &str) -> Option<Ended> {
         let until = tokio::time::Instant::now() + SETTLE_WAIT;
         loop {
             if let Some(how) = self.pod_ended(pod).await {
