@@ -390,3 +390,128 @@ fn an_aworld_control_root_ends_with_the_same_files_as_on_docker() {
         docker["control_root"]["files"]
     );
 }
+
+/// Measured, not asserted (run by hand: `cargo test --test kubernetes_pods -- --ignored
+/// --nocapture mount_cost`; `ARBITER_MOUNT_COST_DIR` picks the directory, by default the
+/// claude-code agent cache): what a read-only mount costs a pod — the first use (fingerprint,
+/// image import, push), then each pod's start with the mount (pull once per node, then the
+/// init container's copy) against one without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn mount_cost() {
+    use arbiter::sandbox::{
+        Base, ContainerLimits, ContainerSpec, ExecSpec, ImageRecipe, ImageSpec, KubeSettings,
+        KubernetesSandbox, Mount, Network, Owner, Resource, Role, Sandbox, StartSpec,
+    };
+    use std::time::{Duration, Instant};
+    if !cluster() {
+        return;
+    }
+    let dir = std::env::var_os("ARBITER_MOUNT_COST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/arbiter/agents/claude-code")
+        });
+    let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox");
+    let sb = KubernetesSandbox::connect(KubeSettings::default())
+        .await
+        .expect("kubeconfig")
+        .with_toolbox(&toolbox);
+    assert!(sb.preflight().await.is_empty());
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("Dockerfile"), "FROM arbiter/busybox\n").unwrap();
+    let image = sb
+        .prepare_image(&ImageSpec {
+            recipe: ImageRecipe::Build {
+                context: tmp.path().to_path_buf(),
+                file: "Dockerfile".into(),
+            },
+            key: "arbiter-env/k8s-mount-cost:1".into(),
+            timeout: Duration::from_secs(600),
+            labels: Default::default(),
+        })
+        .await
+        .expect("image");
+    let spec = |mounts: Vec<Mount>, trial: &str| ContainerSpec {
+        base: Base::Image(image.clone()),
+        owner: Owner {
+            job: "k8s-pods-mount-cost".into(),
+            trial: trial.into(),
+            role: Role::Agent,
+            extra: Default::default(),
+        },
+        env: Vec::new(),
+        limits: ContainerLimits {
+            cpus: 1.0,
+            memory_mb: 256,
+            pids_limit: 256,
+            gpus: 0,
+        },
+        network: Network::None,
+        workdir: None,
+        mounts,
+        start: StartSpec::default(),
+    };
+    let mount = Mount {
+        host: dir.clone(),
+        container: "/opt/mounted".into(),
+        read_only: true,
+    };
+    let du = |p: &Path| -> u64 {
+        files_under(p)
+            .iter()
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    eprintln!("directory {} ({} MB)", dir.display(), du(&dir) / 1_000_000);
+    let mut rounds = Vec::new();
+    for (i, mounts) in [
+        vec![mount.clone()],
+        vec![],
+        vec![mount.clone()],
+        vec![],
+        vec![mount.clone()],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let with = !mounts.is_empty();
+        let t = Instant::now();
+        let id = sb
+            .create(&spec(mounts, &format!("cost-{i}")))
+            .await
+            .expect("create");
+        sb.start(&id).await.expect("start");
+        let seconds = t.elapsed().as_secs_f64();
+        let out = tmp.path().join(format!("ls-{i}"));
+        let listed = sb
+            .exec(
+                &id,
+                &ExecSpec {
+                    argv: vec!["sh".into(), "-c".into(), "ls /opt/mounted | wc -l".into()],
+                    env: Vec::new(),
+                    user: None,
+                    workdir: None,
+                    stdout: Some(out.clone()),
+                    stderr: None,
+                    cap_bytes: 4096,
+                    timeout: Some(Duration::from_secs(30)),
+                    grace: Duration::from_secs(1),
+                },
+            )
+            .await
+            .expect("exec");
+        let entries = std::fs::read_to_string(&out).unwrap_or_default();
+        sb.remove(&Resource::Container(id)).await.expect("remove");
+        eprintln!(
+            "round {i}: mount={with} create+start {seconds:.2}s ({:?}, {} entries)",
+            listed.end,
+            entries.trim()
+        );
+        if with {
+            assert_ne!(entries.trim(), "0", "the mount is there");
+        }
+        rounds.push((with, seconds));
+    }
+}
