@@ -10,6 +10,8 @@
 //!   ENTRYPOINT with the keep-alive as its arguments, Harbor's semantics: `args` without
 //!   `command`), run as root so that harness execs are root and switch to the exec's user
 //!   themselves (a pod has no per-exec user); requests = limits from [`ContainerLimits`];
+//! - host directories as emptyDirs (a read-only one filled by an init container of its
+//!   image: mounts.rs); extra `/etc/hosts` entries (compose service names) as `hostAliases`;
 //! - `restartPolicy: Never`, no service-account token, no service links, `dnsPolicy: Default`,
 //!   `activeDeadlineSeconds` as a backstop only.
 
