@@ -152,7 +152,7 @@ pub(super) fn fingerprint(dir: &Path) -> std::io::Result<String> {
     }
     let mut out = Vec::new();
     let meta = std::fs::metadata(dir)?;
-    let _ = write!(out, "{:o}\n", meta.mode());
+    let _ = writeln!(out, "{:o}", meta.mode());
     walk(dir, "", &mut out)?;
     Ok(sha256_hex(&out))
 }
