@@ -2,7 +2,7 @@
 //! downgraded"): found before any trial, reported as one line naming the task (or agent) and
 //! the feature. The next issue fills these in.
 
-use crate::agent::{Agent, AgentKind};
+use crate::agent::Agent;
 use crate::task::{IntegrityMode, NetworkMode, Task, VerifierMode};
 
 use super::config::field;
@@ -65,7 +65,8 @@ fn refusal(task: &Task, feature: &str) -> ConfigError {
     )
 }
 
-/// What of a task needs a frozen filesystem, a sidecar or a change set.
+/// What of a task needs a frozen filesystem or a change set. (Compose sidecars run as
+/// ephemeral containers of the agent's pod.)
 fn task_feature(task: &Task) -> Option<&'static str> {
     if task.verifier.mode == VerifierMode::Clean {
         return Some("verifier environment_mode clean (needs a frozen filesystem)");
@@ -83,30 +84,19 @@ fn task_feature(task: &Task) -> Option<&'static str> {
     {
         return Some("validation commands (need a frozen filesystem)");
     }
-    if task.environment.compose.is_some() {
-        return Some("compose sidecars");
-    }
     if !task.steps.is_empty() {
         return Some("steps (need a frozen filesystem)");
     }
     None
 }
 
-/// What of an agent needs host directories or the model gateway.
+/// What of an agent needs the model gateway. Host directories (a command agent's `mounts:`,
+/// the presets' agent cache, the aworld control root) reach a pod without host mounts.
 fn agent_feature(agent: &Agent) -> Option<&'static str> {
     if agent.kind.model().is_some() {
         return Some("the model gateway (an agent with a model:)");
     }
-    match &agent.kind {
-        AgentKind::Oracle | AgentKind::Nop => None,
-        AgentKind::Command(c) if c.mounts.is_empty() => None,
-        AgentKind::Command(_) => Some("host directories mounted into the container (mounts:)"),
-        AgentKind::Aworld(_) => Some("the aworld agent's control root (a host directory)"),
-        AgentKind::ClaudeCode(_)
-        | AgentKind::Codex(_)
-        | AgentKind::MiniSweAgent(_)
-        | AgentKind::Aider(_) => Some("the agent cache (a host directory mounted read-only)"),
-    }
+    None
 }
 
 #[cfg(test)]
@@ -143,6 +133,12 @@ mod tests {
         assert_eq!(ok.backend.kind, BackendKind::Kubernetes);
         assert_eq!(ok.backend.namespace.as_deref(), Some("evals"));
         assert!(refuse_on_kubernetes(&ok, true).is_ok());
+        // Host directories reach a pod (mounts.rs).
+        let (_root, mounted) = spec(
+            offline,
+            "[{name: cmd, kind: command, run: [\"true\"], mounts: [{host: /tmp, container: /m}]}]",
+        );
+        assert!(refuse_on_kubernetes(&mounted, true).is_ok());
         let cases: &[(&str, &str, bool, &str)] = &[
             (
                 offline,
@@ -167,12 +163,6 @@ mod tests {
                 "[oracle]",
                 true,
                 "integrity enforce",
-            ),
-            (
-                offline,
-                "[{name: cmd, kind: command, run: [\"true\"], mounts: [{host: /tmp, container: /m}]}]",
-                true,
-                "host directories",
             ),
         ];
         for (toml, agents, no_network, want) in cases {

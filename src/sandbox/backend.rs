@@ -118,6 +118,13 @@ impl Sandbox for Backend {
         }
     }
 
+    async fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        match self {
+            Backend::Docker(b) => b.collect_mounts(id).await,
+            Backend::Kubernetes(b) => b.collect_mounts(id).await,
+        }
+    }
+
     async fn halt(&self, id: &ContainerId) -> Result<(), SandboxError> {
         match self {
             Backend::Docker(b) => b.halt(id).await,

@@ -91,6 +91,11 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
         self.inner.upload(id, dest, tar).await
     }
 
+    async fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        self.check()?;
+        self.inner.collect_mounts(id).await
+    }
+
     async fn download_entry(
         &self,
         id: &ContainerId,

@@ -643,6 +643,20 @@ pub trait Sandbox: Send + Sync + 'static {
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
     fn stop(&self, id: &ContainerId) -> impl Future<Output = Result<Stopped, SandboxError>> + Send;
+    /// Make each read-write host directory of the container's spec (a [`Mount`] with
+    /// `read_only: false`) hold what the container left in it, and the container's side of
+    /// it nothing more than the host directory will hold once the caller empties it. A
+    /// backend whose mounts are the host directories themselves (Docker's bind mounts) has
+    /// nothing to do, the default; one that copies them in (Kubernetes: a pod gets no host
+    /// mounts) copies them back here. Called once the agent's processes are done, before
+    /// the host directory is read.
+    fn collect_mounts(
+        &self,
+        id: &ContainerId,
+    ) -> impl Future<Output = Result<(), SandboxError>> + Send {
+        let _ = id;
+        async { Ok(()) }
+    }
     /// Kill every process of a container whose end nobody judges (no OOM verdict: the
     /// verifier's, once its tests have exited), so that what it left is read from a
     /// filesystem nothing writes to any more. By default [`Sandbox::stop`]; a backend may

@@ -23,7 +23,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::KubernetesSandbox;
 use super::ended::Ended;
 use super::error::{KubeError, api_status};
-use super::pod::MAIN;
 use crate::sandbox::sink::CappedSink;
 use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{ExecEnd, ExecOutcome, ExecSpec, SandboxError};
@@ -247,8 +246,10 @@ impl KubernetesSandbox {
         argv: &[String],
         stdin: bool,
     ) -> Result<AttachedProcess, SandboxError> {
+        // A sidecar's id is `pod/container` (sidecar.rs).
+        let (pod, container) = super::sidecar::target(pod);
         let params = AttachParams::default()
-            .container(MAIN)
+            .container(container)
             .stdin(stdin)
             .stdout(true)
             .stderr(true)

@@ -32,7 +32,7 @@ pub(super) struct Prepared {
 }
 
 impl KubernetesSandbox {
-    fn registry(&self) -> Result<Registry, SandboxError> {
+    pub(super) fn registry(&self) -> Result<Registry, SandboxError> {
         let host = self.resolved.registry.as_deref().ok_or_else(|| {
             KubeError::Setup(
                 "no registry to push images to: pass --registry, set backend.registry or ARBITER_K8S_REGISTRY".to_string(),
@@ -44,7 +44,7 @@ impl KubernetesSandbox {
     }
 
     /// `registry[/path]/repository`.
-    fn pushed_name(&self, repository: &str) -> Result<(String, String), SandboxError> {
+    pub(super) fn pushed_name(&self, repository: &str) -> Result<(String, String), SandboxError> {
         let base = self.resolved.registry.as_deref().unwrap_or("");
         let (host, path) = base.split_once('/').unwrap_or((base, ""));
         let repo = if path.is_empty() {
@@ -56,7 +56,7 @@ impl KubernetesSandbox {
     }
 
     /// The local engine that builds and pushes (connected on first use).
-    async fn engine(&self) -> Result<Arc<DockerSandbox>, SandboxError> {
+    pub(super) async fn engine(&self) -> Result<Arc<DockerSandbox>, SandboxError> {
         self.engine
             .get_or_try_init(|| async {
                 let engine = DockerSandbox::connect().await?;
@@ -135,7 +135,7 @@ impl KubernetesSandbox {
     }
 
     /// Push `name:tag` with the local engine.
-    async fn push(&self, name: &str, tag: &str) -> Result<(), SandboxError> {
+    pub(super) async fn push(&self, name: &str, tag: &str) -> Result<(), SandboxError> {
         let engine = self.engine().await?;
         let docker = engine.client();
         self.pushes.fetch_add(1, Ordering::SeqCst);

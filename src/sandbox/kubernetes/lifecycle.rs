@@ -17,8 +17,8 @@ use super::names::{ANNOTATION_LABELS, label_selector, pod_name, random_suffix};
 use super::pod::{ANNOTATION_USER, KEEPALIVE_MARKER, MAIN, PodPlan, deny_all, pod_for};
 use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
 use crate::sandbox::{
-    Base, ContainerId, ContainerSpec, ContainerStatus, Listed, Lost, Network, Process, Resource,
-    SandboxError, Selector, Stopped,
+    Base, ContainerId, ContainerSpec, ContainerStatus, Listed, Lost, Mount, Network, Process,
+    Resource, SandboxError, Selector, Stopped,
 };
 
 /// How long a pod may take to run (scheduling, pulls, init containers).
@@ -50,6 +50,8 @@ pub(super) struct PodState {
     pub network: Option<Network>,
     /// The image's ENTRYPOINT runs first and must hand over to the keep-alive.
     pub handover: bool,
+    /// Host directories of the spec (mounts.rs: the read-write ones are seeded and read back).
+    pub mounts: Vec<Mount>,
 }
 
 /// Proof, from inside, that a pod with network `none` has only loopback: no other interface
@@ -106,6 +108,7 @@ impl KubernetesSandbox {
         let toolbox = self.toolbox_image().await?;
         let default_user = self.image_user(image.as_str()).await;
         let name = pod_name(&spec.owner.trial, spec.owner.role, &random_suffix());
+        let mounts = self.plan_mounts(&spec.mounts).await?;
         let pod = pod_for(&PodPlan {
             name: &name,
             image: image.as_str(),
@@ -113,6 +116,7 @@ impl KubernetesSandbox {
             spec,
             resolved: &self.resolved,
             default_user: default_user.as_deref(),
+            mounts: &mounts,
         })?;
         self.count_request();
         let created = self
@@ -125,6 +129,7 @@ impl KubernetesSandbox {
             started: false,
             network: Some(spec.network),
             handover: spec.start.process == Process::ImageEntrypoint,
+            mounts: spec.mounts.clone(),
         };
         self.states.lock().await.insert(name.clone(), state);
         if spec.network == Network::None && self.policies_allowed() {
@@ -170,6 +175,7 @@ impl KubernetesSandbox {
         if let Some(s) = self.states.lock().await.get_mut(pod) {
             s.started = true;
         }
+        self.seed_mounts(pod, &state.mounts).await?;
         if state.handover {
             self.await_handover(pod).await?;
         }
@@ -326,8 +332,9 @@ impl KubernetesSandbox {
     }
 
     /// How the pod ended, if it did (deleted, evicted, or its container ended): `None`
-    /// while it runs or when the API cannot say.
+    /// while it runs or when the API cannot say. `pod` may name a sidecar (`pod/container`).
     pub(super) async fn pod_ended(&self, pod: &str) -> Option<Ended> {
+        let pod = super::sidecar::target(pod).0;
         self.count_request();
         match self.pods().get(pod).await {
             Err(e) if api_status(&e) == Some(404) => {

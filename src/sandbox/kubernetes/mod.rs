@@ -7,10 +7,12 @@
 //! trial (`preflight.rs`) and its errors (`error.rs`). Nothing above the trait learns a
 //! Kubernetes word.
 //!
+//! Compose sidecars are ephemeral containers of the agent's pod (`sidecar.rs`); host
+//! directories reach a pod without host mounts (`mounts.rs`).
+//!
 //! What it cannot do yet is refused, typed ([`SandboxError::Unsupported`]): `freeze` (no
-//! commit of a pod's filesystem), the change set (issue 27 computes it from inside), host
-//! directories, sidecars, the loopback listener; the CLI refuses tasks that need them before
-//! any trial starts.
+//! commit of a pod's filesystem), the change set (issue 27 computes it from inside), the
+//! loopback listener; the CLI refuses tasks that need them before any trial starts.
 
 mod config;
 mod ended;
@@ -18,10 +20,12 @@ mod error;
 mod exec;
 mod images;
 mod lifecycle;
+mod mounts;
 mod names;
 mod pod;
 mod preflight;
 mod registry;
+mod sidecar;
 mod transfer;
 
 use std::collections::HashMap;
@@ -60,6 +64,8 @@ pub struct KubernetesSandbox {
     /// Prepared images by the reference pods use.
     prepared: Mutex<HashMap<String, images::Prepared>>,
     states: Mutex<HashMap<String, lifecycle::PodState>>,
+    /// Compose sidecars (ephemeral containers) by their `pod/container` id.
+    sidecars: Mutex<HashMap<String, sidecar::SidecarState>>,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
     net_admin: AtomicBool,
     /// NetworkPolicies may be created (preflight).
@@ -121,6 +127,7 @@ impl KubernetesSandbox {
             images: Mutex::new(HashMap::new()),
             prepared: Mutex::new(HashMap::new()),
             states: Mutex::new(HashMap::new()),
+            sidecars: Mutex::new(HashMap::new()),
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
             builds: AtomicU64::new(0),
@@ -189,10 +196,16 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<ContainerId, SandboxError> {
-        self.create_pod(spec).await
+        match &spec.start.join {
+            Some(join) => self.create_sidecar(spec, join).await,
+            None => self.create_pod(spec).await,
+        }
     }
 
     async fn start(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        if sidecar::is_sidecar(id.as_str()) {
+            return self.start_sidecar(id).await;
+        }
         self.start_pod(id).await
     }
 
@@ -225,7 +238,14 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
+        if sidecar::is_sidecar(id.as_str()) {
+            return self.stop_sidecar(id).await;
+        }
         self.stop_pod(id).await
+    }
+
+    async fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        self.collect_pod_mounts(id).await
     }
 
     /// Not measured yet: the record says the storage bound was not enforced.
@@ -246,6 +266,11 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn remove(&self, resource: &Resource) -> Result<(), SandboxError> {
+        if let Resource::Container(id) = resource
+            && sidecar::is_sidecar(id.as_str())
+        {
+            return self.remove_sidecar(id).await;
+        }
         self.remove_resource(resource).await
     }
 
@@ -297,6 +322,9 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn status(&self, id: &ContainerId) -> Result<ContainerStatus, SandboxError> {
+        if sidecar::is_sidecar(id.as_str()) {
+            return self.sidecar_status(id).await;
+        }
         self.pod_status(id).await
     }
 

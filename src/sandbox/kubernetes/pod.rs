@@ -10,6 +10,8 @@
 //!   ENTRYPOINT with the keep-alive as its arguments, Harbor's semantics: `args` without
 //!   `command`), run as root so that harness execs are root and switch to the exec's user
 //!   themselves (a pod has no per-exec user); requests = limits from [`ContainerLimits`];
+//! - host directories as emptyDirs (a read-only one filled by an init container of its
+//!   image: mounts.rs); extra `/etc/hosts` entries (compose service names) as `hostAliases`;
 //! - `restartPolicy: Never`, no service-account token, no service links, `dnsPolicy: Default`,
 //!   `activeDeadlineSeconds` as a backstop only.
 
@@ -41,7 +43,7 @@ pub(crate) const KEEPALIVE_MARKER: &str = "arbiter-keepalive";
 /// Annotation with the user execs run as when they name none (the image's `USER`).
 pub(crate) const ANNOTATION_USER: &str = "arbiter.default-user";
 
-const TOOLBOX_VOLUME: &str = "arbiter-toolbox";
+pub(super) const TOOLBOX_VOLUME: &str = "arbiter-toolbox";
 const SCRATCH_VOLUME: &str = "arbiter-scratch";
 
 /// Takes every interface but loopback down and flushes its addresses (run with NET_ADMIN).
@@ -57,6 +59,8 @@ pub(crate) struct PodPlan<'a> {
     pub resolved: &'a Resolved,
     /// The user an exec without one runs as (the image's `USER`), when not root.
     pub default_user: Option<&'a str>,
+    /// The spec's host directories, as emptyDirs (mounts.rs).
+    pub mounts: &'a [super::mounts::PlannedMount],
 }
 
 fn unsupported(op: &'static str) -> SandboxError {
@@ -72,8 +76,8 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
     if let Base::Frozen(_) = spec.base {
         return Err(unsupported("a container of a frozen filesystem"));
     }
-    if !spec.mounts.is_empty() {
-        return Err(unsupported("host directories mounted into a container"));
+    if spec.mounts.len() != plan.mounts.len() {
+        return Err(unsupported("host directories not prepared for a pod"));
     }
     let StartSpec {
         process,
@@ -82,16 +86,14 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
         user,
         healthcheck,
     } = &spec.start;
+    // Sidecars are ephemeral containers of the pod they join (sidecar.rs), never pods.
     if join.is_some() {
         return Err(unsupported(
             "sidecar containers (a shared network namespace)",
         ));
     }
-    if !hosts.is_empty() {
-        return Err(unsupported("extra /etc/hosts entries"));
-    }
     if healthcheck.is_some() {
-        return Err(unsupported("healthchecks"));
+        return Err(unsupported("healthchecks of a pod's main container"));
     }
     if spec.network == Network::Host {
         return Err(unsupported("network host"));
@@ -114,10 +116,13 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
     if let Some(user) = default_user {
         annotations.insert(ANNOTATION_USER.to_string(), user.to_string());
     }
-    let init = vec![harness_init(
+    let mut init = vec![harness_init(
         plan.toolbox_image,
         spec.network == Network::None,
     )];
+    let (mount_init, mount_volumes, mount_mounts) =
+        super::mounts::pod_parts(plan.mounts, &spec.limits);
+    init.extend(mount_init);
     let main = Container {
         name: MAIN.to_string(),
         image: Some(plan.image.to_string()),
@@ -136,19 +141,24 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
         working_dir: spec.workdir.clone(),
         resources: Some(resources(&spec.limits)),
         security_context: Some(root()),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: TOOLBOX_VOLUME.to_string(),
-                mount_path: TOOLBOX_MOUNT.to_string(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: SCRATCH_VOLUME.to_string(),
-                mount_path: SCRATCH.to_string(),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some(
+            vec![
+                VolumeMount {
+                    name: TOOLBOX_VOLUME.to_string(),
+                    mount_path: TOOLBOX_MOUNT.to_string(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: SCRATCH_VOLUME.to_string(),
+                    mount_path: SCRATCH.to_string(),
+                    ..Default::default()
+                },
+            ]
+            .into_iter()
+            .chain(mount_mounts)
+            .collect(),
+        ),
         ..Default::default()
     };
     let settings = &plan.resolved.settings;
@@ -174,18 +184,24 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
             service_account_name: settings.service_account.clone(),
             init_containers: Some(init),
             containers: vec![main],
-            volumes: Some(vec![
-                Volume {
-                    name: TOOLBOX_VOLUME.to_string(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Default::default()
-                },
-                Volume {
-                    name: SCRATCH_VOLUME.to_string(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Default::default()
-                },
-            ]),
+            host_aliases: super::sidecar::host_aliases(hosts),
+            volumes: Some(
+                vec![
+                    Volume {
+                        name: TOOLBOX_VOLUME.to_string(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Default::default()
+                    },
+                    Volume {
+                        name: SCRATCH_VOLUME.to_string(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Default::default()
+                    },
+                ]
+                .into_iter()
+                .chain(mount_volumes)
+                .collect(),
+            ),
             ..Default::default()
         }),
         status: None,
@@ -391,6 +407,7 @@ mod tests {
             spec: &spec,
             resolved: &resolved,
             default_user: Some("1000"),
+            mounts: &[],
         })
         .unwrap();
         let meta = &pod.metadata;
@@ -450,6 +467,7 @@ mod tests {
             spec,
             resolved: &resolved,
             default_user: None,
+            mounts: &[],
         };
         let pod = pod_for(&plan(&bridge)).unwrap();
         let init = pod.spec.unwrap().init_containers.unwrap();

@@ -26,6 +26,8 @@ const NEEDED: &[(&str, &str, &str)] = &[
     ("delete", "pods", ""),
     ("create", "pods", "exec"),
     ("get", "pods", "log"),
+    // Compose sidecars are ephemeral containers added to the agent's pod (sidecar.rs).
+    ("patch", "pods", "ephemeralcontainers"),
 ];
 
 impl KubernetesSandbox {
@@ -181,6 +183,7 @@ impl KubernetesSandbox {
             spec: &spec,
             resolved: &self.resolved,
             default_user: None,
+            mounts: &[],
         })
         .map_err(|e| e.to_string())?;
         let params = PostParams {

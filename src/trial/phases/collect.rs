@@ -127,6 +127,10 @@ pub(crate) async fn run<S: Sandbox>(
     check_deliverables(ctx, id, &mut out).await?;
     let manifest = serde_json::to_vec_pretty(&out.artifacts).map_err(infra(Phase::Collect))?;
     std::fs::write(ctx.path("artifacts/manifest.json"), manifest).map_err(infra(Phase::Collect))?;
+    if env.control_dir.is_some() {
+        // A backend that copied the control root in copies it back first (Kubernetes).
+        ctx.sb.collect_mounts(id).await.map_err(fail())?;
+    }
     out.control_root = save_control_root(ctx, env)?;
 
     if let Some(note) = &done.claim_note
