@@ -446,6 +446,7 @@ async fn mount_cost() {
             memory_mb: 256,
             pids_limit: 256,
             gpus: 0,
+            storage_mb: None,
         },
         network: Network::None,
         workdir: None,
