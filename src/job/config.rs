@@ -116,6 +116,12 @@ pub struct BackendConfig {
     pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
+    /// At most this many pods pending or starting at once, apart from `concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_starting: Option<u32>,
+    /// Seconds a pod may wait to be placed before its trial is an infrastructure error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_timeout_sec: Option<u64>,
 }
 
 impl BackendConfig {
@@ -146,6 +152,8 @@ impl BackendConfig {
             node_selector: self.node_selector.clone(),
             tolerations: self.tolerations.clone(),
             service_account: self.service_account.clone(),
+            max_starting: self.max_starting,
+            schedule_timeout_sec: self.schedule_timeout_sec,
         }
     }
 }

@@ -35,6 +35,14 @@ pub struct KubeSettings {
     pub tolerations: Vec<Toleration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
+    /// At most this many pods pending or starting at once (issue 28), apart from the job's
+    /// concurrency; none: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_starting: Option<u32>,
+    /// Seconds a pod may wait for a node before its start fails naming the scheduler's
+    /// reason (default 120).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_timeout_sec: Option<u64>,
 }
 
 /// What `connect` settled: the settings with every default filled in.

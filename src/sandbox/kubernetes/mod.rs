@@ -22,6 +22,7 @@ mod names;
 mod pod;
 mod preflight;
 mod registry;
+mod starting;
 mod transfer;
 
 use std::collections::HashMap;
@@ -60,6 +61,8 @@ pub struct KubernetesSandbox {
     /// Prepared images by the reference pods use.
     prepared: Mutex<HashMap<String, images::Prepared>>,
     states: Mutex<HashMap<String, lifecycle::PodState>>,
+    /// The start-rate cap (`max_starting`).
+    slots: starting::StartSlots,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
     net_admin: AtomicBool,
     /// NetworkPolicies may be created (preflight).
@@ -104,7 +107,13 @@ impl KubernetesSandbox {
             .clone()
             .or_else(|| config::env_value(REGISTRY_ENV))
             .map(|r| r.trim_end_matches('/').to_string());
+        if settings.max_starting == Some(0) || settings.schedule_timeout_sec == Some(0) {
+            return Err(KubeError::Setup(
+                "max_starting and schedule_timeout_sec must be at least 1".to_string(),
+            ));
+        }
         let client = kube::Client::try_from(config).map_err(|e| failed(e.to_string()))?;
+        let slots = starting::StartSlots::new(settings.max_starting);
         Ok(KubernetesSandbox {
             client,
             resolved: config::Resolved {
@@ -121,6 +130,7 @@ impl KubernetesSandbox {
             images: Mutex::new(HashMap::new()),
             prepared: Mutex::new(HashMap::new()),
             states: Mutex::new(HashMap::new()),
+            slots,
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
             builds: AtomicU64::new(0),
