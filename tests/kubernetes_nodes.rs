@@ -45,7 +45,9 @@ fn three_nodes() -> Option<MutexGuard<'static, ()>> {
         if required() {
             panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
         }
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up --nodes 3; eval \"$(scripts/k8s env)\")");
+        eprintln!(
+            "skipping: no KUBECONFIG (scripts/k8s up --nodes 3; eval \"$(scripts/k8s env)\")"
+        );
         return None;
     }
     let guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
@@ -318,7 +320,11 @@ fn a_jobs_trials_spread_over_two_nodes_with_identical_records() {
             .insert(pod.node.clone().unwrap_or_default());
     }
     eprintln!("trial -> node: {nodes_of:?}");
-    assert_eq!(nodes_of.len(), 6, "every trial's pod was seen running: {seen:?}");
+    assert_eq!(
+        nodes_of.len(),
+        6,
+        "every trial's pod was seen running: {seen:?}"
+    );
     let used: BTreeSet<&str> = nodes_of.values().flatten().map(String::as_str).collect();
     assert_eq!(
         used,
@@ -346,7 +352,11 @@ impl Drop for NodeBack {
     fn drop(&mut self) {
         let out = script(&["node", "start", &self.0]);
         if !out.status.success() {
-            eprintln!("scripts/k8s node start {}: {}", self.0, common::stderr(&out));
+            eprintln!(
+                "scripts/k8s node start {}: {}",
+                self.0,
+                common::stderr(&out)
+            );
         }
     }
 }
@@ -417,7 +427,11 @@ fn a_node_lost_mid_job_is_an_infra_error_retried_on_the_other_node() {
     // Every pod that ran after the loss ran on the other node.
     for (name, p) in &seen {
         if p.ran_at.is_some_and(|t| t > lost_at) {
-            assert_eq!(p.node.as_deref(), Some(other), "{name} ran on the lost node");
+            assert_eq!(
+                p.node.as_deref(),
+                Some(other),
+                "{name} ran on the lost node"
+            );
         }
     }
     for i in 1..=2 {
@@ -427,6 +441,7 @@ fn a_node_lost_mid_job_is_an_infra_error_retried_on_the_other_node() {
         if on_lost.contains(&id) {
             assert!(r["retries"].as_u64().unwrap_or(0) >= 1, "{r:#}");
             let first = &r["previous_errors"][0];
+            eprintln!("{id}: first try {first}");
             assert!(
                 first["message"]
                     .as_str()
@@ -502,7 +517,7 @@ fn an_unschedulable_trial_frees_its_slot_and_names_the_reason() {
     let config = common::write_job(
         tmp.path(),
         &format!(
-            "tasks: [{}]\nagents:\n  - name: quick\n    kind: command\n    run: [sh, -c, 'echo ok > /app/out']\nattempts: 2\nconcurrency: 2\nbackend:\n  kind: kubernetes\n  node_selector: {{arbiter.dev/pool: nowhere}}\n  max_starting: 1\n  schedule_timeout_sec: 5\n",
+            "tasks: [{}]\nagents:\n  - name: quick\n    kind: command\n    run: [sh, -c, 'echo ok > /app/out']\nattempts: 2\nconcurrency: 2\nretries: {{max: 0}}\nbackend:\n  kind: kubernetes\n  node_selector: {{arbiter.dev/pool: nowhere}}\n  max_starting: 1\n  schedule_timeout_sec: 5\n",
             task.display(),
         ),
     );
@@ -518,7 +533,10 @@ fn an_unschedulable_trial_frees_its_slot_and_names_the_reason() {
     };
     drop(watch);
     assert_eq!(max, 1, "one slot: {pods:?}");
-    assert!(pods.values().all(|p| p.node.is_none() && !p.ran), "{pods:?}");
+    assert!(
+        pods.values().all(|p| p.node.is_none() && !p.ran),
+        "{pods:?}"
+    );
     let mut by_trial: HashMap<String, usize> = HashMap::new();
     for p in pods.values() {
         *by_trial.entry(p.trial.clone()).or_default() += 1;

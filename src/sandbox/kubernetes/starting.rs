@@ -97,14 +97,18 @@ impl KubernetesSandbox {
         Some(format!(
             "no node took it within {}s ({})",
             timeout.as_secs(),
-            unschedulable_reason(&now).unwrap_or_else(|| "the scheduler gave no reason".to_string())
+            unschedulable_reason(&now)
+                .unwrap_or_else(|| "the scheduler gave no reason".to_string())
         ))
     }
 }
 
 /// Whether the scheduler has bound the pod to a node.
 pub(crate) fn scheduled(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
 }
 
 /// Why the scheduler could not place the pod (its `PodScheduled` condition), when it said.
