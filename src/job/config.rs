@@ -116,6 +116,15 @@ pub struct BackendConfig {
     pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
+    /// At most this many pods pending or starting at once, apart from `concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_starting: Option<u32>,
+    /// Seconds a pod may wait to be placed before its trial is an infrastructure error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_timeout_sec: Option<u64>,
+    /// The share of a pod's CPU limit it requests, in (0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_request: Option<f64>,
 }
 
 impl BackendConfig {
@@ -146,6 +155,9 @@ impl BackendConfig {
             node_selector: self.node_selector.clone(),
             tolerations: self.tolerations.clone(),
             service_account: self.service_account.clone(),
+            max_starting: self.max_starting,
+            schedule_timeout_sec: self.schedule_timeout_sec,
+            cpu_request: self.cpu_request,
         }
     }
 }

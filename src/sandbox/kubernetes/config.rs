@@ -14,6 +14,9 @@ use super::KubeError;
 pub const NAMESPACE_ENV: &str = "ARBITER_K8S_NAMESPACE";
 /// Environment variable naming the default registry (printed by `scripts/k8s env`).
 pub const REGISTRY_ENV: &str = "ARBITER_K8S_REGISTRY";
+/// Environment variable with the default `cpu_request` (printed by `scripts/k8s env`: the
+/// development cluster runs every node on the same two cores).
+pub const CPU_REQUEST_ENV: &str = "ARBITER_K8S_CPU_REQUEST";
 
 /// The Kubernetes backend's settings; every field optional (the kubeconfig's current context
 /// and its namespace, `$ARBITER_K8S_NAMESPACE`, `$ARBITER_K8S_REGISTRY`).
@@ -35,6 +38,20 @@ pub struct KubeSettings {
     pub tolerations: Vec<Toleration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
+    /// At most this many pods pending or starting at once (issue 28), apart from the job's
+    /// concurrency; none: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_starting: Option<u32>,
+    /// Seconds a pod may wait for a node before its start fails naming the scheduler's
+    /// reason (default 300, the start deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_timeout_sec: Option<u64>,
+    /// The share of a pod's CPU limit it requests from the scheduler, in (0, 1]: 1 (the
+    /// default) asks for all of it (requests = limits); less packs more trials on a node, as
+    /// a Docker host does, for agents that mostly wait on a model. Memory is always requested
+    /// whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_request: Option<f64>,
 }
 
 /// What `connect` settled: the settings with every default filled in.
@@ -45,6 +62,8 @@ pub(crate) struct Resolved {
     pub namespace: String,
     pub registry: Option<String>,
     pub settings: KubeSettings,
+    /// `settings.cpu_request`, else `$ARBITER_K8S_CPU_REQUEST`, else 1.
+    pub cpu_request: f64,
     /// `activeDeadlineSeconds` of every pod: a backstop only, arbiter's deadlines decide.
     pub backstop: Duration,
 }

@@ -118,12 +118,15 @@ impl KubernetesSandbox {
             default_user: default_user.as_deref(),
             mounts: &mounts,
         })?;
+        // A start slot first (the start-rate cap): held until the pod runs or is removed.
+        let slot = self.slots.take().await;
         self.count_request();
         let created = self
             .pods()
             .create(&PostParams::default(), &pod)
             .await
             .map_err(KubeError::api("pod create"))?;
+        self.slots.hold(&name, slot).await;
         let state = PodState {
             default_user: spec.start.user.clone().or(default_user),
             started: false,
@@ -172,6 +175,9 @@ impl KubernetesSandbox {
             };
         }
         self.await_running(pod).await?;
+        // Running: its start slot goes to the next pod. (A pod that never ran keeps it until
+        // it is removed, so pending pods never outnumber the slots.)
+        self.slots.release(pod).await;
         if let Some(s) = self.states.lock().await.get_mut(pod) {
             s.started = true;
         }
@@ -204,9 +210,20 @@ impl KubernetesSandbox {
     async fn await_running(&self, pod: &str) -> Result<(), SandboxError> {
         use kube::runtime::wait::await_condition;
         let verdict = |p: Option<&Pod>| -> bool { p.is_none_or(|p| start_verdict(p).is_some()) };
+        let begun = tokio::time::Instant::now();
+        // A node first, within the (shorter) schedule timeout: an unschedulable pod fails
+        // early, naming the scheduler's reason.
+        if let Some(why) = self.await_scheduled(pod).await {
+            return Err(KubeError::NotStarted {
+                pod: pod.to_string(),
+                why,
+                events: self.events_of(pod).await,
+            }
+            .into());
+        }
+        let left = START_DEADLINE.saturating_sub(begun.elapsed());
         self.count_request();
-        let waited =
-            tokio::time::timeout(START_DEADLINE, await_condition(self.pods(), pod, verdict)).await;
+        let waited = tokio::time::timeout(left, await_condition(self.pods(), pod, verdict)).await;
         let why = match waited {
             Ok(Ok(Some(p))) => match start_verdict(&p) {
                 Some(Ok(())) => return Ok(()),
@@ -471,7 +488,10 @@ impl KubernetesSandbox {
             ..DeleteParams::background()
         };
         self.count_request();
-        match self.pods().delete(id.as_str(), &params).await {
+        let deleted = self.pods().delete(id.as_str(), &params).await;
+        // Given back even when the delete failed: a slot lost for good would stall the job.
+        self.slots.release(id.as_str()).await;
+        match deleted {
             Ok(_) => Ok(()),
             Err(e) if matches!(api_status(&e), Some(404)) => Ok(()),
             Err(e) => Err(KubeError::api("pod delete")(e).into()),
@@ -544,6 +564,11 @@ fn main_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus
         .as_ref()?
         .iter()
         .find(|s| s.name == MAIN)
+}
+
+/// Whether `pod` will never start (a verdict other than "wait").
+pub(super) fn will_not_start(pod: &Pod) -> bool {
+    matches!(start_verdict(pod), Some(Err(_)))
 }
 
 /// `Some(Ok)` once the main container runs; `Some(Err(why))` when it never will (a failed

@@ -26,6 +26,7 @@ mod pod;
 mod preflight;
 mod registry;
 mod sidecar;
+mod starting;
 mod transfer;
 
 use std::collections::HashMap;
@@ -39,7 +40,7 @@ use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::{Mutex, OnceCell};
 
-pub use config::{KubeSettings, NAMESPACE_ENV, REGISTRY_ENV};
+pub use config::{CPU_REQUEST_ENV, KubeSettings, NAMESPACE_ENV, REGISTRY_ENV};
 pub use error::KubeError;
 
 use super::toolbox::Toolbox;
@@ -66,6 +67,8 @@ pub struct KubernetesSandbox {
     states: Mutex<HashMap<String, lifecycle::PodState>>,
     /// Compose sidecars (ephemeral containers) by their `pod/container` id.
     sidecars: Mutex<HashMap<String, sidecar::SidecarState>>,
+    /// The start-rate cap (`max_starting`).
+    slots: starting::StartSlots,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
     net_admin: AtomicBool,
     /// NetworkPolicies may be created (preflight).
@@ -110,7 +113,27 @@ impl KubernetesSandbox {
             .clone()
             .or_else(|| config::env_value(REGISTRY_ENV))
             .map(|r| r.trim_end_matches('/').to_string());
+        let cpu_request = match settings.cpu_request {
+            Some(f) => f,
+            None => match config::env_value(CPU_REQUEST_ENV) {
+                Some(v) => v.trim().parse::<f64>().map_err(|_| {
+                    KubeError::Setup(format!("{CPU_REQUEST_ENV}={v}: not a number in (0, 1]"))
+                })?,
+                None => 1.0,
+            },
+        };
+        if !(cpu_request > 0.0 && cpu_request <= 1.0) {
+            return Err(KubeError::Setup(format!(
+                "cpu_request must be in (0, 1] (got {cpu_request})"
+            )));
+        }
+        if settings.max_starting == Some(0) || settings.schedule_timeout_sec == Some(0) {
+            return Err(KubeError::Setup(
+                "max_starting and schedule_timeout_sec must be at least 1".to_string(),
+            ));
+        }
         let client = kube::Client::try_from(config).map_err(|e| failed(e.to_string()))?;
+        let slots = starting::StartSlots::new(settings.max_starting);
         Ok(KubernetesSandbox {
             client,
             resolved: config::Resolved {
@@ -119,6 +142,7 @@ impl KubernetesSandbox {
                 namespace,
                 registry,
                 settings,
+                cpu_request,
                 backstop: BACKSTOP,
             },
             toolbox: None,
@@ -128,6 +152,7 @@ impl KubernetesSandbox {
             prepared: Mutex::new(HashMap::new()),
             states: Mutex::new(HashMap::new()),
             sidecars: Mutex::new(HashMap::new()),
+            slots,
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
             builds: AtomicU64::new(0),

@@ -139,7 +139,7 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
                 .collect(),
         ),
         working_dir: spec.workdir.clone(),
-        resources: Some(resources(&spec.limits)),
+        resources: Some(resources(&spec.limits, plan.resolved.cpu_request)),
         security_context: Some(root()),
         volume_mounts: Some(
             vec![
@@ -280,8 +280,9 @@ fn harness_init(image: &str, net_none: bool) -> Container {
     }
 }
 
-/// Requests = limits: the task's CPUs, memory and GPUs.
-fn resources(limits: &ContainerLimits) -> ResourceRequirements {
+/// Limits: the task's CPUs, memory, GPUs and storage bound. Requests: the same, but CPU
+/// times `cpu_request` (the backend's setting) and a small ephemeral-storage request.
+fn resources(limits: &ContainerLimits, cpu_request: f64) -> ResourceRequirements {
     let millis = (limits.cpus * 1000.0).round().max(1.0) as u64;
     let mut amounts = BTreeMap::from([
         ("cpu".to_string(), Quantity(format!("{millis}m"))),
@@ -297,6 +298,10 @@ fn resources(limits: &ContainerLimits) -> ResourceRequirements {
         );
     }
     let mut requests = amounts.clone();
+    if cpu_request < 1.0 {
+        let asked = ((limits.cpus * cpu_request * 1000.0).round() as u64).max(1);
+        requests.insert("cpu".to_string(), Quantity(format!("{asked}m")));
+    }
     if let Some(mb) = limits.storage_mb {
         // The kubelet evicts a pod over it ("exceeded its local ephemeral storage limit"):
         // the agent's result. Headroom over the trial's own bound for the harness's files and
@@ -368,6 +373,7 @@ mod tests {
                 runtime_class: Some("gvisor".into()),
                 ..Default::default()
             },
+            cpu_request: 1.0,
             backstop: Duration::from_secs(3600),
         }
     }
@@ -454,6 +460,27 @@ mod tests {
                 .iter()
                 .any(|m| m.mount_path == TOOLBOX_MOUNT && m.read_only == Some(true))
         );
+    }
+
+    #[test]
+    fn a_cpu_request_share_asks_for_part_of_the_limit_and_storage_is_bounded() {
+        let mut limits = spec(Network::None).limits;
+        limits.storage_mb = Some(1024);
+        let whole = resources(&limits, 1.0);
+        let (l, r) = (whole.limits.unwrap(), whole.requests.unwrap());
+        assert_eq!(
+            (l["cpu"].0.as_str(), r["cpu"].0.as_str()),
+            ("1500m", "1500m")
+        );
+        assert_eq!(l["ephemeral-storage"].0, "1280Mi");
+        assert_eq!(r["ephemeral-storage"].0, "64Mi");
+        let packed = resources(&limits, 0.25);
+        let (l, r) = (packed.limits.unwrap(), packed.requests.unwrap());
+        assert_eq!(
+            (l["cpu"].0.as_str(), r["cpu"].0.as_str()),
+            ("1500m", "375m")
+        );
+        assert_eq!(l["memory"], r["memory"], "memory is requested whole");
     }
 
     #[test]

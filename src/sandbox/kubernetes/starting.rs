@@ -1,0 +1,199 @@
+//! The start-rate cap and the wait for a node (issue 28).
+//!
+//! At scale the control plane, not the trial, is the bottleneck: many pods created at once
+//! overload the apiserver and the scheduler, and a pod no node can take starves the ones that
+//! could start. So at most `max_starting` of this process's pods are pending or starting at
+//! once, whatever the job's concurrency: a slot is taken before the pod is created and given
+//! back once its main container runs, or once the pod is removed when it never ran (so the
+//! count of pending pods the API shows never passes the cap). And a pod that no node takes
+//! within `schedule_timeout_sec` ends its start as an infrastructure failure naming the
+//! scheduler's reason, instead of holding a slot for the whole start deadline.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
+
+use super::KubernetesSandbox;
+
+/// How long a pod may wait for a node when the job does not say (`schedule_timeout_sec`):
+/// the whole start deadline — a pod waiting for CPU that trials of the same cluster hold is
+/// not stuck; a job that wants unschedulable pods to give their start slot back sooner says
+/// so.
+pub(crate) const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The start slots of one backend: unlimited without `max_starting`.
+#[derive(Debug, Default)]
+pub(crate) struct StartSlots {
+    cap: Option<Arc<Semaphore>>,
+    /// Slots held by pods that have not run yet, by pod name.
+    held: Mutex<HashMap<String, OwnedSemaphorePermit>>,
+}
+
+impl StartSlots {
+    /// `max_starting` slots (`None`: no cap). Zero is refused by the caller.
+    pub(crate) fn new(max_starting: Option<u32>) -> StartSlots {
+        StartSlots {
+            cap: max_starting.map(|n| Arc::new(Semaphore::new(n as usize))),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Wait for a free slot (at once without a cap). The slot is given back when the
+    /// returned permit is dropped, unless [`StartSlots::hold`] keeps it for a pod.
+    pub(crate) async fn take(&self) -> Option<OwnedSemaphorePermit> {
+        let cap = self.cap.as_ref()?;
+        // The semaphore is never closed: acquiring fails only if it were.
+        Arc::clone(cap).acquire_owned().await.ok()
+    }
+
+    /// Keep `slot` until `pod` runs or is removed.
+    pub(crate) async fn hold(&self, pod: &str, slot: Option<OwnedSemaphorePermit>) {
+        if let Some(slot) = slot {
+            self.held.lock().await.insert(pod.to_string(), slot);
+        }
+    }
+
+    /// Give back `pod`'s slot, if it holds one.
+    pub(crate) async fn release(&self, pod: &str) {
+        self.held.lock().await.remove(pod);
+    }
+
+    /// Slots free now (`None` without a cap); for tests.
+    #[cfg(test)]
+    fn free(&self) -> Option<usize> {
+        self.cap.as_ref().map(|c| c.available_permits())
+    }
+}
+
+impl KubernetesSandbox {
+    /// How long a pod may wait for a node.
+    fn schedule_timeout(&self) -> Duration {
+        self.resolved
+            .settings
+            .schedule_timeout_sec
+            .map_or(SCHEDULE_TIMEOUT, Duration::from_secs)
+    }
+
+    /// Watch `pod` until a node takes it (or it is gone, or will never start); `Some(why)`
+    /// when none did within the schedule timeout, naming the scheduler's reason.
+    pub(super) async fn await_scheduled(&self, pod: &str) -> Option<String> {
+        use kube::runtime::wait::await_condition;
+        let placed = |p: Option<&Pod>| -> bool {
+            p.is_none_or(|p| scheduled(p) || super::lifecycle::will_not_start(p))
+        };
+        let timeout = self.schedule_timeout();
+        self.count_request();
+        let waited = tokio::time::timeout(timeout, await_condition(self.pods(), pod, placed)).await;
+        if waited.is_ok() {
+            // Placed, gone, failed, or a watch error: the start's own wait tells which.
+            return None;
+        }
+        self.count_request();
+        let now = self.pods().get(pod).await.ok()?;
+        if scheduled(&now) {
+            return None;
+        }
+        Some(format!(
+            "no node took it within {}s ({})",
+            timeout.as_secs(),
+            unschedulable_reason(&now)
+                .unwrap_or_else(|| "the scheduler gave no reason".to_string())
+        ))
+    }
+}
+
+/// Whether the scheduler has bound the pod to a node.
+pub(crate) fn scheduled(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
+}
+
+/// Why the scheduler could not place the pod (its `PodScheduled` condition), when it said.
+pub(crate) fn unschedulable_reason(pod: &Pod) -> Option<String> {
+    let condition = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    let reason = condition.reason.as_deref().unwrap_or("not scheduled");
+    Some(match condition.message.as_deref().map(str::trim) {
+        Some(message) if !message.is_empty() => format!("{reason}: {message}"),
+        _ => reason.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+
+    #[tokio::test]
+    async fn a_slot_is_held_until_released_and_a_dropped_one_comes_back() {
+        let slots = StartSlots::new(Some(2));
+        let a = slots.take().await;
+        let b = slots.take().await;
+        assert!(a.is_some() && b.is_some());
+        assert_eq!(slots.free(), Some(0));
+        // A third waits while both are held.
+        let third = tokio::time::timeout(Duration::from_millis(50), slots.take()).await;
+        assert!(third.is_err(), "a third slot while two are held");
+        slots.hold("pod-a", a).await;
+        drop(b); // a create that failed gives its slot back at once
+        assert_eq!(slots.free(), Some(1));
+        slots.release("pod-a").await;
+        assert_eq!(slots.free(), Some(2));
+        slots.release("pod-a").await; // twice is harmless
+        assert_eq!(slots.free(), Some(2));
+    }
+
+    #[tokio::test]
+    async fn without_a_cap_nothing_waits() {
+        let slots = StartSlots::new(None);
+        assert!(slots.take().await.is_none());
+        slots.hold("p", None).await;
+        slots.release("p").await;
+        assert_eq!(slots.free(), None);
+    }
+
+    #[test]
+    fn the_reason_is_the_schedulers_condition() {
+        let mut pod = Pod {
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "PodScheduled".into(),
+                    status: "False".into(),
+                    reason: Some("Unschedulable".into()),
+                    message: Some(
+                        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+                            .into(),
+                    ),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(!scheduled(&pod));
+        assert_eq!(
+            unschedulable_reason(&pod).as_deref(),
+            Some(
+                "Unschedulable: 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+            )
+        );
+        pod.spec = Some(PodSpec {
+            node_name: Some("127.0.0.2".into()),
+            ..Default::default()
+        });
+        assert!(scheduled(&pod));
+        pod.status = None;
+        assert_eq!(unschedulable_reason(&pod), None);
+    }
+}

@@ -1,0 +1,555 @@
+//! The Kubernetes backend on several nodes and under the start-rate cap (issue 28), against
+//! the test cluster with its extra nodes (`scripts/k8s up --nodes 3`, which every test here
+//! runs itself: it is idempotent and adds nodes without touching node 0). Skipped with a
+//! message when `KUBECONFIG` is unset; a failure when `ARBITER_REQUIRE_K8S=1`.
+//!
+//! Nodes 1 and 2 are tainted `arbiter.dev/pool=extra:NoSchedule`: the jobs here select and
+//! tolerate them, so other tests' pods stay on node 0 and these never land there. What each
+//! pod did is read from a watch the test holds while the job runs (its node, when it ran),
+//! never from timing.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::watcher;
+
+/// The tests of this file stop nodes and count pending pods: one at a time.
+static CLUSTER: Mutex<()> = Mutex::new(());
+
+const EXTRA_NODES: [&str; 2] = ["127.0.0.2", "127.0.0.3"];
+
+fn required() -> bool {
+    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
+}
+
+fn script(args: &[&str]) -> Output {
+    Command::new("bash")
+        .arg(common::repo().join("scripts/k8s"))
+        .args(args)
+        .output()
+        .expect("scripts/k8s")
+}
+
+/// The cluster with its two extra nodes, this file's lock held; `None` (skip) without a
+/// cluster.
+fn three_nodes() -> Option<MutexGuard<'static, ()>> {
+    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
+        if required() {
+            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
+        }
+        eprintln!(
+            "skipping: no KUBECONFIG (scripts/k8s up --nodes 3; eval \"$(scripts/k8s env)\")"
+        );
+        return None;
+    }
+    let guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let up = script(&["up", "--nodes", "3"]);
+    assert!(
+        up.status.success(),
+        "scripts/k8s up --nodes 3: {}",
+        common::stderr(&up)
+    );
+    Some(guard)
+}
+
+/// The job's `backend:` on the extra nodes, with `extra` keys added.
+fn on_extra_nodes(extra: &str) -> String {
+    format!(
+        "backend:\n  kind: kubernetes\n  node_selector: {{arbiter.dev/pool: extra}}\n  tolerations: [{{key: arbiter.dev/pool, operator: Equal, value: extra, effect: NoSchedule}}]\n{extra}"
+    )
+}
+
+/// A copy of the `quick` fixture whose image is built (so it lands in the registry).
+fn quick_built(dir: &Path) -> PathBuf {
+    let task = dir.join("quick-k8s");
+    let src = common::fixture("quick");
+    for sub in ["tests", "solution"] {
+        std::fs::create_dir_all(task.join(sub)).unwrap();
+        for entry in std::fs::read_dir(src.join(sub)).unwrap().flatten() {
+            std::fs::copy(entry.path(), task.join(sub).join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(src.join("instruction.md"), task.join("instruction.md")).unwrap();
+    let toml = std::fs::read_to_string(src.join("task.toml"))
+        .unwrap()
+        .replace("docker_image = \"arbiter/busybox:latest\"\n", "");
+    std::fs::write(task.join("task.toml"), toml).unwrap();
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        "FROM arbiter/busybox\nRUN mkdir -p /app\n",
+    )
+    .unwrap();
+    task
+}
+
+fn spawn_job(config: &Path, job_dir: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args([
+            "run",
+            "--quiet",
+            "--job-dir",
+            &job_dir.display().to_string(),
+            "-c",
+            &config.display().to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+// ------------------------------------------------------------------ the watch ---
+
+/// One pod of the job as the watch saw it.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    trial: String,
+    node: Option<String>,
+    /// Its main container was seen running.
+    ran: bool,
+    /// When it was first seen running (for "after the node was lost").
+    ran_at: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Observed {
+    pods: BTreeMap<String, Seen>,
+    /// Pods that exist and have not run yet.
+    starting: BTreeSet<String>,
+    /// The most pods pending or starting at once, in the API's order of events.
+    max_starting: usize,
+    synced: bool,
+}
+
+fn main_running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "main"))
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|s| s.running.is_some())
+}
+
+/// Watches the pods of one job (its job label starts with the job dir's name) until dropped.
+struct Watch {
+    seen: Arc<Mutex<Observed>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watch {
+    fn start(job_dir: &Path) -> Watch {
+        let prefix = format!("{}-", job_dir.file_name().unwrap().to_string_lossy());
+        let seen = Arc::new(Mutex::new(Observed::default()));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let shared = Arc::clone(&seen);
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let client = kube::Client::try_default().await.expect("kube client");
+                let pods: Api<Pod> = match std::env::var("ARBITER_K8S_NAMESPACE") {
+                    Ok(ns) if !ns.is_empty() => Api::namespaced(client, &ns),
+                    _ => Api::default_namespaced(client),
+                };
+                let config = watcher::Config::default().labels("arbiter.managed=true");
+                let mut stream = watcher(pods, config).boxed();
+                loop {
+                    let event = tokio::select! {
+                        _ = &mut stopped => return,
+                        e = stream.next() => e,
+                    };
+                    let Some(event) = event else { return };
+                    let Ok(event) = event else { continue };
+                    let mut o = shared.lock().unwrap();
+                    match event {
+                        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                            o.apply(&p, &prefix)
+                        }
+                        watcher::Event::Delete(p) => {
+                            if let Some(name) = p.metadata.name {
+                                o.starting.remove(&name);
+                            }
+                        }
+                        watcher::Event::Init => {}
+                        watcher::Event::InitDone => o.synced = true,
+                    }
+                }
+            });
+        });
+        let watch = Watch {
+            seen,
+            stop: Some(stop),
+            thread: Some(thread),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !watch.seen.lock().unwrap().synced {
+            assert!(Instant::now() < deadline, "the pod watch never synced");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        watch
+    }
+
+    fn observed(&self) -> MutexGuard<'_, Observed> {
+        self.seen.lock().unwrap()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Observed {
+    fn apply(&mut self, pod: &Pod, prefix: &str) {
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        if !labels
+            .get("arbiter.job")
+            .is_some_and(|j| j.starts_with(prefix))
+        {
+            return;
+        }
+        let Some(name) = pod.metadata.name.clone() else {
+            return;
+        };
+        let entry = self.pods.entry(name.clone()).or_default();
+        entry.trial = labels.get("arbiter.trial").cloned().unwrap_or_default();
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            entry.node = Some(node);
+        }
+        if main_running(pod) && !entry.ran {
+            entry.ran = true;
+            entry.ran_at = Some(Instant::now());
+        }
+        if entry.ran || pod.metadata.deletion_timestamp.is_some() {
+            self.starting.remove(&name);
+        } else {
+            self.starting.insert(name);
+            self.max_starting = self.max_starting.max(self.starting.len());
+        }
+    }
+}
+
+// ------------------------------------------------------------------ records ---
+
+/// Fields that differ by nature between two trials of one job: ids, times, the attempt.
+const VOLATILE: &[&str] = &[
+    "id",
+    "attempt",
+    "started_at",
+    "finished_at",
+    "phases",
+    "agent_deadline_epoch",
+    "verifier.seconds",
+    "termination.seconds",
+    "agent.seconds",
+    "agent.result.seconds",
+];
+
+fn strip(value: &mut serde_json::Value, prefix: &str) {
+    if let serde_json::Value::Object(map) = value {
+        map.retain(|k, _| {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            !VOLATILE.contains(&path.as_str())
+        });
+        for (k, v) in map.iter_mut() {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            strip(v, &path);
+        }
+    }
+}
+
+fn trial(i: u32, agent: &str) -> String {
+    format!("quick-k8s__{agent}__default__{i}")
+}
+
+// -------------------------------------------------------------------- tests ---
+
+/// The scheduler places a job's trials on both extra nodes (none on node 0), and the
+/// records do not depend on the node: identical but for ids and times.
+#[test]
+fn a_jobs_trials_spread_over_two_nodes_with_identical_records() {
+    let Some(_cluster) = three_nodes() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let task = quick_built(tmp.path());
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 3; echo ok > /app/out']\nattempts: 6\nconcurrency: 6\n{}",
+            task.display(),
+            on_extra_nodes("")
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-spread-{}", std::process::id()));
+    let watch = Watch::start(&job_dir);
+    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let seen = watch.observed().pods.clone();
+    drop(watch);
+    let mut nodes_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for pod in seen.values().filter(|p| p.ran) {
+        nodes_of
+            .entry(pod.trial.clone())
+            .or_default()
+            .insert(pod.node.clone().unwrap_or_default());
+    }
+    eprintln!("trial -> node: {nodes_of:?}");
+    assert_eq!(
+        nodes_of.len(),
+        6,
+        "every trial's pod was seen running: {seen:?}"
+    );
+    let used: BTreeSet<&str> = nodes_of.values().flatten().map(String::as_str).collect();
+    assert_eq!(
+        used,
+        BTreeSet::from(EXTRA_NODES),
+        "both extra nodes, never node 0: {nodes_of:?}"
+    );
+    let mut first: Option<serde_json::Value> = None;
+    for i in 1..=6 {
+        let mut r = common::result(&job_dir, &trial(i, "slow"));
+        assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+        assert_eq!(r["retries"], 0, "{r:#}");
+        assert_eq!(r["sandbox"]["backend"], "kubernetes", "{r:#}");
+        strip(&mut r, "");
+        match &first {
+            None => first = Some(r),
+            Some(f) => assert_eq!(f, &r, "trial {i} differs from trial 1"),
+        }
+    }
+}
+
+/// Restarts a node this test stopped, whatever happens.
+struct NodeBack(String);
+
+impl Drop for NodeBack {
+    fn drop(&mut self) {
+        let out = script(&["node", "start", &self.0]);
+        if !out.status.success() {
+            eprintln!(
+                "scripts/k8s node start {}: {}",
+                self.0,
+                common::stderr(&out)
+            );
+        }
+    }
+}
+
+/// A node lost while a trial's agent runs on it (its kubelet, containerd and the pod's
+/// processes gone): that trial is an `infra_error`, retried on the other node, and passes
+/// there.
+#[test]
+fn a_node_lost_mid_job_is_an_infra_error_retried_on_the_other_node() {
+    let Some(_cluster) = three_nodes() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let task = quick_built(tmp.path());
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 25; echo ok > /app/out']\nattempts: 2\nconcurrency: 2\nretries: {{max: 2, backoff_sec: 0.5}}\n{}",
+            task.display(),
+            on_extra_nodes("")
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-node-lost-{}", std::process::id()));
+    let watch = Watch::start(&job_dir);
+    let child = spawn_job(&config, &job_dir);
+    // The first trial pod seen running: its node is the one lost.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let (pod, node) = loop {
+        let running = watch
+            .observed()
+            .pods
+            .iter()
+            .find(|(_, p)| p.ran)
+            .map(|(name, p)| (name.clone(), p.node.clone().unwrap_or_default()));
+        if let Some(found) = running {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "no trial pod ran");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(EXTRA_NODES.contains(&node.as_str()), "{pod} on {node}");
+    let index = if node == EXTRA_NODES[0] { "1" } else { "2" };
+    let other = if index == "1" {
+        EXTRA_NODES[1]
+    } else {
+        EXTRA_NODES[0]
+    };
+    // Once the agent's command runs (it sleeps 25 s).
+    std::thread::sleep(Duration::from_secs(4));
+    let back = NodeBack(index.to_string());
+    let lost_at = Instant::now();
+    let stopped = script(&["node", "stop", index]);
+    assert!(stopped.status.success(), "{}", common::stderr(&stopped));
+    let on_lost: BTreeSet<String> = watch
+        .observed()
+        .pods
+        .values()
+        .filter(|p| p.node.as_deref() == Some(node.as_str()))
+        .map(|p| p.trial.clone())
+        .collect();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.code().is_some(), "{}", common::stderr(&out));
+    let seen = watch.observed().pods.clone();
+    drop(watch);
+    eprintln!("lost {node} ({index}) under {pod}; pods: {seen:?}");
+    // Every pod that ran after the loss ran on the other node.
+    for (name, p) in &seen {
+        if p.ran_at.is_some_and(|t| t > lost_at) {
+            assert_eq!(
+                p.node.as_deref(),
+                Some(other),
+                "{name} ran on the lost node"
+            );
+        }
+    }
+    for i in 1..=2 {
+        let id = trial(i, "slow");
+        let r = common::result(&job_dir, &id);
+        assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+        if on_lost.contains(&id) {
+            assert!(r["retries"].as_u64().unwrap_or(0) >= 1, "{r:#}");
+            let first = &r["previous_errors"][0];
+            eprintln!("{id}: first try {first}");
+            assert!(
+                first["message"]
+                    .as_str()
+                    .is_some_and(|m| seen.keys().any(|name| m.contains(name.as_str()))),
+                "the first try failed naming its pod: {r:#}"
+            );
+            let retried: Vec<&Seen> = seen
+                .values()
+                .filter(|p| p.trial == id && p.ran && p.ran_at.is_some_and(|t| t > lost_at))
+                .collect();
+            assert!(
+                !retried.is_empty() && retried.iter().all(|p| p.node.as_deref() == Some(other)),
+                "{id} retried on {other}: {seen:?}"
+            );
+        } else {
+            assert_eq!(r["retries"], 0, "{r:#}");
+        }
+    }
+    assert!(on_lost.contains(&seen[&pod].trial));
+    drop(back);
+    let status = script(&["status"]);
+    assert!(status.status.success(), "{}", common::stdout(&status));
+}
+
+/// `max_starting: 2` under a burst of six trials at concurrency 6: never more than two of the
+/// job's pods pending or starting at once, in the order the API saw them; every trial passes.
+#[test]
+fn the_start_cap_holds_under_a_burst() {
+    let Some(_cluster) = three_nodes() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let task = quick_built(tmp.path());
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: quick\n    kind: command\n    run: [sh, -c, 'echo ok > /app/out']\nattempts: 6\nconcurrency: 6\n{}",
+            task.display(),
+            on_extra_nodes("  max_starting: 2\n")
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-cap-{}", std::process::id()));
+    let watch = Watch::start(&job_dir);
+    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let (max, pods) = {
+        let o = watch.observed();
+        (o.max_starting, o.pods.len())
+    };
+    drop(watch);
+    eprintln!("{pods} pods, at most {max} pending or starting at once");
+    assert_eq!(pods, 6, "one pod per trial");
+    assert!(max <= 2, "{max} pods pending or starting at once");
+    assert!(max >= 1);
+    for i in 1..=6 {
+        let r = common::result(&job_dir, &trial(i, "quick"));
+        assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+    }
+}
+
+/// A trial no node can take (a node selector no node has) gives its start slot back after
+/// `schedule_timeout_sec` and ends as an `infra_error` naming the scheduler's reason; with
+/// one slot, the second trial could start only because the first gave it back.
+#[test]
+fn an_unschedulable_trial_frees_its_slot_and_names_the_reason() {
+    let Some(_cluster) = three_nodes() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let task = quick_built(tmp.path());
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: quick\n    kind: command\n    run: [sh, -c, 'echo ok > /app/out']\nattempts: 2\nconcurrency: 2\nretries: {{max: 0}}\nbackend:\n  kind: kubernetes\n  node_selector: {{arbiter.dev/pool: nowhere}}\n  max_starting: 1\n  schedule_timeout_sec: 5\n",
+            task.display(),
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-unschedulable-{}", std::process::id()));
+    let watch = Watch::start(&job_dir);
+    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
+    assert!(out.status.code().is_some(), "{}", common::stderr(&out));
+    let (max, pods) = {
+        let o = watch.observed();
+        (o.max_starting, o.pods.clone())
+    };
+    drop(watch);
+    assert_eq!(max, 1, "one slot: {pods:?}");
+    assert!(
+        pods.values().all(|p| p.node.is_none() && !p.ran),
+        "{pods:?}"
+    );
+    let mut by_trial: HashMap<String, usize> = HashMap::new();
+    for p in pods.values() {
+        *by_trial.entry(p.trial.clone()).or_default() += 1;
+    }
+    assert_eq!(by_trial.len(), 2, "both trials made a pod: {pods:?}");
+    for i in 1..=2 {
+        let r = common::result(&job_dir, &trial(i, "quick"));
+        let message = r["infra_error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(r["infra_error"]["phase"], "environment", "{r:#}");
+        assert!(message.contains("no node took it within 5s"), "{r:#}");
+        assert!(
+            message.contains("didn't match Pod's node affinity/selector"),
+            "the scheduler's reason: {r:#}"
+        );
+    }
+}
