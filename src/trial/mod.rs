@@ -15,6 +15,7 @@
 //! - A cancelled trial records nothing: it runs again on resume.
 
 mod close;
+mod continuation;
 mod control;
 mod phases;
 mod plan;

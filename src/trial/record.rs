@@ -205,6 +205,13 @@ pub(crate) struct TrialRecord {
     /// absent). `verifier` then holds the task's reward per `multi_step_reward_strategy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
+    /// Goal continuation (SPEC §15): the attempt limit, attempts used and how the goal ended,
+    /// when the arm has `continuation:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<super::continuation::ContinuationRecord>,
+    /// Each attempt of a continued goal, in order (empty without `continuation:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<super::continuation::AttemptRecord>,
     /// Which backend ran the trial (SPEC §14: the only field besides ids and times that
     /// differs between the same job on Docker and on Kubernetes).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,6 +5,7 @@
 //! (`crate::verifier`). No phase reads another phase's files by convention.
 
 pub(crate) mod agent;
+pub(crate) mod attempts;
 pub(crate) mod changes;
 pub(crate) mod collect;
 pub(crate) mod egress;
