@@ -24,7 +24,7 @@ use std::time::Instant;
 use crate::agent::continuation::{self as contract, Continuation, PreviousAttempt};
 use crate::agent::{AgentEnd, AgentKind, AdapterReads};
 use crate::outcome::{Claim, ClaimSource, ClaimStatus, Receipt, collect_claim};
-use crate::sandbox::{ExecEnd, FetchResult, Resource, Role, Sandbox, TarEntry, files_to_tar};
+use crate::sandbox::{ExecEnd, ExecSpec, FetchResult, Resource, Role, Sandbox, TarEntry, files_to_tar};
 use crate::timefmt::now_rfc3339;
 use crate::trial::continuation::{
     AttemptRecord, AttemptUsage, ContinuationRecord, Decision, GoalStatus, claim_error, decide,
@@ -157,7 +157,10 @@ pub(crate) async fn run<S: Sandbox>(
         }
         let dir_rel = format!("attempts/{k}");
         let dir = ctx.path(&dir_rel);
-        super::make_dirs(&dir, &["."], Phase::Agent)?;
+        std::fs::create_dir_all(&dir).map_err(|e| Infra {
+            phase: Phase::Agent,
+            message: format!("{}: {e}", dir.display()),
+        })?;
         let usage_now = gateway_usage(ctx, token);
         let usage = usage_now
             .as_ref()
@@ -481,8 +484,39 @@ async fn clear_completion_state<S: Sandbox>(
     previous: &PreviousAttempt,
 ) -> Result<Vec<String>, Infra> {
     let mut cleared = left.completion_paths.clone();
-    let mut paths: Vec<&str> = cleared.iter().map(String::as_str).collect();
-    paths.push(contract::PREVIOUS_PATH);
+    if !cleared.is_empty() {
+        // A harness command from the toolbox, as root: nothing of the agent's runs.
+        let mut args = vec!["-rf", "--"];
+        args.extend(cleared.iter().map(String::as_str));
+        let spec = ExecSpec {
+            argv: ctx.sb.harness_argv("rm", &args),
+            env: Vec::new(),
+            user: Some("0".to_string()),
+            workdir: None,
+            stdout: None,
+            stderr: None,
+            cap_bytes: 64 * 1024,
+            timeout: Some(std::time::Duration::from_secs(60)),
+            grace: ctx.plan.settings.kill_grace,
+        };
+        let removed = ctx
+            .sb
+            .exec(&env.container, &spec)
+            .await
+            .map_err(infra(Phase::Agent))?;
+        if removed.end != ExecEnd::Exited(0) {
+            // The agent made its completion state unremovable: it cannot be told apart from
+            // the next attempt's, so no next attempt runs on it.
+            return Err(Infra {
+                phase: Phase::Agent,
+                message: format!(
+                    "removing the previous attempt's completion state ({}) failed: {:?}",
+                    cleared.join(" "),
+                    removed.end
+                ),
+            });
+        }
+    }
     let body = serde_json::to_vec_pretty(previous).map_err(infra(Phase::Agent))?;
     let rel = contract::PREVIOUS_PATH.trim_start_matches('/');
     let tar = files_to_tar(&[TarEntry {
@@ -492,7 +526,7 @@ async fn clear_completion_state<S: Sandbox>(
     }])
     .map_err(infra(Phase::Agent))?;
     ctx.sb
-        .upload_replacing(&env.container, &paths, tar)
+        .upload_replacing(&env.container, &[contract::PREVIOUS_PATH], tar)
         .await
         .map_err(infra(Phase::Agent))?;
     if let (Some(host), Some(control)) = (&env.control_dir, &env.agent.control) {
