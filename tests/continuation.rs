@@ -300,3 +300,68 @@ fn one_deadline_bounds_every_attempt() {
     // The verifier ran once, on what the attempts left.
     assert_eq!(rec["verifier"]["status"], "failed");
 }
+
+#[test]
+fn a_stop_during_attempt_two_is_cancelled_and_resume_starts_the_goal_afresh() {
+    if !docker_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let task = goal_task(tmp.path(), None, 60);
+    let config = write_job(
+        tmp.path(),
+        &job_yaml(
+            &[&task],
+            &[goal_agent("pause", "pause2", 2, ", GOAL_SLEEP: \"8\"")],
+            "",
+        ),
+    );
+    let job_dir = tmp.path().join("job-goal-cancel");
+    let job = job_dir.to_string_lossy().into_owned();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args(["run", "--quiet", "-c", config.to_str().expect("utf8"), "--job-dir", &job])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Attempt 2 has started once its first line is in the agent's live log.
+    let trial = job_dir.join("trials/goal__pause__default__1");
+    let live = trial.join("agent/stdout.log");
+    let mut started = false;
+    for _ in 0..600 {
+        if std::fs::read_to_string(&live).is_ok_and(|s| s.contains("attempt=2")) {
+            started = true;
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("arbiter ended before attempt 2: {status}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(started, "attempt 2 never started");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        !trial.join("result.json").exists(),
+        "a cancelled goal records nothing"
+    );
+    assert_no_leftovers(&job_dir);
+
+    let out = arbiter(&["resume", &job, "--quiet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rec = result(&job_dir, "goal__pause__default__1");
+    assert_eq!(rec["continuation"]["attempts_used"], 2, "{rec:#}");
+    assert_eq!(rec["continuation"]["status"], "budget_limited");
+    // The resumed trial started from attempt 1 in a fresh container: its ledger was empty.
+    let said1 = trial_text(&job_dir, "goal__pause__default__1", "attempts/1/stdout.log");
+    assert!(said1.starts_with("attempt=1 "), "{said1}");
+    assert!(said1.contains("ledger_lines=0"), "{said1}");
+    let said2 = trial_text(&job_dir, "goal__pause__default__1", "attempts/2/stdout.log");
+    assert!(said2.contains("ledger_lines=1"), "{said2}");
+    assert_no_leftovers(&job_dir);
+}
