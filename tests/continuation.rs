@@ -365,3 +365,64 @@ fn a_stop_during_attempt_two_is_cancelled_and_resume_starts_the_goal_afresh() {
     assert!(said2.contains("ledger_lines=1"), "{said2}");
     assert_no_leftovers(&job_dir);
 }
+
+/// Claude Code continues its own session (`--continue`) through the gateway's scripted
+/// provider: with `max_turns: 1` each attempt advances the script by one turn (a no-op, the
+/// solution, "done"), so only a continued session reaches "done": 3 attempts, certified. A
+/// fresh session each attempt would replay the no-op three times.
+#[test]
+fn claude_code_continues_its_own_session_through_the_scripted_gateway() {
+    if !docker_available() {
+        return;
+    }
+    let cache = arbiter::agent::cache::AgentCache::from_env().expect("cache root");
+    let kind = arbiter::agent::PresetKind::ClaudeCode;
+    if let Err(e) = cache.lookup(kind.name(), kind.pinned_version()) {
+        assert!(
+            std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() != Ok("1"),
+            "ARBITER_REQUIRE_DOCKER=1 but {e} (scripts/agents installs it)"
+        );
+        eprintln!("skipping: {e}");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let solve: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            repo().join("tests/fixtures/agents/claude-code/scripts/exact-deliverable.json"),
+        )
+        .expect("script"),
+    )
+    .expect("json");
+    let script = serde_json::json!({
+        "turns": [{"run": "true"}, solve["turns"][0].clone(), {"say": "Done: the task is solved."}]
+    });
+    std::fs::write(tmp.path().join("script.json"), script.to_string()).expect("script");
+    let config = write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - {{name: cc, kind: claude-code, max_turns: 1, continuation: {{max_attempts: 3}}, model: {{provider: fake, name: scripted-model}}}}\n",
+            repo().join("tasks/exact-deliverable").display()
+        ),
+    );
+    let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rec = result(&job_dir, "exact-deliverable__cc__default__1");
+    let attempts = rec["attempts"].as_array().expect("attempts");
+    for a in attempts {
+        eprintln!(
+            "attempt {}: claim {} usage {} continued because {}",
+            a["attempt"], a["claim"]["semantic_status"], a["usage"], a["continued_because"]
+        );
+    }
+    assert_eq!(rec["continuation"]["attempts_used"], 3, "{rec:#}");
+    assert_eq!(rec["continuation"]["status"], "claimed_success", "{rec:#}");
+    assert_eq!(attempts[0]["claim"]["semantic_status"], "task_failed");
+    assert_eq!(rec["verifier"]["status"], "passed", "{rec:#}");
+    assert_eq!(rec["audit"]["verdict"], "certified", "{rec:#}");
+    // Usage per attempt adds up to the trial's.
+    let per: u64 = attempts
+        .iter()
+        .map(|a| a["usage"]["requests"].as_u64().expect("requests"))
+        .sum();
+    assert_eq!(Some(per), rec["usage"]["requests"].as_u64(), "{rec:#}");
+}
