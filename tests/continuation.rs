@@ -186,12 +186,30 @@ fn stale_completion_is_cleared_receipts_are_fresh_and_the_verifier_runs_once() {
     // One verifier run per trial, none between attempts.
     assert_eq!(verifier_runs.load(Ordering::SeqCst), 2);
 
+    // Reports count each trial once, with the attempts it used.
+    let job_s = job_dir.to_string_lossy().into_owned();
+    let report = arbiter(&["report", &job_s, "--format", "json"]);
+    assert_eq!(report.status.code(), Some(0), "{}", stderr(&report));
+    let report: Value = serde_json::from_slice(&report.stdout).expect("report json");
+    let arms = report["arms"].as_array().expect("arms");
+    let arm = |name: &str| {
+        arms.iter()
+            .find(|a| a["agent"] == name)
+            .unwrap_or_else(|| panic!("no arm {name}: {report:#}"))
+    };
+    assert_eq!(arm("stale")["trials"], 1);
+    assert_eq!(arm("stale")["continuation"]["mean_attempts"], 2.0);
+    assert_eq!(arm("stale")["continuation"]["by_attempts"][0]["passed"], 1);
+    assert_eq!(arm("never")["continuation"]["budget_limited"], 1);
+    let table = stdout(&arbiter(&["report", &job_s]));
+    assert!(table.contains("mean attempts"), "{table}");
+    assert!(table.contains("2: 1/1 (100.0%)"), "{table}");
+
     // The fingerprint: a changed attempt limit is refused on resume (exit 2 naming it).
     let changed = std::fs::read_to_string(&config)
         .expect("config")
         .replace("max_attempts: 2", "max_attempts: 4");
     std::fs::write(&config, changed).expect("write");
-    let job_s = job_dir.to_string_lossy().into_owned();
     let again = arbiter(&[
         "run",
         "--quiet",

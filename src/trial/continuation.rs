@@ -27,16 +27,6 @@ pub(crate) enum GoalStatus {
     Stopped,
 }
 
-impl GoalStatus {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            GoalStatus::ClaimedSuccess => "claimed_success",
-            GoalStatus::BudgetLimited => "budget_limited",
-            GoalStatus::Stopped => "stopped",
-        }
-    }
-}
-
 /// `continuation` in the trial record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ContinuationRecord {
