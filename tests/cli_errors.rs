@@ -369,7 +369,17 @@ fn bad_continuations_are_refused() {
         "tasks: [ok]\nagents: [nop]\nvariants:\n  - {name: v, continuation: {max_tries: 2}}\n",
     )
     .expect("write");
-    let out = arbiter(&["run", "-c", &c, "--job-dir", &root.join("job").to_string_lossy()]);
+    let out = arbiter(&[
+        "run",
+        "-c",
+        &c,
+        "--job-dir",
+        &root.join("job").to_string_lossy(),
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("unknown field `max_tries`"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown field `max_tries`"),
+        "{}",
+        stderr(&out)
+    );
 }

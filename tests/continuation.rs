@@ -144,14 +144,19 @@ fn stale_completion_is_cleared_receipts_are_fresh_and_the_verifier_runs_once() {
         assert!(cleared.contains(&path), "{path} not cleared: {cleared:?}");
     }
     assert_ne!(attempts[0]["id"], attempts[1]["id"]);
-    assert_eq!(rec["claim"], attempts[1]["claim"], "the trial's claim is the last attempt's");
+    assert_eq!(
+        rec["claim"], attempts[1]["claim"],
+        "the trial's claim is the last attempt's"
+    );
     assert_eq!(rec["verifier"]["status"], "passed");
     assert_eq!(rec["audit"]["verdict"], "certified");
     // What each attempt saw, as its own stdout says (saved per attempt).
     let said1 = trial_text(&job_dir, trial, "attempts/1/stdout.log");
     let said2 = trial_text(&job_dir, trial, "attempts/2/stdout.log");
     assert!(
-        said1.starts_with("attempt=1 max=3 id=goal__stale__default__1/attempt-1 tests=no outcome=no"),
+        said1.starts_with(
+            "attempt=1 max=3 id=goal__stale__default__1/attempt-1 tests=no outcome=no"
+        ),
         "{said1}"
     );
     assert!(
@@ -254,8 +259,14 @@ fn the_aworld_standin_continues_with_its_previous_error_and_its_ledger() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert!(cleared.contains(&"/arbiter/control/completion.json"), "{cleared:?}");
-    assert!(cleared.contains(&"/arbiter/control/receipts"), "{cleared:?}");
+    assert!(
+        cleared.contains(&"/arbiter/control/completion.json"),
+        "{cleared:?}"
+    );
+    assert!(
+        cleared.contains(&"/arbiter/control/receipts"),
+        "{cleared:?}"
+    );
     // What attempt 2 saw, from its control root as saved after the run.
     let seen = trial_json(&job_dir, trial, "agent/control/seen-2.json");
     assert_eq!(seen["attempt"], "2");
@@ -266,8 +277,7 @@ fn the_aworld_standin_continues_with_its_previous_error_and_its_ledger() {
     assert_eq!(seen["stale_receipts_present"], false, "{seen:#}");
     assert_eq!(seen["tests_present"], false);
     assert_eq!(
-        seen["ledger"],
-        "attempt 1: plan: write hello to /app/out.txt\n",
+        seen["ledger"], "attempt 1: plan: write hello to /app/out.txt\n",
         "the ledger carried"
     );
     let previous = &seen["previous"];
@@ -337,7 +347,14 @@ fn a_stop_during_attempt_two_is_cancelled_and_resume_starts_the_goal_afresh() {
     let job_dir = tmp.path().join("job-goal-cancel");
     let job = job_dir.to_string_lossy().into_owned();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_arbiter"))
-        .args(["run", "--quiet", "-c", config.to_str().expect("utf8"), "--job-dir", &job])
+        .args([
+            "run",
+            "--quiet",
+            "-c",
+            config.to_str().expect("utf8"),
+            "--job-dir",
+            &job,
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

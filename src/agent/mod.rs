@@ -20,11 +20,11 @@ use serde::{Deserialize, Serialize};
 use crate::sandbox::{ExecEnd, TarEntry, dir_to_tar, files_to_tar};
 use crate::task::Task;
 
-pub use continuation::Continuation;
 pub use aworld::{
     AWORLD_OUTCOME_PATH, AWORLD_TRAJECTORY_PATH, AworldAgent, CONTROL_ROOT, DEADLINE_ENV,
     HarnessOverride, ModelConfig, REQUIRED_FLAG, gateway_env as aworld_gateway_env,
 };
+pub use continuation::Continuation;
 pub use env::{EnvError, is_secret_key, redact_env, resolve_env};
 pub use mounts::{MountError, resolve_mounts};
 pub use presets::{Adapter, AdapterReads, AgentEnd, ModelWiring, PresetAgent, PresetKind};

@@ -270,7 +270,10 @@ fn continuation_stats(trials: &[crate::report::load::Trial]) -> Option<Continuat
     let continued: Vec<(u32, bool, bool)> = trials
         .iter()
         .filter(|t| t.outcome.scored())
-        .filter_map(|t| t.continuation.map(|(n, limited)| (n, limited, t.outcome.passed())))
+        .filter_map(|t| {
+            t.continuation
+                .map(|(n, limited)| (n, limited, t.outcome.passed()))
+        })
         .collect();
     if continued.is_empty() {
         return None;

@@ -1041,6 +1041,7 @@ mod tests {
             }),
             usage: None,
             tampered: None,
+            continuation: None,
         }
     }
 

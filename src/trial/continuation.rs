@@ -244,7 +244,10 @@ mod tests {
         for (c, words) in [
             (claim("task_failed"), "attempt 1 claimed task_failed"),
             (claim("recoverable"), "attempt 1 claimed recoverable"),
-            (claim("infrastructure_failed"), "attempt 1 claimed infrastructure_failed"),
+            (
+                claim("infrastructure_failed"),
+                "attempt 1 claimed infrastructure_failed",
+            ),
             (Claim::missing(), "attempt 1 wrote no outcome record"),
             (
                 collect_claim(Some(b"{not json"), b""),
@@ -269,7 +272,10 @@ mod tests {
 
     #[test]
     fn a_success_claim_contradicted_by_a_receipt_is_not_a_typed_success() {
-        let failing = [receipt("lint", Some(0), false), receipt("unit", Some(1), false)];
+        let failing = [
+            receipt("lint", Some(0), false),
+            receipt("unit", Some(1), false),
+        ];
         match decide(1, 2, Ok(()), &claim("succeeded"), &failing) {
             Decision::Continue(why) => assert_eq!(
                 why,
@@ -320,7 +326,9 @@ mod tests {
         let c = collect_claim(None, stderr);
         assert_eq!(claim_error(&c).expect("error")["stage"], "llm");
         assert_eq!(
-            claim_error(&collect_claim(Some(b"{"), b"")).and_then(|v| v.as_str().map(str::len)).map(|n| n > 0),
+            claim_error(&collect_claim(Some(b"{"), b""))
+                .and_then(|v| v.as_str().map(str::len))
+                .map(|n| n > 0),
             Some(true)
         );
         assert_eq!(claim_error(&Claim::missing()), None);

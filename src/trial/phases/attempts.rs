@@ -18,13 +18,13 @@
 //! timeout. A user's stop during any attempt cancels the trial (the `Cancellable` backend
 //! fails the next engine call), so a completion that arrives after it is never recorded.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use crate::agent::continuation::{self as contract, Continuation, PreviousAttempt};
-use crate::agent::{AgentEnd, AgentKind, AdapterReads};
+use crate::agent::{AdapterReads, AgentEnd};
 use crate::outcome::{Claim, ClaimSource, ClaimStatus, Receipt, collect_claim};
-use crate::sandbox::{ExecEnd, ExecSpec, FetchResult, Resource, Role, Sandbox, TarEntry, files_to_tar};
+use crate::sandbox::{ExecEnd, FetchResult, Resource, Role, Sandbox, TarEntry, files_to_tar};
 use crate::timefmt::now_rfc3339;
 use crate::trial::continuation::{
     AttemptRecord, AttemptUsage, ContinuationRecord, Decision, GoalStatus, claim_error, decide,
@@ -33,16 +33,12 @@ use crate::trial::continuation::{
 use crate::trial::plan::Phase;
 use crate::verifier::VerifyInput;
 
+use super::between_attempts::{clear_completion_state, continue_argv, named_completion_state};
 use super::collect::AGENT_LOGS_LIMIT;
 use super::{AgentDone, Ctx, EnvReady, Infra, infra, read_capped, round3};
 
 /// Largest outcome record read.
 const OUTCOME_LIMIT: u64 = 1024 * 1024;
-/// Names of completion state removed before the next attempt, wherever they are in
-/// `/logs/agent` or the control root (besides the agent's own outcome and trajectory paths).
-const COMPLETION_NAMES: [&str; 2] = ["outcome.json", "completion.json"];
-/// An entry whose name holds this is a receipt, and is removed too.
-const RECEIPT_MARK: &str = "receipt";
 
 /// What the loop leaves for the rest of the trial.
 pub(crate) struct AttemptsRun {
@@ -68,7 +64,10 @@ pub(crate) async fn run<S: Sandbox>(
         return Ok(AttemptsRun {
             done,
             attempts: Vec::new(),
-            stopped: Some((GoalStatus::Stopped, Some("the agent runs nothing".to_string()))),
+            stopped: Some((
+                GoalStatus::Stopped,
+                Some("the agent runs nothing".to_string()),
+            )),
             max,
         });
     };
@@ -76,7 +75,9 @@ pub(crate) async fn run<S: Sandbox>(
     let started = Instant::now();
     let deadline_epoch = epoch_now().saturating_add(total.as_secs());
     let control = env.agent.control.as_ref().map(|c| c.container_path.clone());
-    let ledger = control.clone().unwrap_or_else(|| contract::LEDGER_PATH.to_string());
+    let ledger = control
+        .clone()
+        .unwrap_or_else(|| contract::LEDGER_PATH.to_string());
     if control.is_none() {
         let tar = files_to_tar(&[TarEntry {
             path: "arbiter/ledger",
@@ -118,19 +119,16 @@ pub(crate) async fn run<S: Sandbox>(
             (contract::ATTEMPT_ENV, k.to_string()),
             (contract::MAX_ATTEMPTS_ENV, max.to_string()),
             (contract::ATTEMPT_ID_ENV, attempt_id.clone()),
-            (
-                contract::REMAINING_ENV,
-                remaining.as_secs().to_string(),
-            ),
+            (contract::REMAINING_ENV, remaining.as_secs().to_string()),
             (contract::DEADLINE_ENV, deadline_epoch.to_string()),
             (contract::LEDGER_ENV, ledger.clone()),
         ];
         if previous.is_some() {
             vars.push((contract::PREVIOUS_ENV, contract::PREVIOUS_PATH.to_string()));
         }
-        agent
-            .env
-            .retain(|(key, _)| !vars.iter().any(|(v, _)| v == key) && key != contract::PREVIOUS_ENV);
+        agent.env.retain(|(key, _)| {
+            !vars.iter().any(|(v, _)| v == key) && key != contract::PREVIOUS_ENV
+        });
         agent
             .env
             .extend(vars.into_iter().map(|(k, v)| (k.to_string(), v)));
@@ -196,12 +194,9 @@ pub(crate) async fn run<S: Sandbox>(
         });
         if k == max || ended.is_err() {
             // The trial's collect and validate phases read this attempt's claim and receipts.
-            let stopped = ended.err().map(|why| {
-                (
-                    GoalStatus::Stopped,
-                    Some(format!("attempt {k}: {why}")),
-                )
-            });
+            let stopped = ended
+                .err()
+                .map(|why| (GoalStatus::Stopped, Some(format!("attempt {k}: {why}"))));
             attempts.push(record);
             return Ok(AttemptsRun {
                 done,
@@ -236,7 +231,8 @@ pub(crate) async fn run<S: Sandbox>(
                     ended: ended_words(&termination),
                     continued_because: why.clone(),
                 };
-                record.cleared = clear_completion_state(ctx, env, &left, &prev).await?;
+                record.cleared =
+                    clear_completion_state(ctx, env, &left.completion_paths, &prev).await?;
                 record.continued_because = Some(why);
                 attempts.push(record);
                 previous = Some(prev);
@@ -251,11 +247,7 @@ pub(crate) async fn run<S: Sandbox>(
 
 /// Once the trial's collect and validate phases ran: the last attempt's claim and receipts
 /// are the trial's, its files are copied under `attempts/<k>/`, and the goal's status is set.
-pub(crate) fn close(
-    dir: &Path,
-    rec: &mut crate::trial::record::TrialRecord,
-    run: AttemptsRun,
-) {
+pub(crate) fn close(dir: &Path, rec: &mut crate::trial::record::TrialRecord, run: AttemptsRun) {
     let AttemptsRun {
         mut attempts,
         stopped,
@@ -271,7 +263,12 @@ pub(crate) fn close(
         }
         let saved = dir.join(&last.saved_to);
         let _ = std::fs::create_dir_all(&saved);
-        for name in ["stdout.log", "stderr.log", "outcome.json", "completion.json"] {
+        for name in [
+            "stdout.log",
+            "stderr.log",
+            "outcome.json",
+            "completion.json",
+        ] {
             let from = dir.join("agent").join(name);
             if from.is_file() {
                 let _ = std::fs::copy(&from, saved.join(name));
@@ -454,7 +451,11 @@ async fn validate<S: Sandbox>(
     dir: &Path,
 ) -> Result<Vec<Receipt>, Infra> {
     let task = &ctx.plan.task;
-    if task.completion.as_ref().is_none_or(|c| c.validation.is_empty()) {
+    if task
+        .completion
+        .as_ref()
+        .is_none_or(|c| c.validation.is_empty())
+    {
         return Ok(Vec::new());
     }
     let fail = || infra(Phase::Validate);
@@ -471,151 +472,6 @@ async fn validate<S: Sandbox>(
         .await
         .map_err(fail())?;
     receipts.map_err(infra(Phase::Validate))
-}
-
-/// Remove the previous attempt's completion state (in the container: its outcome record,
-/// `completion.json`, trajectory and receipt-named entries of `/logs/agent`; on the host: the
-/// same names in the control root) and put its claim and error at
-/// [`contract::PREVIOUS_PATH`], read-only. Returns what was removed.
-async fn clear_completion_state<S: Sandbox>(
-    ctx: &Ctx<'_, S>,
-    env: &EnvReady,
-    left: &Left,
-    previous: &PreviousAttempt,
-) -> Result<Vec<String>, Infra> {
-    let mut cleared = left.completion_paths.clone();
-    if !cleared.is_empty() {
-        // A harness command from the toolbox, as root: nothing of the agent's runs.
-        let mut args = vec!["-rf", "--"];
-        args.extend(cleared.iter().map(String::as_str));
-        let spec = ExecSpec {
-            argv: ctx.sb.harness_argv("rm", &args),
-            env: Vec::new(),
-            user: Some("0".to_string()),
-            workdir: None,
-            stdout: None,
-            stderr: None,
-            cap_bytes: 64 * 1024,
-            timeout: Some(std::time::Duration::from_secs(60)),
-            grace: ctx.plan.settings.kill_grace,
-        };
-        let removed = ctx
-            .sb
-            .exec(&env.container, &spec)
-            .await
-            .map_err(infra(Phase::Agent))?;
-        if removed.end != ExecEnd::Exited(0) {
-            // The agent made its completion state unremovable: it cannot be told apart from
-            // the next attempt's, so no next attempt runs on it.
-            return Err(Infra {
-                phase: Phase::Agent,
-                message: format!(
-                    "removing the previous attempt's completion state ({}) failed: {:?}",
-                    cleared.join(" "),
-                    removed.end
-                ),
-            });
-        }
-    }
-    let body = serde_json::to_vec_pretty(previous).map_err(infra(Phase::Agent))?;
-    let rel = contract::PREVIOUS_PATH.trim_start_matches('/');
-    let tar = files_to_tar(&[TarEntry {
-        path: rel,
-        content: Some(&body),
-        mode: 0o444,
-    }])
-    .map_err(infra(Phase::Agent))?;
-    ctx.sb
-        .upload_replacing(&env.container, &[contract::PREVIOUS_PATH], tar)
-        .await
-        .map_err(infra(Phase::Agent))?;
-    if let (Some(host), Some(control)) = (&env.control_dir, &env.agent.control) {
-        for found in named_completion_state(host) {
-            let removed = if std::fs::symlink_metadata(&found).is_ok_and(|m| m.is_dir()) {
-                std::fs::remove_dir_all(&found)
-            } else {
-                std::fs::remove_file(&found)
-            };
-            if let Err(e) = removed {
-                return Err(Infra {
-                    phase: Phase::Agent,
-                    message: format!("{}: {e}", found.display()),
-                });
-            }
-            if let Ok(rel) = found.strip_prefix(host) {
-                cleared.push(format!(
-                    "{}/{}",
-                    control.container_path.trim_end_matches('/'),
-                    rel.to_string_lossy()
-                ));
-            }
-        }
-    }
-    Ok(cleared)
-}
-
-/// Entries under `root` (not following symlinks) named like completion state: an outcome
-/// record, a completion record, or anything whose name holds "receipt". A directory so named
-/// is listed once, not its contents.
-fn named_completion_state(root: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().to_ascii_lowercase();
-            let path = entry.path();
-            if COMPLETION_NAMES.contains(&name.as_str()) || name.contains(RECEIPT_MARK) {
-                found.push(path);
-            } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
-}
-
-/// The next attempt's argv: for a preset with a native way to continue its own session
-/// (Claude Code's `--continue`), that flag; and for every preset the instruction again with the
-/// previous attempt's own error after it. `command` and `aworld` agents keep their argv: they
-/// read [`contract::PREVIOUS_ENV`] and their ledger.
-fn continue_argv<S>(
-    ctx: &Ctx<'_, S>,
-    argv: &mut Vec<String>,
-    previous: &PreviousAttempt,
-    k: u32,
-    max: u32,
-) {
-    let kind = &ctx.plan.agent.kind;
-    if kind.preset().is_none() {
-        return;
-    }
-    let instruction = &ctx.plan.task.instruction;
-    let error = previous
-        .error
-        .as_ref()
-        .map(|e| match e {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .unwrap_or_else(|| "none given".to_string());
-    let note = format!(
-        "\n\n[arbiter] This is attempt {k} of {max} at the task above. The previous attempt ended ({}): {}. Its own error: {error}. Keep working on the task until it is complete.",
-        previous.ended, previous.continued_because
-    );
-    for arg in argv.iter_mut() {
-        if arg == instruction {
-            arg.push_str(&note);
-        } else if arg.strip_prefix('\n') == Some(instruction.as_str()) {
-            arg.push_str(&note);
-        }
-    }
-    if matches!(kind, AgentKind::ClaudeCode(_)) && !argv.iter().any(|a| a == "--continue") {
-        argv.insert(1.min(argv.len()), "--continue".to_string());
-    }
 }
 
 fn gateway_usage<S>(
