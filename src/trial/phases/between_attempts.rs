@@ -158,3 +158,49 @@ pub(super) fn continue_argv<S>(
         argv.insert(1.min(argv.len()), "--continue".to_string());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_state_is_found_by_name_and_the_ledger_is_left_alone() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path();
+        for dir in ["sub", "receipts", "notes"] {
+            std::fs::create_dir_all(root.join(dir)).expect("mkdir");
+        }
+        for file in [
+            "ledger.md",
+            "outcome.json",
+            "sub/completion.json",
+            "receipts/unit.json",
+            "My-Receipt.txt",
+            "notes/plan.md",
+        ] {
+            std::fs::write(root.join(file), b"x").expect("write");
+        }
+        // A link is listed as itself, never followed.
+        std::os::unix::fs::symlink("/etc", root.join("receipt-link")).expect("symlink");
+        std::os::unix::fs::symlink("/etc", root.join("etc-link")).expect("symlink");
+        let found: Vec<String> = named_completion_state(root)
+            .iter()
+            .map(|p| {
+                p.strip_prefix(root)
+                    .expect("under root")
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "My-Receipt.txt",
+                "outcome.json",
+                "receipt-link",
+                "receipts",
+                "sub/completion.json"
+            ]
+        );
+    }
+}
