@@ -336,3 +336,50 @@ fn bad_agent_definition_names_its_problem() {
         ),
     );
 }
+
+#[test]
+fn bad_continuations_are_refused() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path();
+    task(root, "ok", |_| {});
+    let steps = repo().join("tests/fixtures/harbor-tasks/multi-step");
+    let config = root.join("job.yaml");
+    let c = config.to_string_lossy().into_owned();
+    let cases = [
+        (
+            "tasks: [ok]\nagents:\n  - {name: x, kind: command, run: [echo], continuation: {max_attempts: 0}}\n".to_string(),
+            format!("error: {c}:agents[0].continuation.max_attempts: max_attempts must be between 1 and 100 (got 0)"),
+        ),
+        (
+            "tasks: [ok]\nagents: [nop]\nvariants:\n  - {name: long, continuation: {max_attempts: 101}}\n".to_string(),
+            format!("error: {c}:variants[0].continuation.max_attempts: max_attempts must be between 1 and 100 (got 101)"),
+        ),
+        (
+            format!("tasks: [{}]\nagents: [oracle]\nvariants:\n  - {{name: goal, continuation: {{max_attempts: 2}}}}\n", steps.display()),
+            format!("error: {c}:variants.goal.continuation: task arbiter-fixtures/multi-step is a multi-step task ([[steps]]); goal continuation runs single-step tasks only"),
+        ),
+    ];
+    for (yaml, expected) in cases {
+        fs::write(&config, yaml).expect("write");
+        refused(root, &["-c", &c], &expected);
+    }
+    // An unknown key inside `continuation:` is named.
+    fs::write(
+        &config,
+        "tasks: [ok]\nagents: [nop]\nvariants:\n  - {name: v, continuation: {max_tries: 2}}\n",
+    )
+    .expect("write");
+    let out = arbiter(&[
+        "run",
+        "-c",
+        &c,
+        "--job-dir",
+        &root.join("job").to_string_lossy(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown field `max_tries`"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -5,6 +5,7 @@
 
 mod aworld;
 pub mod cache;
+pub mod continuation;
 mod env;
 pub mod install;
 mod mounts;
@@ -23,6 +24,7 @@ pub use aworld::{
     AWORLD_OUTCOME_PATH, AWORLD_TRAJECTORY_PATH, AworldAgent, CONTROL_ROOT, DEADLINE_ENV,
     HarnessOverride, ModelConfig, REQUIRED_FLAG, gateway_env as aworld_gateway_env,
 };
+pub use continuation::Continuation;
 pub use env::{EnvError, is_secret_key, redact_env, resolve_env};
 pub use mounts::{MountError, resolve_mounts};
 pub use presets::{Adapter, AdapterReads, AgentEnd, ModelWiring, PresetAgent, PresetKind};
@@ -43,6 +45,9 @@ pub struct Agent {
     /// reach, in task.toml's `allowed_hosts` syntax.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
+    /// Goal continuation (SPEC §15): attempts 1…N in one trial's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Continuation>,
     #[serde(flatten)]
     pub kind: AgentKind,
 }
@@ -392,6 +397,7 @@ impl Agent {
             name: name.to_string(),
             network: None,
             allowed_hosts: Vec::new(),
+            continuation: None,
             kind,
         })
     }
@@ -718,6 +724,7 @@ mod tests {
             name: "cmd".into(),
             network: None,
             allowed_hosts: Vec::new(),
+            continuation: None,
             kind: AgentKind::Command(CommandAgent {
                 install: Some("true".into()),
                 install_timeout_sec: 60.0,

@@ -227,6 +227,9 @@ pub struct Variant {
     /// Agents the variant applies to (default: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Vec<String>>,
+    /// Goal continuation for this arm (SPEC §15), over the agent's own `continuation:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<crate::agent::Continuation>,
 }
 
 impl Variant {
@@ -236,6 +239,7 @@ impl Variant {
             env: BTreeMap::new(),
             args: Vec::new(),
             agents: None,
+            continuation: None,
         }
     }
 

@@ -199,6 +199,7 @@ impl JobSpec {
                         overrides: variant.env.clone(),
                         args: variant.args.clone(),
                         attempt,
+                        continuation: variant.continuation.or(agent.continuation),
                         image: image.clone(),
                         verifier_image: verifier_image.clone(),
                         settings: settings.clone(),

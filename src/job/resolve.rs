@@ -399,6 +399,25 @@ fn arms(
     let mut ids = BTreeSet::new();
     for task in tasks {
         for &(a, v) in &arms {
+            // Harbor steps already run the agent several times in one container, each step
+            // judged by its own verifier: attempts inside steps would mix the two loops.
+            if !task.steps.is_empty()
+                && (variants[v].continuation.is_some() || agents[a].continuation.is_some())
+            {
+                let at = if variants[v].continuation.is_some() {
+                    format!("variants.{}.continuation", variants[v].name)
+                } else {
+                    format!("agents.{}.continuation", agents[a].name)
+                };
+                return Err(field(
+                    config_name,
+                    at,
+                    format!(
+                        "task {} is a multi-step task ([[steps]]); goal continuation runs single-step tasks only",
+                        task.name
+                    ),
+                ));
+            }
             let id = trial_id(&task.name, &agents[a].name, &variants[v].name, 1);
             if !ids.insert(id.clone()) {
                 return Err(field(
@@ -506,6 +525,13 @@ fn resolve_variants(
             ));
         }
         check_not_redacted(&variant.env, config_name, &format!("variants[{i}]"))?;
+        if let Some(problem) = variant.continuation.as_ref().and_then(|c| c.problem()) {
+            return Err(field(
+                config_name,
+                format!("variants[{i}].continuation.max_attempts"),
+                problem,
+            ));
+        }
         resolve_env(&variant.env).map_err(|e| {
             field(
                 config_name,
@@ -655,6 +681,13 @@ fn resolve_agents(
             ));
         }
         check_network(&mut agent, config_name, i)?;
+        if let Some(problem) = agent.continuation.as_ref().and_then(|c| c.problem()) {
+            return Err(field(
+                config_name,
+                format!("agents[{i}].continuation.max_attempts"),
+                problem,
+            ));
+        }
         if let AgentKind::Command(cmd) = &agent.kind {
             check_not_redacted(&cmd.env, config_name, &format!("agents[{i}]"))?;
             if cmd.run.is_empty() {

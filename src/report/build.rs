@@ -198,6 +198,7 @@ pub(crate) fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
             agent_seconds,
             usage,
             tampered,
+            continuation: continuation_stats(trials),
         });
     }
 
@@ -261,4 +262,41 @@ pub(crate) fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
         report.comparisons = compare_within(&report, grouping, opts);
     }
     report
+}
+
+/// Attempts used and the pass rate by attempts used over an arm's scored trials that ran with
+/// goal continuation (each trial once); `None` when none did.
+fn continuation_stats(trials: &[crate::report::load::Trial]) -> Option<ContinuationStats> {
+    let continued: Vec<(u32, bool, bool)> = trials
+        .iter()
+        .filter(|t| t.outcome.scored())
+        .filter_map(|t| {
+            t.continuation
+                .map(|(n, limited)| (n, limited, t.outcome.passed()))
+        })
+        .collect();
+    if continued.is_empty() {
+        return None;
+    }
+    let mut by: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+    for &(n, _, passed) in &continued {
+        let row = by.entry(n).or_default();
+        row.0 += 1;
+        row.1 += usize::from(passed);
+    }
+    Some(ContinuationStats {
+        trials: continued.len(),
+        mean_attempts: continued.iter().map(|c| f64::from(c.0)).sum::<f64>()
+            / continued.len() as f64,
+        budget_limited: continued.iter().filter(|c| c.1).count(),
+        by_attempts: by
+            .into_iter()
+            .map(|(attempts, (trials, passed))| AttemptsRow {
+                attempts,
+                trials,
+                passed,
+                pass_rate: (trials > 0).then(|| passed as f64 / trials as f64),
+            })
+            .collect(),
+    })
 }

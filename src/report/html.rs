@@ -1016,6 +1016,7 @@ mod tests {
             }),
             usage: None,
             tampered: None,
+            continuation: None,
         }
     }
 

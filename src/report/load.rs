@@ -117,6 +117,9 @@ pub(crate) struct Trial {
     pub tampered: bool,
     /// A Harbor multi-step trial's steps that ran, in order (empty otherwise).
     pub steps: Box<[StepFact]>,
+    /// Goal continuation (SPEC §15): the attempts the trial used and whether the limit ended
+    /// it without a typed success (`budget_limited`); `None` without `continuation`.
+    pub continuation: Option<(u32, bool)>,
 }
 
 /// One step of a multi-step trial (the record's `steps[]`).
@@ -247,6 +250,16 @@ struct RawTrial<'a> {
     integrity: Option<RawIntegrity>,
     #[serde(default)]
     steps: Vec<StepFact>,
+    #[serde(borrow, default)]
+    continuation: Option<RawContinuation<'a>>,
+}
+
+/// The record's `continuation` (SPEC §15).
+#[derive(Deserialize)]
+struct RawContinuation<'a> {
+    attempts_used: u32,
+    #[serde(borrow)]
+    status: Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
@@ -538,6 +551,10 @@ pub(crate) fn load_job(dir: &Path) -> Result<JobData, ReportError> {
             integrity,
             tampered,
             steps: raw.steps.into(),
+            continuation: raw
+                .continuation
+                .as_ref()
+                .map(|c| (c.attempts_used, c.status == "budget_limited")),
         };
         match by_id.get(raw.id.as_ref()) {
             // A later line for the same trial (e.g. a re-verified record) wins.

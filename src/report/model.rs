@@ -98,6 +98,31 @@ pub(crate) struct ArmStats {
     /// the job has an integrity record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tampered: Option<usize>,
+    /// Goal continuation (SPEC §15): attempts used and the pass rate by attempts used, over
+    /// the arm's scored trials that ran with `continuation`; absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<ContinuationStats>,
+}
+
+/// An arm's continued goals: each trial counted once, whatever its attempts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ContinuationStats {
+    /// Scored trials with a continuation record.
+    pub trials: usize,
+    pub mean_attempts: f64,
+    /// Trials the attempt limit ended without a typed success.
+    pub budget_limited: usize,
+    /// Per number of attempts used, ascending.
+    pub by_attempts: Vec<AttemptsRow>,
+}
+
+/// Scored trials that used `attempts` attempts, and how many passed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct AttemptsRow {
+    pub attempts: u32,
+    pub trials: usize,
+    pub passed: usize,
+    pub pass_rate: Option<f64>,
 }
 
 /// Usage summed over an arm's scored trials (SPEC §8).
@@ -218,6 +243,10 @@ impl Report {
 
     pub(crate) fn has_usage(&self) -> bool {
         self.arms.iter().any(|a| a.usage.is_some())
+    }
+
+    pub(crate) fn has_continuation(&self) -> bool {
+        self.arms.iter().any(|a| a.continuation.is_some())
     }
 }
 

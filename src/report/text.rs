@@ -158,6 +158,42 @@ pub(crate) fn usage_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<S
     rows
 }
 
+/// The goal-continuation table (header first), one row per arm with continued trials:
+/// attempts used (mean), trials the limit ended, and the pass rate by attempts used.
+pub(crate) fn continuation_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
+    let mut rows = vec![cols(&[
+        "arm",
+        "continued trials",
+        "mean attempts",
+        "budget limited",
+        "pass rate by attempts used",
+    ])];
+    for a in &r.arms {
+        let Some(c) = &a.continuation else { continue };
+        let by: Vec<String> = c
+            .by_attempts
+            .iter()
+            .map(|row| {
+                format!(
+                    "{}: {}/{} ({})",
+                    row.attempts,
+                    row.passed,
+                    row.trials,
+                    pct(row.pass_rate)
+                )
+            })
+            .collect();
+        rows.push(vec![
+            name(&a.arm),
+            c.trials.to_string(),
+            format!("{:.2}", c.mean_attempts),
+            c.budget_limited.to_string(),
+            by.join(", "),
+        ]);
+    }
+    rows
+}
+
 /// Each arm with a multi-key reward: its label and its keys as `key = mean (n=…)`, joined
 /// with commas; `name` escapes each key for the target format (the label is left as it is).
 pub(crate) fn reward_key_lines<'a>(
@@ -269,6 +305,10 @@ pub(crate) fn table(r: &Report) -> String {
     if r.has_usage() {
         out.push('\n');
         out.push_str(&align(&usage_rows(r, &|s| s.to_string()), 1));
+    }
+    if r.has_continuation() {
+        out.push('\n');
+        out.push_str(&align(&continuation_rows(r, &|s| s.to_string()), 1));
     }
     for w in &r.warnings {
         let _ = writeln!(out, "warning: {w}");
@@ -500,6 +540,12 @@ pub(crate) fn markdown(r: &Report) -> String {
     if r.has_usage() {
         out.push_str("\n## Usage (counted by the model gateway)\n\n");
         let rows = usage_rows(r, &md);
+        out.push_str(&md_table(&rows[0], 1, &rows[1..]));
+    }
+
+    if r.has_continuation() {
+        out.push_str("\n## Goal continuation (each trial counted once)\n\n");
+        let rows = continuation_rows(r, &md);
         out.push_str(&md_table(&rows[0], 1, &rows[1..]));
     }
 

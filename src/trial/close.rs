@@ -72,6 +72,8 @@ pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
         verifier_history: Vec::new(),
         regrade: None,
         steps: Vec::new(),
+        continuation: None,
+        attempts: Vec::new(),
         sandbox: Some(super::record::SandboxInfo {
             backend: plan.settings.backend.to_string(),
         }),

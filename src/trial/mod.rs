@@ -16,6 +16,7 @@
 
 mod close;
 pub(crate) mod content;
+mod continuation;
 mod control;
 pub(crate) mod history;
 mod phases;

@@ -96,6 +96,9 @@ pub(crate) struct TrialPlan {
     /// Variant arguments appended to a command agent's argv.
     pub args: Vec<String>,
     pub attempt: u32,
+    /// Goal continuation of this arm (the variant's, else the agent's): attempts 1…N of the
+    /// agent in this trial's container (SPEC §15). `None`: one run, as always.
+    pub continuation: Option<crate::agent::Continuation>,
     pub image: ImageSpec,
     /// The image a `separate` verifier runs in (`None` in every other mode).
     pub verifier_image: Option<ImageSpec>,

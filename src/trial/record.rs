@@ -205,6 +205,13 @@ pub(crate) struct TrialRecord {
     /// absent). `verifier` then holds the task's reward per `multi_step_reward_strategy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
+    /// Goal continuation (SPEC §15): the attempt limit, attempts used and how the goal ended,
+    /// when the arm has `continuation:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<ContinuationRecord>,
+    /// Each attempt of a continued goal, in order (empty without `continuation:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptRecord>,
     /// Which backend ran the trial (SPEC §14: the only field besides ids and times that
     /// differs between the same job on Docker and on Kubernetes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -348,4 +355,89 @@ impl TrialRecord {
             .as_ref()
             .is_some_and(|i| i.status == IntegrityStatus::Suspect)
     }
+}
+
+/// How the goal's attempts ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum GoalStatus {
+    /// The last attempt claimed success and every declared validation command passed.
+    ClaimedSuccess,
+    /// The attempt limit was reached without a typed success.
+    BudgetLimited,
+    /// An attempt's run ended in a way that leaves nothing to continue (the trial's deadline,
+    /// a kill, the kernel's OOM killer, the storage bound; or an agent that runs nothing).
+    Stopped,
+}
+
+/// `continuation` in the trial record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ContinuationRecord {
+    pub max_attempts: u32,
+    pub attempts_used: u32,
+    pub status: GoalStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// What one attempt spent on model calls (the gateway's count between its start and end).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct AttemptUsage {
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl AttemptUsage {
+    /// `after` less `before` (the trial's running totals at the attempt's end and start).
+    pub(crate) fn between(
+        before: Option<&crate::gateway::Usage>,
+        after: &crate::gateway::Usage,
+    ) -> Self {
+        let zero = crate::gateway::Usage::default();
+        let before = before.unwrap_or(&zero);
+        AttemptUsage {
+            requests: after.requests.saturating_sub(before.requests),
+            input_tokens: after.input_tokens.saturating_sub(before.input_tokens),
+            output_tokens: after.output_tokens.saturating_sub(before.output_tokens),
+            cost_usd: after
+                .cost_usd
+                .map(|c| ((c - before.cost_usd.unwrap_or(0.0)) * 1e6).round() / 1e6),
+        }
+    }
+}
+
+/// One attempt in the trial record's `attempts[]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct AttemptRecord {
+    /// 1-based.
+    pub attempt: u32,
+    /// The attempt's own identity, as the agent saw it in `ARBITER_ATTEMPT_ID`.
+    pub id: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub seconds: f64,
+    /// Seconds left before the trial's agent deadline when it started.
+    pub remaining_seconds: f64,
+    pub termination: Termination,
+    /// Its claim (the last attempt's is the trial's `claim`).
+    pub claim: Claim,
+    /// arbiter's own receipts of the task's validation commands on this attempt's filesystem.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation: Vec<Receipt>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<AttemptUsage>,
+    /// Its trajectory, relative to the trial dir, when it wrote one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trajectory: Option<String>,
+    /// Its logs and records, relative to the trial dir.
+    pub saved_to: String,
+    /// Why the next attempt started, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_because: Option<String>,
+    /// The completion records and receipts arbiter removed before the next attempt started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cleared: Vec<String>,
 }

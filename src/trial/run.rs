@@ -53,6 +53,7 @@ pub(crate) async fn run<S: Sandbox>(
     let mut secrets = plan.settings.model_secrets.clone();
     let mut token = None;
     let mut egress = phases::egress::Proxies::default();
+    let mut attempts = None;
     let result = match phases::environment::register_model(plan) {
         Ok(t) => {
             token = t;
@@ -65,12 +66,17 @@ pub(crate) async fn run<S: Sandbox>(
                 &mut secrets,
                 &mut token,
                 &mut egress,
+                &mut attempts,
                 on_phase,
             )
             .await
         }
         Err(failure) => Err(failure),
     };
+    // Goal continuation: the last attempt's claim and receipts are the trial's (SPEC §15).
+    if let Some(run) = attempts.take() {
+        phases::attempts::close(&plan.dir, &mut rec, run);
+    }
     // A trial that failed before its agent phase ended still holds its proxy: stop it.
     egress.finish(&mut rec).await;
     // A trial that ended before its agent phase did still holds its token: end it.
@@ -114,6 +120,7 @@ async fn phases<S: Sandbox>(
     secrets: &mut Vec<String>,
     token: &mut Option<crate::gateway::TrialToken>,
     egress: &mut phases::egress::Proxies,
+    attempts: &mut Option<phases::attempts::AttemptsRun>,
     on_phase: &(dyn Fn(Phase) + Send + Sync),
 ) -> Result<Option<CompletionRecord>, Infra> {
     let trial = ctx.plan;
@@ -153,7 +160,12 @@ async fn phases<S: Sandbox>(
 
     on_phase(Phase::Agent);
     let started = Instant::now();
-    let (done, steps) = if views.is_empty() {
+    let (done, steps) = if let (true, Some(c)) = (views.is_empty(), plan.continuation) {
+        let run = phases::attempts::run(ctx, &env, c, token.as_ref()).await?;
+        let done = run.done.clone();
+        *attempts = Some(run);
+        (done, None)
+    } else if views.is_empty() {
         (phases::agent::run(ctx, &env).await?, None)
     } else {
         let run = phases::steps::run(ctx, trial, &views, &env, &egress.verifier).await?;

@@ -82,6 +82,7 @@ impl Agent {
             name: name.to_string(),
             network: None,
             allowed_hosts: Vec::new(),
+            continuation: None,
             kind: match kind {
                 PresetKind::ClaudeCode => AgentKind::ClaudeCode(config),
                 PresetKind::Codex => AgentKind::Codex(config),

@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::core::v1::{ContainerState, Pod};
 
-use super::pod::MAIN;
+use super::names::MAIN;
 use crate::sandbox::Lost;
 
 /// Why a pod that no longer runs its main container ended.

@@ -247,7 +247,7 @@ impl KubernetesSandbox {
         stdin: bool,
     ) -> Result<AttachedProcess, SandboxError> {
         // A sidecar's id is `pod/container` (sidecar.rs).
-        let (pod, container) = super::sidecar::target(pod);
+        let (pod, container) = super::names::target(pod);
         let params = AttachParams::default()
             .container(container)
             .stdin(stdin)

@@ -14,7 +14,7 @@ use tokio::sync::OnceCell;
 
 use super::KubernetesSandbox;
 use super::error::KubeError;
-use super::pod::IMAGE_BUSYBOX;
+use super::names::IMAGE_BUSYBOX;
 use super::registry::{Reference, Registry};
 use crate::sandbox::{
     DockerSandbox, ImageConfig, ImageRecipe, ImageRef, ImageSpec, Sandbox, SandboxError,

@@ -351,7 +351,7 @@ impl KubernetesSandbox {
     /// How the pod ended, if it did (deleted, evicted, or its container ended): `None`
     /// while it runs or when the API cannot say. `pod` may name a sidecar (`pod/container`).
     pub(super) async fn pod_ended(&self, pod: &str) -> Option<Ended> {
-        let pod = super::sidecar::target(pod).0;
+        let pod = super::names::target(pod).0;
         self.count_request();
         match self.pods().get(pod).await {
             Err(e) if api_status(&e) == Some(404) => {

@@ -33,7 +33,7 @@ use super::KubernetesSandbox;
 use super::error::KubeError;
 use super::exec::RawEnd;
 use super::images::Prepared;
-use super::pod::IMAGE_BUSYBOX;
+use super::names::IMAGE_BUSYBOX;
 use crate::digest::sha256_hex;
 use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{ContainerId, ContainerLimits, Fetched, Mount, SandboxError, dir_to_tar};

@@ -11,6 +11,29 @@ use std::collections::BTreeMap;
 use crate::digest::sha256_hex;
 use crate::sandbox::{LABEL_JOB, LABEL_MANAGED, LABEL_TRIAL, Role, Selector};
 
+/// The main container's name.
+pub(crate) const MAIN: &str = "main";
+/// Where the toolbox image keeps its busybox.
+pub(crate) const IMAGE_BUSYBOX: &str = "/toolbox/busybox";
+/// A root-only directory beside the toolbox, for transfers checked before they are unpacked.
+pub(crate) const SCRATCH: &str = "/.arbiter/scratch";
+/// The keep-alive's `$0` (as on Docker): what its command line ends with.
+pub(crate) const KEEPALIVE_MARKER: &str = "arbiter-keepalive";
+/// Annotation with the user execs run as when they name none (the image's `USER`).
+pub(crate) const ANNOTATION_USER: &str = "arbiter.default-user";
+
+pub(super) const TOOLBOX_VOLUME: &str = "arbiter-toolbox";
+
+/// `(pod, container)` of a container id: a sidecar's is `pod/container`, a pod's its name.
+pub(super) fn target(id: &str) -> (&str, &str) {
+    id.split_once('/').unwrap_or((id, MAIN))
+}
+
+/// Whether `id` names a sidecar.
+pub(super) fn is_sidecar(id: &str) -> bool {
+    id.contains('/')
+}
+
 /// Annotation holding an object's owner labels exactly (JSON object).
 pub(crate) const ANNOTATION_LABELS: &str = "arbiter.labels";
 /// Label naming the pod itself (what a pod's NetworkPolicy selects).

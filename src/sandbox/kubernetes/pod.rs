@@ -32,18 +32,10 @@ use crate::sandbox::{
     Base, ContainerLimits, ContainerSpec, Network, Process, SandboxError, StartSpec,
 };
 
-/// The main container's name.
-pub(crate) const MAIN: &str = "main";
-/// Where the toolbox image keeps its busybox.
-pub(crate) const IMAGE_BUSYBOX: &str = "/toolbox/busybox";
-/// A root-only directory beside the toolbox, for transfers checked before they are unpacked.
-pub(crate) const SCRATCH: &str = "/.arbiter/scratch";
-/// The keep-alive's `$0` (as on Docker): what its command line ends with.
-pub(crate) const KEEPALIVE_MARKER: &str = "arbiter-keepalive";
-/// Annotation with the user execs run as when they name none (the image's `USER`).
-pub(crate) const ANNOTATION_USER: &str = "arbiter.default-user";
+pub(super) use super::names::{
+    ANNOTATION_USER, IMAGE_BUSYBOX, KEEPALIVE_MARKER, MAIN, SCRATCH, TOOLBOX_VOLUME,
+};
 
-pub(super) const TOOLBOX_VOLUME: &str = "arbiter-toolbox";
 const SCRATCH_VOLUME: &str = "arbiter-scratch";
 
 /// Takes every interface but loopback down and flushes its addresses (run with NET_ADMIN).
@@ -184,7 +176,7 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
             service_account_name: settings.service_account.clone(),
             init_containers: Some(init),
             containers: vec![main],
-            host_aliases: super::sidecar::host_aliases(hosts),
+            host_aliases: host_aliases(hosts),
             volumes: Some(
                 vec![
                     Volume {
@@ -355,6 +347,28 @@ pub(crate) fn deny_all(pod: &str, uid: &str, labels: &BTreeMap<String, String>) 
             egress: None,
         }),
     }
+}
+
+/// `hostAliases` of the pod: the `/etc/hosts` entries, grouped by address.
+pub(super) fn host_aliases(
+    hosts: &[(String, String)],
+) -> Option<Vec<k8s_openapi::api::core::v1::HostAlias>> {
+    if hosts.is_empty() {
+        return None;
+    }
+    let mut by_ip: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (name, ip) in hosts {
+        by_ip.entry(ip.as_str()).or_default().push(name.clone());
+    }
+    Some(
+        by_ip
+            .into_iter()
+            .map(|(ip, hostnames)| k8s_openapi::api::core::v1::HostAlias {
+                ip: ip.to_string(),
+                hostnames: Some(hostnames),
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -25,7 +25,6 @@
 //!
 //! A sidecar's id is `<pod>/<container>`: every exec path splits it ([`target`]).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
@@ -37,8 +36,8 @@ use super::KubernetesSandbox;
 use super::error::{KubeError, api_status};
 use super::exec::{RawEnd, Sink, wrapped};
 use super::lifecycle::PodState;
+use super::names::TOOLBOX_VOLUME;
 use super::names::random_suffix;
-use super::pod::{MAIN, TOOLBOX_VOLUME};
 use crate::sandbox::toolbox::{TOOLBOX_MOUNT, keepalive_argv, toolbox_argv};
 use crate::sandbox::{
     Base, ContainerId, ContainerSpec, ContainerStatus, ExecSpec, Health, HealthCommand, HealthSpec,
@@ -64,15 +63,7 @@ const FATAL_WAITING: &[&str] = &[
     "RunContainerError",
 ];
 
-/// `(pod, container)` of a container id: a sidecar's is `pod/container`, a pod's its name.
-pub(super) fn target(id: &str) -> (&str, &str) {
-    id.split_once('/').unwrap_or((id, MAIN))
-}
-
-/// Whether `id` names a sidecar.
-pub(super) fn is_sidecar(id: &str) -> bool {
-    id.contains('/')
-}
+pub(super) use super::names::{is_sidecar, target};
 
 /// A sidecar created (its container described) and perhaps started.
 #[derive(Debug, Clone)]
@@ -601,31 +592,11 @@ impl KubernetesSandbox {
     }
 }
 
-/// `hostAliases` of the pod: the `/etc/hosts` entries, grouped by address.
-pub(super) fn host_aliases(
-    hosts: &[(String, String)],
-) -> Option<Vec<k8s_openapi::api::core::v1::HostAlias>> {
-    if hosts.is_empty() {
-        return None;
-    }
-    let mut by_ip: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (name, ip) in hosts {
-        by_ip.entry(ip.as_str()).or_default().push(name.clone());
-    }
-    Some(
-        by_ip
-            .into_iter()
-            .map(|(ip, hostnames)| k8s_openapi::api::core::v1::HostAlias {
-                ip: ip.to_string(),
-                hostnames: Some(hostnames),
-            })
-            .collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::kubernetes::names::MAIN;
+    use crate::sandbox::kubernetes::pod::host_aliases;
 
     fn spec(interval: u64, start_period: u64, retries: u32) -> HealthSpec {
         HealthSpec {

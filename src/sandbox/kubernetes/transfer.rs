@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::KubernetesSandbox;
 use super::error::KubeError;
 use super::exec::{RawEnd, Sink};
-use super::pod::SCRATCH;
+use super::names::SCRATCH;
 use crate::digest::sha256_hex;
 use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{Fetched, SandboxError};

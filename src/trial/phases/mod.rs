@@ -6,6 +6,8 @@
 
 pub(crate) mod agent;
 pub(crate) mod artifacts;
+pub(crate) mod attempts;
+mod between_attempts;
 pub(crate) mod changes;
 pub(crate) mod collect;
 pub(crate) mod egress;
