@@ -93,6 +93,15 @@ impl KubernetesSandbox {
         &self,
         spec: &ContainerSpec,
     ) -> Result<ContainerId, SandboxError> {
+        self.create_pod_on(spec, None).await
+    }
+
+    /// A pod of `spec`, on `node` when given (a probe of an image beside a trial's pod).
+    pub(super) async fn create_pod_on(
+        &self,
+        spec: &ContainerSpec,
+        node: Option<&str>,
+    ) -> Result<ContainerId, SandboxError> {
         let Base::Image(image) = &spec.base else {
             return Err(SandboxError::Unsupported {
                 op: "a container of a frozen filesystem",
@@ -102,7 +111,7 @@ impl KubernetesSandbox {
         let toolbox = self.toolbox_image().await?;
         let default_user = self.image_user(image.as_str()).await;
         let name = pod_name(&spec.owner.trial, spec.owner.role, &random_suffix());
-        let pod = pod_for(&PodPlan {
+        let mut pod = pod_for(&PodPlan {
             name: &name,
             image: image.as_str(),
             toolbox_image: &toolbox,
@@ -110,6 +119,9 @@ impl KubernetesSandbox {
             resolved: &self.resolved,
             default_user: default_user.as_deref(),
         })?;
+        if let (Some(node), Some(pod_spec)) = (node, pod.spec.as_mut()) {
+            pod_spec.affinity = Some(super::changes::pinned_to(node));
+        }
         self.count_request();
         let created = self
             .pods()

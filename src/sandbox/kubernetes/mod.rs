@@ -12,6 +12,7 @@
 //! directories, sidecars, the loopback listener; the CLI refuses tasks that need them before
 //! any trial starts.
 
+mod changes;
 mod config;
 mod error;
 mod exec;
@@ -22,6 +23,7 @@ mod pod;
 mod preflight;
 mod registry;
 mod transfer;
+mod walk;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -59,6 +61,8 @@ pub struct KubernetesSandbox {
     /// Prepared images by the reference pods use.
     prepared: Mutex<HashMap<String, images::Prepared>>,
     states: Mutex<HashMap<String, lifecycle::PodState>>,
+    /// Image walks, replayed pods and frozen filesystems (the change set, `freeze`).
+    integrity: changes::Integrity,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
     net_admin: AtomicBool,
     /// NetworkPolicies may be created (preflight).
@@ -120,6 +124,7 @@ impl KubernetesSandbox {
             images: Mutex::new(HashMap::new()),
             prepared: Mutex::new(HashMap::new()),
             states: Mutex::new(HashMap::new()),
+            integrity: changes::Integrity::default(),
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
             builds: AtomicU64::new(0),
@@ -240,8 +245,8 @@ impl Sandbox for KubernetesSandbox {
         Err(Self::unsupported("freezing a container's filesystem"))
     }
 
-    async fn changes(&self, _id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
-        Err(Self::unsupported("the change set"))
+    async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
+        self.change_list(id).await
     }
 
     async fn remove(&self, resource: &Resource) -> Result<(), SandboxError> {

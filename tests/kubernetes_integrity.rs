@@ -1,0 +1,264 @@
+//! The change set and frozen filesystems on a real cluster, against the Docker backend doing
+//! the same (`scripts/k8s up`, then `eval "$(scripts/k8s env)"`). Skipped with a message when
+//! `KUBECONFIG` is unset; a failure when `ARBITER_REQUIRE_K8S=1`.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use arbiter::sandbox::{
+    Base, Change, ChangeKind, ContainerLimits, ContainerSpec, DockerSandbox, ExecEnd, ExecSpec,
+    ImageRecipe, ImageRef, ImageSpec, KubeSettings, KubernetesSandbox, Network, Owner, Resource,
+    Role, Sandbox, StartSpec,
+};
+
+fn required() -> bool {
+    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
+}
+
+/// The cluster's backend, or `None` (skip) when no cluster is configured.
+async fn cluster() -> Option<KubernetesSandbox> {
+    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
+        if required() {
+            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
+        }
+        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
+        return None;
+    }
+    let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox (scripts/bootstrap)");
+    let sb = KubernetesSandbox::connect(KubeSettings::default())
+        .await
+        .expect("kubeconfig")
+        .with_toolbox(&toolbox);
+    let problems = sb.preflight().await;
+    assert!(problems.is_empty(), "preflight: {problems:?}");
+    Some(sb)
+}
+
+async fn docker() -> DockerSandbox {
+    let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox (scripts/bootstrap)");
+    DockerSandbox::connect()
+        .await
+        .expect("engine")
+        .with_toolbox(&toolbox)
+}
+
+fn owner(trial: &str) -> Owner {
+    Owner {
+        job: "k8s-integrity-test".to_string(),
+        trial: trial.to_string(),
+        role: Role::Agent,
+        extra: BTreeMap::new(),
+    }
+}
+
+/// An image built from `dockerfile` (a key per content), for the cluster and the local engine.
+fn build_spec(dir: &Path, name: &str, dockerfile: &str) -> ImageSpec {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("Dockerfile"), dockerfile).unwrap();
+    use sha2::Digest;
+    let key: String = sha2::Sha256::digest(dockerfile.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    ImageSpec {
+        recipe: ImageRecipe::Build {
+            context: dir.to_path_buf(),
+            file: "Dockerfile".to_string(),
+        },
+        key: format!("arbiter-env/{name}:{}", &key[..16]),
+        timeout: Duration::from_secs(600),
+        labels: BTreeMap::from([("arbiter.managed".into(), "true".into())]),
+    }
+}
+
+fn container(base: Base, trial: &str, network: Network) -> ContainerSpec {
+    ContainerSpec {
+        base,
+        owner: owner(trial),
+        env: Vec::new(),
+        limits: ContainerLimits {
+            cpus: 1.0,
+            memory_mb: 256,
+            pids_limit: 256,
+            gpus: 0,
+        },
+        network,
+        workdir: None,
+        mounts: Vec::new(),
+        start: StartSpec::for_role(Role::Agent),
+    }
+}
+
+fn sh(script: &str) -> ExecSpec {
+    ExecSpec {
+        argv: vec!["sh".into(), "-c".into(), script.into()],
+        env: Vec::new(),
+        user: None,
+        workdir: None,
+        stdout: None,
+        stderr: None,
+        cap_bytes: 1 << 20,
+        timeout: Some(Duration::from_secs(120)),
+        grace: Duration::from_secs(2),
+    }
+}
+
+/// A Debian image with files for every kind of change.
+const IMAGE: &str = r#"FROM arbiter/debian:bookworm
+RUN mkdir -p /opt/data /opt/tree/a/b /opt/opq && cd /opt/data \
+ && echo keep > keep && echo c > chmod && echo d > del && echo l > tolink && echo s > same \
+ && echo t > touched && echo o > owned && echo x > /opt/opq/x && echo deep > /opt/tree/a/b/c \
+ && echo f > /opt/tree/f && touch -d 2020-01-01 keep
+"#;
+
+/// Every kind of change the brief lists, done the same way in both backends' containers.
+const ACTIONS: &str = r#"set -e
+echo new > /opt/added.txt
+mkdir -p "/opt/new dir/sub" && echo x > "/opt/new dir/sub/f"
+touch "/opt/data/$(printf 'nl\nname')"
+touch "/opt/data/$(printf '\377\376')"
+touch -r /opt/data/keep /opt/ref && printf 'KEEP\n' > /opt/data/keep && touch -r /opt/ref /opt/data/keep && rm /opt/ref
+chmod 600 /opt/data/chmod
+rm /opt/data/del
+rm /opt/data/tolink && ln -s /etc/passwd /opt/data/tolink
+rm -rf /opt/tree
+chmod 644 /opt/data/same
+: >> /opt/data/touched
+rm -rf /opt/opq && mkdir /opt/opq && echo y > /opt/opq/y
+ln /opt/added.txt /opt/hard
+chown 1:1 /opt/data/owned
+rm /etc/issue
+"#;
+
+/// What each engine itself adds to a container: not the agent's doing.
+/// (Docker's init, and the directories it made or copied up only to hold it: the
+/// actions touch nothing under `/usr` or `/sbin`.)
+const DOCKER_OWN: &[&str] = &[
+    "/.arbiter",
+    "/.arbiter/toolbox",
+    "/.dockerenv",
+    "/sbin/docker-init",
+    "/usr/sbin/docker-init",
+    "/sbin",
+    "/usr/sbin",
+    "/usr",
+];
+const KUBERNETES_OWN: &[&str] = &[
+    "/.arbiter",
+    "/.arbiter/toolbox",
+    "/.arbiter/scratch",
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+    "/dev/termination-log",
+];
+
+fn listed(changes: &[Change], own: &[&str]) -> BTreeSet<(String, ChangeKind)> {
+    changes
+        .iter()
+        .filter(|c| !own.contains(&c.path.as_str()))
+        .map(|c| (c.path.clone(), c.kind))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_change_set_from_inside_a_pod_is_the_docker_backends() {
+    let Some(k8s) = cluster().await else { return };
+    let dock = docker().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = build_spec(&tmp.path().join("ctx"), "k8s-changes", IMAGE);
+    let pod_image = k8s
+        .prepare_image(&spec)
+        .await
+        .expect("prepare on the cluster");
+    let local = ImageRef::new(spec.key.clone());
+
+    let d = dock
+        .create(&container(
+            Base::Image(local.clone()),
+            "changes-docker",
+            Network::None,
+        ))
+        .await
+        .expect("docker create");
+    dock.start(&d).await.expect("docker start");
+    let p = k8s
+        .create(&container(
+            Base::Image(pod_image.clone()),
+            "changes-k8s",
+            Network::None,
+        ))
+        .await
+        .expect("pod create");
+    k8s.start(&p).await.expect("pod start");
+
+    for (name, end) in [
+        (
+            "docker",
+            dock.exec(&d, &sh(ACTIONS)).await.expect("exec").end,
+        ),
+        ("k8s", k8s.exec(&p, &sh(ACTIONS)).await.expect("exec").end),
+    ] {
+        assert_eq!(end, ExecEnd::Exited(0), "{name}: the actions ran");
+    }
+    dock.stop(&d).await.expect("docker stop");
+    k8s.stop(&p).await.expect("pod stop");
+
+    let t = Instant::now();
+    let from_docker = dock.changes(&d).await.expect("docker changes");
+    let docker_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let from_pod = k8s
+        .changes(&p)
+        .await
+        .expect("pod changes (first: walks the image)");
+    let first_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let again = k8s.changes(&p).await.expect("pod changes again");
+    let again_secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "change set: docker {docker_secs:.3}s, pod {first_secs:.3}s first (image walked), {again_secs:.3}s after"
+    );
+    let _ = dock.remove(&Resource::Container(d)).await;
+    let _ = k8s.remove(&Resource::Container(p)).await;
+
+    let want = listed(&from_docker, DOCKER_OWN);
+    let got = listed(&from_pod, KUBERNETES_OWN);
+    assert_eq!(listed(&again, KUBERNETES_OWN), got, "the same list twice");
+    let only_docker: Vec<_> = want.difference(&got).collect();
+    let only_pod: Vec<_> = got.difference(&want).collect();
+    assert!(
+        only_docker.is_empty() && only_pod.is_empty(),
+        "only docker: {only_docker:?}\nonly the pod: {only_pod:?}"
+    );
+    // The list holds what was done (not two empty lists agreeing).
+    for (path, kind) in [
+        ("/opt/data/keep", ChangeKind::Modified),
+        ("/opt/data/chmod", ChangeKind::Modified),
+        ("/opt/data/del", ChangeKind::Deleted),
+        ("/opt/data/tolink", ChangeKind::Modified),
+        ("/opt/tree", ChangeKind::Deleted),
+        ("/opt/new dir/sub/f", ChangeKind::Added),
+        ("/opt/data/nl\nname", ChangeKind::Added),
+        ("/opt/opq/x", ChangeKind::Deleted),
+        ("/opt/hard", ChangeKind::Added),
+        ("/opt/data/owned", ChangeKind::Modified),
+    ] {
+        assert!(got.contains(&(path.to_string(), kind)), "{path} {kind:?}");
+    }
+    for untouched in ["/opt/data/same", "/opt/data/touched", "/opt/tree/f"] {
+        assert!(
+            !got.iter().any(|(p, _)| p == untouched),
+            "{untouched} listed"
+        );
+    }
+    // Every path the engines themselves add is one of those named above.
+    for c in &from_pod {
+        if KUBERNETES_OWN.contains(&c.path.as_str()) {
+            eprintln!("kubernetes adds {} ({:?})", c.path, c.kind);
+        }
+    }
+}
