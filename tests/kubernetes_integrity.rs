@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use arbiter::sandbox::{
     Base, Change, ChangeKind, ContainerLimits, ContainerSpec, DockerSandbox, ExecEnd, ExecSpec,
     ImageRecipe, ImageRef, ImageSpec, KubeSettings, KubernetesSandbox, Network, Owner, Resource,
-    Role, Sandbox, StartSpec,
+    Role, Sandbox, Selector, StartSpec,
 };
 
 fn required() -> bool {
@@ -46,8 +46,13 @@ async fn docker() -> DockerSandbox {
 }
 
 fn owner(trial: &str) -> Owner {
+    let job = if trial.starts_with("frozen") {
+        "k8s-frozen-test"
+    } else {
+        "k8s-integrity-test"
+    };
     Owner {
-        job: "k8s-integrity-test".to_string(),
+        job: job.to_string(),
         trial: trial.to_string(),
         role: Role::Agent,
         extra: BTreeMap::new(),
@@ -80,7 +85,7 @@ fn container(base: Base, trial: &str, network: Network) -> ContainerSpec {
         owner: owner(trial),
         env: Vec::new(),
         limits: ContainerLimits {
-            cpus: 1.0,
+            cpus: 0.25,
             memory_mb: 256,
             pids_limit: 256,
             gpus: 0,
@@ -111,7 +116,10 @@ const IMAGE: &str = r#"FROM arbiter/debian:bookworm
 RUN mkdir -p /opt/data /opt/tree/a/b /opt/opq && cd /opt/data \
  && echo keep > keep && echo c > chmod && echo d > del && echo l > tolink && echo s > same \
  && echo t > touched && echo o > owned && echo x > /opt/opq/x && echo deep > /opt/tree/a/b/c \
- && echo f > /opt/tree/f && touch -d 2020-01-01 keep
+ && echo f > /opt/tree/f && touch -d 2020-01-01 keep \
+ && printf '#!/bin/sh\nif [ -e /opt/added.txt ]; then echo replayed; else echo bare; fi > /var/ep.log\nexec "$@"\n' > /usr/local/bin/ep.sh \
+ && chmod 755 /usr/local/bin/ep.sh
+ENTRYPOINT ["/usr/local/bin/ep.sh"]
 "#;
 
 /// Every kind of change the brief lists, done the same way in both backends' containers.
@@ -164,9 +172,43 @@ fn listed(changes: &[Change], own: &[&str]) -> BTreeSet<(String, ChangeKind)> {
         .collect()
 }
 
+/// Remove every pod and container of this test job, on both backends.
+async fn sweep(k8s: &KubernetesSandbox, job: &str) {
+    let dock = docker().await;
+    for listed in k8s
+        .list(&Selector::Job(job.to_string()))
+        .await
+        .unwrap_or_default()
+    {
+        let _ = k8s.remove(&listed.resource).await;
+    }
+    for listed in dock
+        .list(&Selector::Job(job.to_string()))
+        .await
+        .unwrap_or_default()
+    {
+        let _ = dock.remove(&listed.resource).await;
+    }
+}
+
+/// Run `body` with the job's leftovers swept before and after, whether it passes or not.
+async fn swept<F: std::future::Future<Output = ()>>(k8s: &KubernetesSandbox, job: &str, body: F) {
+    use futures_util::FutureExt;
+    sweep(k8s, job).await;
+    let result = std::panic::AssertUnwindSafe(body).catch_unwind().await;
+    sweep(k8s, job).await;
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_change_set_from_inside_a_pod_is_the_docker_backends() {
     let Some(k8s) = cluster().await else { return };
+    swept(&k8s, "k8s-integrity-test", changes_match(&k8s)).await;
+}
+
+async fn changes_match(k8s: &KubernetesSandbox) {
     let dock = docker().await;
     let tmp = tempfile::tempdir().unwrap();
     let spec = build_spec(&tmp.path().join("ctx"), "k8s-changes", IMAGE);
@@ -260,5 +302,132 @@ async fn the_change_set_from_inside_a_pod_is_the_docker_backends() {
         if KUBERNETES_OWN.contains(&c.path.as_str()) {
             eprintln!("kubernetes adds {} ({:?})", c.path, c.kind);
         }
+    }
+}
+
+/// What a filesystem holds under the paths the actions touched: names, modes, owners, sizes,
+/// mtimes, types, link targets, link counts, contents. (Not a symlink's own mtime, which
+/// the toolbox's tar does not restore; not a directory's link count, which overlayfs
+/// reports as 1 for a directory it made opaque.)
+const FACTS: &str = r#"find /opt /etc/issue /etc/passwd -xdev ! -type d ! -type l -exec stat -c '%n|%a|%u:%g|%s|%Y|%F|%h' {} + 2>&1 | sort
+find /opt -xdev -type d -exec stat -c '%n|%a|%u:%g|%Y' {} + | sort
+find /opt -xdev -type l -exec stat -c '%n|%a|%u:%g|%N' {} + | sort
+find /opt -xdev -type f -exec sha256sum {} + | sort"#;
+
+async fn facts(sb: &KubernetesSandbox, id: &arbiter::sandbox::ContainerId, dir: &Path) -> String {
+    let out = dir.join("facts");
+    let spec = ExecSpec {
+        stdout: Some(out.clone()),
+        ..sh(FACTS)
+    };
+    let done = sb.exec(id, &spec).await.expect("facts");
+    assert!(matches!(done.end, ExecEnd::Exited(_)));
+    String::from_utf8_lossy(&std::fs::read(&out).unwrap()).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_pod_is_the_agents_filesystem_replayed_before_the_entrypoint() {
+    let Some(k8s) = cluster().await else { return };
+    swept(&k8s, "k8s-frozen-test", frozen_replays(&k8s)).await;
+}
+
+async fn frozen_replays(k8s: &KubernetesSandbox) {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = build_spec(&tmp.path().join("ctx"), "k8s-changes", IMAGE);
+    let image = k8s.prepare_image(&spec).await.expect("prepare");
+    let p = k8s
+        .create(&container(
+            Base::Image(image.clone()),
+            "frozen-a",
+            Network::None,
+        ))
+        .await
+        .expect("create");
+    k8s.start(&p).await.expect("start");
+    let done = k8s.exec(&p, &sh(ACTIONS)).await.expect("actions");
+    assert_eq!(done.end, ExecEnd::Exited(0));
+    k8s.stop(&p).await.expect("stop");
+    let before = facts(&k8s, &p, tmp.path()).await;
+    assert!(
+        before.contains("/opt/data/tolink|777|0:0|'/opt/data/tolink' -> '/etc/passwd'"),
+        "{before}"
+    );
+
+    let t = Instant::now();
+    let frozen = k8s.freeze(&p, &owner("frozen-a")).await.expect("freeze");
+    eprintln!("freeze: {:.2}s", t.elapsed().as_secs_f64());
+    let mut verifier = container(Base::Frozen(frozen.clone()), "frozen-b", Network::None);
+    verifier.owner.role = Role::Verifier;
+    let t = Instant::now();
+    let q = k8s.create(&verifier).await.expect("create from frozen");
+    k8s.start(&q).await.expect("start from frozen");
+    eprintln!("a pod of it running: {:.2}s", t.elapsed().as_secs_f64());
+    let after = facts(&k8s, &q, tmp.path()).await;
+    assert_eq!(before, after, "the frozen filesystem is the agent's");
+    // The image's ENTRYPOINT ran on the replayed filesystem.
+    let log = tmp.path().join("ep");
+    let cat = ExecSpec {
+        stdout: Some(log.clone()),
+        ..sh("cat /var/ep.log")
+    };
+    k8s.exec(&q, &cat).await.expect("cat");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "replayed\n");
+    // Its own changes count from the replayed filesystem.
+    let none = k8s.changes(&q).await.expect("changes of the frozen pod");
+    let more = k8s
+        .exec(&q, &sh("echo more > /opt/more && rm /opt/added.txt"))
+        .await
+        .expect("more");
+    assert_eq!(more.end, ExecEnd::Exited(0));
+    k8s.stop(&q).await.expect("stop");
+    let listed: Vec<(String, ChangeKind)> = k8s
+        .changes(&q)
+        .await
+        .expect("changes")
+        .into_iter()
+        .map(|c| (c.path, c.kind))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("/opt".to_string(), ChangeKind::Modified),
+            ("/opt/added.txt".to_string(), ChangeKind::Deleted),
+            ("/opt/more".to_string(), ChangeKind::Added),
+            // The ENTRYPOINT's own write, once the replay was done.
+            ("/var".to_string(), ChangeKind::Modified),
+            ("/var/ep.log".to_string(), ChangeKind::Modified),
+        ],
+        "(right after the start: {none:?})"
+    );
+    // A frozen filesystem of a pod of one (steps): the changes of both.
+    let twice = k8s
+        .freeze(&q, &owner("frozen-b"))
+        .await
+        .expect("freeze again");
+    let r = k8s
+        .create(&container(
+            Base::Frozen(twice.clone()),
+            "frozen-c",
+            Network::None,
+        ))
+        .await
+        .expect("create");
+    k8s.start(&r).await.expect("start");
+    let third = facts(&k8s, &r, tmp.path()).await;
+    assert!(third.contains("/opt/more|"), "{third}");
+    assert!(!third.contains("/opt/added.txt|"), "{third}");
+    assert!(third.contains("/opt/hard|644|0:0|4|"), "{third}");
+    assert!(
+        third.contains("|regular file|2\n"),
+        "the hard link kept: {third}"
+    );
+    assert!(!third.contains("/opt/tree"), "{third}");
+    for id in [p, q, r] {
+        k8s.remove(&Resource::Container(id)).await.expect("remove");
+    }
+    for f in [frozen, twice] {
+        k8s.remove(&Resource::Frozen(f))
+            .await
+            .expect("remove frozen");
     }
 }

@@ -25,12 +25,12 @@ use super::error::{KubeError, api_status};
 use super::exec::{RawEnd, Sink};
 use super::names::ANNOTATION_LABELS;
 use super::pod::MAIN;
-use super::walk::{STAT_FORMAT, Walk, compare, finish, lossy};
+use super::walk::{STAT_FORMAT, Walk, compare, finish_paths, lossy};
 use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{
-    Base, Change, ContainerId, ContainerLimits, ContainerSpec, FrozenId, ImageRef, LABEL_JOB,
-    LABEL_MANAGED, LABEL_ROLE, LABEL_TRIAL, Network, Owner, Resource, Role, SandboxError,
-    StartSpec,
+    Base, Change, ChangeKind, ContainerId, ContainerLimits, ContainerSpec, FrozenId, ImageRef,
+    LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, LABEL_TRIAL, Network, Owner, Resource, Role,
+    SandboxError, StartSpec,
 };
 
 /// Prints the mount table, a NUL, every path of the root filesystem NUL-terminated, a NUL,
@@ -64,6 +64,8 @@ const WALK_DEADLINE: Duration = Duration::from_secs(600);
 /// What the backend keeps for the change set and frozen filesystems.
 #[derive(Default)]
 pub(super) struct Integrity {
+    /// Frozen filesystems kept on this host, by id.
+    pub(super) frozen: Mutex<HashMap<String, Arc<super::frozen::Frozen>>>,
     /// Walks of images, by (image digest, node).
     indexes: Mutex<HashMap<(String, String), Arc<OnceCell<Arc<Walk>>>>>,
     /// Pods started from a frozen filesystem: their walk right after the replay, and the
@@ -147,6 +149,23 @@ impl KubernetesSandbox {
         image: &Walk,
         base: Base,
     ) -> Result<Vec<Change>, SandboxError> {
+        let (list, _) = self.changed_paths(pod, image, base).await?;
+        Ok(list
+            .into_iter()
+            .map(|(p, kind)| Change {
+                path: lossy(&p),
+                kind,
+            })
+            .collect())
+    }
+
+    /// The pod's changes against `image` by path as the filesystem has it, and its walk.
+    pub(super) async fn changed_paths(
+        &self,
+        pod: &str,
+        image: &Walk,
+        base: Base,
+    ) -> Result<(Vec<(Vec<u8>, ChangeKind)>, Walk), SandboxError> {
         let now = self.walk(pod).await?;
         let pending = compare(image, &now);
         let changed = if pending.ambiguous.is_empty() {
@@ -160,18 +179,7 @@ impl KubernetesSandbox {
             changed = changed.len(),
             "change set from inside"
         );
-        Ok(finish(image, pending, &changed))
-    }
-
-    /// Bytes and paths the pod wrote, from a walk against its base (see `walk::usage`).
-    pub(super) async fn walked_usage(&self, pod: &str) -> Result<(u64, u64), SandboxError> {
-        let replayed = self.integrity.replayed.lock().await.get(pod).cloned();
-        let image = match replayed {
-            Some((walk, _)) => walk,
-            None => self.image_walk(&self.pod_facts(pod).await?).await?,
-        };
-        let now = self.walk(pod).await?;
-        Ok(super::walk::usage(&image, &now))
+        Ok((finish_paths(image, pending, &changed), now))
     }
 
     /// The node, image and owner of a pod.
@@ -225,7 +233,7 @@ impl KubernetesSandbox {
     }
 
     /// The walk of the pod's image on the pod's node: once per (digest, node).
-    async fn image_walk(&self, facts: &PodFacts) -> Result<Arc<Walk>, SandboxError> {
+    pub(super) async fn image_walk(&self, facts: &PodFacts) -> Result<Arc<Walk>, SandboxError> {
         let key = (facts.image_id.clone(), facts.node.clone());
         let cell = self
             .integrity
@@ -258,8 +266,9 @@ impl KubernetesSandbox {
             base,
             owner: facts.owner(Role::Snapshot),
             env: Vec::new(),
+            // Small: it must fit on the trial pod's node beside it.
             limits: ContainerLimits {
-                cpus: 0.5,
+                cpus: 0.2,
                 memory_mb: 256,
                 pids_limit: 256,
                 gpus: 0,

@@ -16,8 +16,8 @@ use super::names::{ANNOTATION_LABELS, label_selector, pod_name, random_suffix};
 use super::pod::{ANNOTATION_USER, KEEPALIVE_MARKER, MAIN, PodPlan, deny_all, pod_for};
 use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
 use crate::sandbox::{
-    Base, ContainerId, ContainerSpec, ContainerStatus, Listed, Network, Process, Resource,
-    SandboxError, Selector, Stopped,
+    Base, ContainerId, ContainerSpec, ContainerStatus, FrozenId, Listed, Network, Process,
+    Resource, SandboxError, Selector, Stopped,
 };
 
 /// How long a pod may take to run (scheduling, pulls, init containers).
@@ -46,6 +46,8 @@ pub(super) struct PodState {
     pub network: Option<Network>,
     /// The image's ENTRYPOINT runs first and must hand over to the keep-alive.
     pub handover: bool,
+    /// A pod of this frozen filesystem: replayed at the start, before PID 1 goes on.
+    pub replay: Option<FrozenId>,
 }
 
 /// Proof, from inside, that a pod with network `none` has only loopback: no other interface
@@ -102,6 +104,15 @@ impl KubernetesSandbox {
         spec: &ContainerSpec,
         node: Option<&str>,
     ) -> Result<ContainerId, SandboxError> {
+        // A frozen filesystem: a pod of its base image, replayed at the start (frozen.rs).
+        let (of_base, command, replay) = match &spec.base {
+            Base::Frozen(frozen) => {
+                let (base, command) = self.frozen_start(spec, frozen).await?;
+                (Some(base), Some(command), Some(frozen.clone()))
+            }
+            Base::Image(_) => (None, None, None),
+        };
+        let spec = of_base.as_ref().unwrap_or(spec);
         let Base::Image(image) = &spec.base else {
             return Err(SandboxError::Unsupported {
                 op: "a container of a frozen filesystem",
@@ -119,8 +130,14 @@ impl KubernetesSandbox {
             resolved: &self.resolved,
             default_user: default_user.as_deref(),
         })?;
-        if let (Some(node), Some(pod_spec)) = (node, pod.spec.as_mut()) {
-            pod_spec.affinity = Some(super::changes::pinned_to(node));
+        if let Some(pod_spec) = pod.spec.as_mut() {
+            if let Some(node) = node {
+                pod_spec.affinity = Some(super::changes::pinned_to(node));
+            }
+            if let (Some(command), Some(main)) = (command, pod_spec.containers.first_mut()) {
+                main.command = Some(command);
+                main.args = None;
+            }
         }
         self.count_request();
         let created = self
@@ -133,6 +150,7 @@ impl KubernetesSandbox {
             started: false,
             network: Some(spec.network),
             handover: spec.start.process == Process::ImageEntrypoint,
+            replay,
         };
         self.states.lock().await.insert(name.clone(), state);
         if spec.network == Network::None && self.policies_allowed() {
@@ -178,6 +196,9 @@ impl KubernetesSandbox {
         if let Some(s) = self.states.lock().await.get_mut(pod) {
             s.started = true;
         }
+        if let Some(frozen) = &state.replay {
+            self.replay(pod, frozen).await?;
+        }
         if state.handover {
             self.await_handover(pod).await?;
         }
@@ -197,6 +218,21 @@ impl KubernetesSandbox {
                 }
                 .into());
             }
+        }
+        Ok(())
+    }
+
+    /// Wait until a pod this process created and has not started yet runs (nothing for one
+    /// started, or of another process).
+    pub(super) async fn await_started(&self, pod: &str) -> Result<(), SandboxError> {
+        let fresh = self
+            .states
+            .lock()
+            .await
+            .get(pod)
+            .is_some_and(|s| !s.started);
+        if fresh {
+            self.await_running(pod).await?;
         }
         Ok(())
     }
@@ -468,10 +504,16 @@ impl KubernetesSandbox {
     /// [`Sandbox::remove`](crate::sandbox::Sandbox::remove): the pod, at once (its policy
     /// goes with it: owner reference). Frozen filesystems and images do not exist here.
     pub(super) async fn remove_resource(&self, resource: &Resource) -> Result<(), SandboxError> {
-        let Resource::Container(id) = resource else {
-            return Ok(());
+        let id = match resource {
+            Resource::Container(id) => id,
+            Resource::Frozen(frozen) => {
+                self.remove_frozen(frozen).await;
+                return Ok(());
+            }
+            Resource::Image(_) => return Ok(()),
         };
         self.states.lock().await.remove(id.as_str());
+        self.integrity.replayed.lock().await.remove(id.as_str());
         let params = DeleteParams {
             grace_period_seconds: Some(0),
             ..DeleteParams::background()

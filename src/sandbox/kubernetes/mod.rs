@@ -16,6 +16,7 @@ mod changes;
 mod config;
 mod error;
 mod exec;
+mod frozen;
 mod images;
 mod lifecycle;
 mod names;
@@ -241,8 +242,8 @@ impl Sandbox for KubernetesSandbox {
         Ok(None)
     }
 
-    async fn freeze(&self, _id: &ContainerId, _owner: &Owner) -> Result<FrozenId, SandboxError> {
-        Err(Self::unsupported("freezing a container's filesystem"))
+    async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {
+        self.freeze_pod(id, owner).await
     }
 
     async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
