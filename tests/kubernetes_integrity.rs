@@ -347,7 +347,7 @@ async fn frozen_replays(k8s: &KubernetesSandbox) {
     let done = k8s.exec(&p, &sh(ACTIONS)).await.expect("actions");
     assert_eq!(done.end, ExecEnd::Exited(0));
     k8s.stop(&p).await.expect("stop");
-    let before = facts(&k8s, &p, tmp.path()).await;
+    let before = facts(k8s, &p, tmp.path()).await;
     assert!(
         before.contains("/opt/data/tolink|777|0:0|'/opt/data/tolink' -> '/etc/passwd'"),
         "{before}"
@@ -362,7 +362,7 @@ async fn frozen_replays(k8s: &KubernetesSandbox) {
     let q = k8s.create(&verifier).await.expect("create from frozen");
     k8s.start(&q).await.expect("start from frozen");
     eprintln!("a pod of it running: {:.2}s", t.elapsed().as_secs_f64());
-    let after = facts(&k8s, &q, tmp.path()).await;
+    let after = facts(k8s, &q, tmp.path()).await;
     assert_eq!(before, after, "the frozen filesystem is the agent's");
     // The image's ENTRYPOINT ran on the replayed filesystem.
     let log = tmp.path().join("ep");
@@ -404,6 +404,10 @@ async fn frozen_replays(k8s: &KubernetesSandbox) {
         .freeze(&q, &owner("frozen-b"))
         .await
         .expect("freeze again");
+    // (The node is shared: the two pods make room for the third.)
+    for id in [p, q] {
+        k8s.remove(&Resource::Container(id)).await.expect("remove");
+    }
     let r = k8s
         .create(&container(
             Base::Frozen(twice.clone()),
@@ -413,7 +417,7 @@ async fn frozen_replays(k8s: &KubernetesSandbox) {
         .await
         .expect("create");
     k8s.start(&r).await.expect("start");
-    let third = facts(&k8s, &r, tmp.path()).await;
+    let third = facts(k8s, &r, tmp.path()).await;
     assert!(third.contains("/opt/more|"), "{third}");
     assert!(!third.contains("/opt/added.txt|"), "{third}");
     assert!(third.contains("/opt/hard|644|0:0|4|"), "{third}");
@@ -422,9 +426,7 @@ async fn frozen_replays(k8s: &KubernetesSandbox) {
         "the hard link kept: {third}"
     );
     assert!(!third.contains("/opt/tree"), "{third}");
-    for id in [p, q, r] {
-        k8s.remove(&Resource::Container(id)).await.expect("remove");
-    }
+    k8s.remove(&Resource::Container(r)).await.expect("remove");
     for f in [frozen, twice] {
         k8s.remove(&Resource::Frozen(f))
             .await

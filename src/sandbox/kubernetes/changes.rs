@@ -61,13 +61,16 @@ const MAX_WALK_BYTES: usize = 256 * 1024 * 1024;
 /// Deadline of one walk or content comparison.
 const WALK_DEADLINE: Duration = Duration::from_secs(600);
 
+/// One image's walk, made once.
+type WalkCell = Arc<OnceCell<Arc<Walk>>>;
+
 /// What the backend keeps for the change set and frozen filesystems.
 #[derive(Default)]
 pub(super) struct Integrity {
     /// Frozen filesystems kept on this host, by id.
     pub(super) frozen: Mutex<HashMap<String, Arc<super::frozen::Frozen>>>,
     /// Walks of images, by (image digest, node).
-    indexes: Mutex<HashMap<(String, String), Arc<OnceCell<Arc<Walk>>>>>,
+    indexes: Mutex<HashMap<(String, String), WalkCell>>,
     /// Pods started from a frozen filesystem: their walk right after the replay, and the
     /// frozen filesystem (what a pod to compare contents with starts from).
     pub(super) replayed: Mutex<HashMap<String, (Arc<Walk>, FrozenId)>>,
@@ -266,7 +269,6 @@ impl KubernetesSandbox {
             base,
             owner: facts.owner(Role::Snapshot),
             env: Vec::new(),
-            // Small: it must fit on the trial pod's node beside it.
             limits: ContainerLimits {
                 cpus: 0.2,
                 memory_mb: 256,

@@ -132,7 +132,16 @@ impl KubernetesSandbox {
         })?;
         if let Some(pod_spec) = pod.spec.as_mut() {
             if let Some(node) = node {
+                // A probe beside a trial's pod: it must fit on that node even when the trial
+                // pods fill it, so it asks for nothing (best effort; it only walks or hashes).
                 pod_spec.affinity = Some(super::changes::pinned_to(node));
+                for c in pod_spec
+                    .containers
+                    .iter_mut()
+                    .chain(pod_spec.init_containers.iter_mut().flatten())
+                {
+                    c.resources = None;
+                }
             }
             if let (Some(command), Some(main)) = (command, pod_spec.containers.first_mut()) {
                 main.command = Some(command);

@@ -7,10 +7,11 @@
 //! trial (`preflight.rs`) and its errors (`error.rs`). Nothing above the trait learns a
 //! Kubernetes word.
 //!
-//! What it cannot do yet is refused, typed ([`SandboxError::Unsupported`]): `freeze` (no
-//! commit of a pod's filesystem), the change set (issue 27 computes it from inside), host
-//! directories, sidecars, the loopback listener; the CLI refuses tasks that need them before
-//! any trial starts.
+//! The change set is computed from inside the pod (`changes.rs`, `walk.rs`) and a frozen
+//! filesystem is the base image plus the changes kept on this host (`frozen.rs`). What it
+//! cannot do yet is refused, typed ([`SandboxError::Unsupported`]): host directories,
+//! sidecars, the loopback listener; the CLI refuses tasks that need them before any trial
+//! starts.
 
 mod changes;
 mod config;
