@@ -3,7 +3,7 @@
 //! the feature. The next issue fills these in.
 
 use crate::agent::Agent;
-use crate::task::{IntegrityMode, NetworkMode, Task, VerifierMode};
+use crate::task::{NetworkMode, Task};
 
 use super::config::field;
 use super::{ConfigError, JobSpec};
@@ -12,9 +12,6 @@ use super::{ConfigError, JobSpec};
 /// `no_network`: whether the namespace admits arbiter's network-`none` pods.
 pub(crate) fn refuse_on_kubernetes(spec: &JobSpec, no_network: bool) -> Result<(), ConfigError> {
     for task in &spec.tasks {
-        if let Some(feature) = task_feature(task) {
-            return Err(refusal(task, feature));
-        }
         for agent in &spec.agents {
             if let Some(feature) = agent_feature(agent) {
                 return Err(field(
@@ -44,14 +41,6 @@ pub(crate) fn refuse_on_kubernetes(spec: &JobSpec, no_network: bool) -> Result<(
                     return Err(refusal(task, &feature));
                 }
             }
-            let same = crate::trial::sandbox_network(agent_network)
-                == crate::trial::sandbox_network(task.verifier.network);
-            if !same {
-                return Err(refusal(
-                    task,
-                    "a verifier on another network than the agent (needs a frozen filesystem)",
-                ));
-            }
         }
     }
     Ok(())
@@ -63,31 +52,6 @@ fn refusal(task: &Task, feature: &str) -> ConfigError {
         format!("task {}", task.name),
         format!("{feature} is not supported on Kubernetes yet; run it with --backend docker"),
     )
-}
-
-/// What of a task needs a frozen filesystem or a change set. (Compose sidecars run as
-/// ephemeral containers of the agent's pod.)
-fn task_feature(task: &Task) -> Option<&'static str> {
-    if task.verifier.mode == VerifierMode::Clean {
-        return Some("verifier environment_mode clean (needs a frozen filesystem)");
-    }
-    if task.verifier.mode == VerifierMode::Separate {
-        return Some("verifier environment_mode separate (needs a frozen filesystem)");
-    }
-    if task.verifier.integrity == IntegrityMode::Enforce {
-        return Some("integrity enforce (needs the change set and a frozen filesystem)");
-    }
-    if task
-        .completion
-        .as_ref()
-        .is_some_and(|c| !c.validation.is_empty())
-    {
-        return Some("validation commands (need a frozen filesystem)");
-    }
-    if !task.steps.is_empty() {
-        return Some("steps (need a frozen filesystem)");
-    }
-    None
 }
 
 /// What of an agent needs the model gateway. Host directories (a command agent's `mounts:`,
@@ -139,6 +103,15 @@ mod tests {
             "[{name: cmd, kind: command, run: [\"true\"], mounts: [{host: /tmp, container: /m}]}]",
         );
         assert!(refuse_on_kubernetes(&mounted, true).is_ok());
+        // Frozen filesystems and the change set work (changes.rs, frozen.rs).
+        for works in [
+            "network_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"clean\"\n",
+            "network_mode = \"no-network\"\n[verifier]\nintegrity = \"enforce\"\n",
+            "network_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"separate\"\n",
+        ] {
+            let (_root, spec) = spec(works, "[oracle]");
+            assert!(refuse_on_kubernetes(&spec, true).is_ok(), "{works}");
+        }
         let cases: &[(&str, &str, bool, &str)] = &[
             (
                 offline,
@@ -151,18 +124,6 @@ mod tests {
                 "[oracle]",
                 true,
                 "network host",
-            ),
-            (
-                "network_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"clean\"\n",
-                "[oracle]",
-                true,
-                "verifier environment_mode clean",
-            ),
-            (
-                "network_mode = \"no-network\"\n[verifier]\nintegrity = \"enforce\"\n",
-                "[oracle]",
-                true,
-                "integrity enforce",
             ),
         ];
         for (toml, agents, no_network, want) in cases {

@@ -17,8 +17,8 @@ use super::names::{ANNOTATION_LABELS, label_selector, pod_name, random_suffix};
 use super::pod::{ANNOTATION_USER, KEEPALIVE_MARKER, MAIN, PodPlan, deny_all, pod_for};
 use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
 use crate::sandbox::{
-    Base, ContainerId, ContainerSpec, ContainerStatus, Listed, Lost, Mount, Network, Process,
-    Resource, SandboxError, Selector, Stopped,
+    Base, ContainerId, ContainerSpec, ContainerStatus, FrozenId, Listed, Lost, Mount, Network,
+    Process, Resource, SandboxError, Selector, Stopped,
 };
 
 /// How long a pod may take to run (scheduling, pulls, init containers).
@@ -52,6 +52,8 @@ pub(super) struct PodState {
     pub handover: bool,
     /// Host directories of the spec (mounts.rs: the read-write ones are seeded and read back).
     pub mounts: Vec<Mount>,
+    /// A pod of this frozen filesystem: replayed at the start, before PID 1 goes on.
+    pub replay: Option<FrozenId>,
 }
 
 /// Proof, from inside, that a pod with network `none` has only loopback: no other interface
@@ -99,6 +101,24 @@ impl KubernetesSandbox {
         &self,
         spec: &ContainerSpec,
     ) -> Result<ContainerId, SandboxError> {
+        self.create_pod_on(spec, None).await
+    }
+
+    /// A pod of `spec`, on `node` when given (a probe of an image beside a trial's pod).
+    pub(super) async fn create_pod_on(
+        &self,
+        spec: &ContainerSpec,
+        node: Option<&str>,
+    ) -> Result<ContainerId, SandboxError> {
+        // A frozen filesystem: a pod of its base image, replayed at the start (frozen.rs).
+        let (of_base, command, replay) = match &spec.base {
+            Base::Frozen(frozen) => {
+                let (base, command) = self.frozen_start(spec, frozen).await?;
+                (Some(base), Some(command), Some(frozen.clone()))
+            }
+            Base::Image(_) => (None, None, None),
+        };
+        let spec = of_base.as_ref().unwrap_or(spec);
         let Base::Image(image) = &spec.base else {
             return Err(SandboxError::Unsupported {
                 op: "a container of a frozen filesystem",
@@ -109,7 +129,7 @@ impl KubernetesSandbox {
         let default_user = self.image_user(image.as_str()).await;
         let name = pod_name(&spec.owner.trial, spec.owner.role, &random_suffix());
         let mounts = self.plan_mounts(&spec.mounts).await?;
-        let pod = pod_for(&PodPlan {
+        let mut pod = pod_for(&PodPlan {
             name: &name,
             image: image.as_str(),
             toolbox_image: &toolbox,
@@ -118,6 +138,24 @@ impl KubernetesSandbox {
             default_user: default_user.as_deref(),
             mounts: &mounts,
         })?;
+        if let Some(pod_spec) = pod.spec.as_mut() {
+            if let Some(node) = node {
+                // A probe beside a trial's pod: it must fit on that node even when the trial
+                // pods fill it, so it asks for nothing (best effort; it only walks or hashes).
+                pod_spec.affinity = Some(super::changes::pinned_to(node));
+                for c in pod_spec
+                    .containers
+                    .iter_mut()
+                    .chain(pod_spec.init_containers.iter_mut().flatten())
+                {
+                    c.resources = None;
+                }
+            }
+            if let (Some(command), Some(main)) = (command, pod_spec.containers.first_mut()) {
+                main.command = Some(command);
+                main.args = None;
+            }
+        }
         // A start slot first (the start-rate cap): held until the pod runs or is removed.
         let slot = self.slots.take().await;
         self.count_request();
@@ -133,6 +171,7 @@ impl KubernetesSandbox {
             network: Some(spec.network),
             handover: spec.start.process == Process::ImageEntrypoint,
             mounts: spec.mounts.clone(),
+            replay,
         };
         self.states.lock().await.insert(name.clone(), state);
         if spec.network == Network::None && self.policies_allowed() {
@@ -181,6 +220,9 @@ impl KubernetesSandbox {
         if let Some(s) = self.states.lock().await.get_mut(pod) {
             s.started = true;
         }
+        if let Some(frozen) = &state.replay {
+            self.replay(pod, frozen).await?;
+        }
         self.seed_mounts(pod, &state.mounts).await?;
         if state.handover {
             self.await_handover(pod).await?;
@@ -201,6 +243,21 @@ impl KubernetesSandbox {
                 }
                 .into());
             }
+        }
+        Ok(())
+    }
+
+    /// Wait until a pod this process created and has not started yet runs (nothing for one
+    /// started, or of another process).
+    pub(super) async fn await_started(&self, pod: &str) -> Result<(), SandboxError> {
+        let fresh = self
+            .states
+            .lock()
+            .await
+            .get(pod)
+            .is_some_and(|s| !s.started);
+        if fresh {
+            self.await_running(pod).await?;
         }
         Ok(())
     }
@@ -479,10 +536,16 @@ impl KubernetesSandbox {
     /// [`Sandbox::remove`](crate::sandbox::Sandbox::remove): the pod, at once (its policy
     /// goes with it: owner reference). Frozen filesystems and images do not exist here.
     pub(super) async fn remove_resource(&self, resource: &Resource) -> Result<(), SandboxError> {
-        let Resource::Container(id) = resource else {
-            return Ok(());
+        let id = match resource {
+            Resource::Container(id) => id,
+            Resource::Frozen(frozen) => {
+                self.remove_frozen(frozen).await;
+                return Ok(());
+            }
+            Resource::Image(_) => return Ok(()),
         };
         self.states.lock().await.remove(id.as_str());
+        self.integrity.replayed.lock().await.remove(id.as_str());
         let params = DeleteParams {
             grace_period_seconds: Some(0),
             ..DeleteParams::background()

@@ -8,16 +8,18 @@
 //! Kubernetes word.
 //!
 //! Compose sidecars are ephemeral containers of the agent's pod (`sidecar.rs`); host
-//! directories reach a pod without host mounts (`mounts.rs`).
-//!
-//! What it cannot do yet is refused, typed ([`SandboxError::Unsupported`]): `freeze` (no
-//! commit of a pod's filesystem), the change set (issue 27 computes it from inside), the
-//! loopback listener; the CLI refuses tasks that need them before any trial starts.
+//! directories reach a pod without host mounts (`mounts.rs`). The change set is computed from
+//! inside the pod (`changes.rs`, `walk.rs`) and a frozen filesystem is the base image plus the
+//! changes kept on this host (`frozen.rs`). What it cannot do yet is refused, typed
+//! ([`SandboxError::Unsupported`]): the loopback listener; the CLI refuses what needs it
+//! before any trial starts.
 
+mod changes;
 mod config;
 mod ended;
 mod error;
 mod exec;
+mod frozen;
 mod images;
 mod lifecycle;
 mod mounts;
@@ -28,6 +30,7 @@ mod registry;
 mod sidecar;
 mod starting;
 mod transfer;
+mod walk;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -69,6 +72,8 @@ pub struct KubernetesSandbox {
     sidecars: Mutex<HashMap<String, sidecar::SidecarState>>,
     /// The start-rate cap (`max_starting`).
     slots: starting::StartSlots,
+    /// Image walks, replayed pods and frozen filesystems (the change set, `freeze`).
+    integrity: changes::Integrity,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
     net_admin: AtomicBool,
     /// NetworkPolicies may be created (preflight).
@@ -153,6 +158,7 @@ impl KubernetesSandbox {
             states: Mutex::new(HashMap::new()),
             sidecars: Mutex::new(HashMap::new()),
             slots,
+            integrity: changes::Integrity::default(),
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
             builds: AtomicU64::new(0),
@@ -282,12 +288,12 @@ impl Sandbox for KubernetesSandbox {
         Ok(None)
     }
 
-    async fn freeze(&self, _id: &ContainerId, _owner: &Owner) -> Result<FrozenId, SandboxError> {
-        Err(Self::unsupported("freezing a container's filesystem"))
+    async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {
+        self.freeze_pod(id, owner).await
     }
 
-    async fn changes(&self, _id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
-        Err(Self::unsupported("the change set"))
+    async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
+        self.change_list(id).await
     }
 
     async fn remove(&self, resource: &Resource) -> Result<(), SandboxError> {

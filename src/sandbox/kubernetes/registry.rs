@@ -97,6 +97,8 @@ struct ConfigFields {
     working_dir: Option<String>,
     #[serde(rename = "User", default)]
     user: Option<String>,
+    #[serde(rename = "Entrypoint", default)]
+    entrypoint: Option<Vec<String>>,
 }
 
 /// Whether `host` is this machine (plain HTTP, as `docker push` does for it).
@@ -250,6 +252,38 @@ impl Registry {
         repository: &str,
         reference: &str,
     ) -> Result<ImageConfig, KubeError> {
+        let fields = self.config_fields(repository, reference).await?;
+        Ok(ImageConfig {
+            env: fields
+                .as_ref()
+                .and_then(|c| c.env.clone())
+                .unwrap_or_default(),
+            workdir: fields
+                .as_ref()
+                .and_then(|c| c.working_dir.clone())
+                .filter(|d| d.starts_with('/')),
+            user: fields
+                .as_ref()
+                .and_then(|c| c.user.clone())
+                .filter(|u| !u.is_empty()),
+        })
+    }
+
+    /// The image's ENTRYPOINT (`None`: it has none).
+    pub(crate) async fn image_entrypoint(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<Vec<String>>, KubeError> {
+        let fields = self.config_fields(repository, reference).await?;
+        Ok(fields.and_then(|c| c.entrypoint).filter(|e| !e.is_empty()))
+    }
+
+    async fn config_fields(
+        &self,
+        repository: &str,
+        reference: &str,
+    ) -> Result<Option<ConfigFields>, KubeError> {
         let mut reference = reference.to_string();
         for _ in 0..2 {
             let url = format!("{}/v2/{repository}/manifests/{reference}", self.base);
@@ -278,21 +312,7 @@ impl Registry {
                     .and_then(|b| {
                         serde_json::from_slice(&b).map_err(|e| self.failed(format!("config: {e}")))
                     })?;
-                let fields = blob.config;
-                return Ok(ImageConfig {
-                    env: fields
-                        .as_ref()
-                        .and_then(|c| c.env.clone())
-                        .unwrap_or_default(),
-                    workdir: fields
-                        .as_ref()
-                        .and_then(|c| c.working_dir.clone())
-                        .filter(|d| d.starts_with('/')),
-                    user: fields
-                        .as_ref()
-                        .and_then(|c| c.user.clone())
-                        .filter(|u| !u.is_empty()),
-                });
+                return Ok(blob.config);
             }
             let chosen = manifest
                 .manifests

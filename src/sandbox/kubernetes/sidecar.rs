@@ -319,6 +319,7 @@ impl KubernetesSandbox {
                 network: None,
                 handover: false,
                 mounts: Vec::new(),
+                replay: None,
             },
         );
         self.sidecars.lock().await.insert(

@@ -39,13 +39,23 @@ sum=$($B sha256sum "$f"); sum=${sum%% *}
 $B tar -x --numeric-owner -f "$f" -C "$d"; r=$?; $B rm -f "$f"; exit $r"#;
 
 /// Download script: `$1` the path, `$2` extra tar flags (`--no-recursion` or empty). The
-/// archive goes to stdout; its byte count, counted on this side, ends stderr.
-const DOWNLOAD: &str = r#"B=/.arbiter/toolbox/busybox; p=$1
+/// archive goes to stdout; its byte count, counted on this side, ends stderr. The root is
+/// its entries but the kernel's filesystems and the harness's own (busybox tar has no
+/// `--one-file-system`: `/proc` would be read whole).
+const DOWNLOAD: &str = r#"B=/.arbiter/toolbox/busybox; p=$1 f=$2
 [ -e "$p" ] || [ -L "$p" ] || exit 44
-case $p in /) dir=/ name=.;; *) p=${p%/}; dir=${p%/*}; name=${p##*/}; [ -n "$dir" ] || dir=/;; esac
-case $name in -*) name=./$name;; esac
+case $p in /) dir=/; set --
+    for e in /* /.[!.]* /..?*; do
+      [ -e "$e" ] || [ -L "$e" ] || continue
+      case $e in /proc|/sys|/dev|/.arbiter) continue;; esac
+      set -- "$@" ".$e"
+    done;;
+  *) p=${p%/}; dir=${p%/*}; name=${p##*/}; [ -n "$dir" ] || dir=/
+    case $name in -*) name=./$name;; esac
+    set -- "$name";;
+esac
 set -o pipefail
-{ $B tar -c -f - -C "$dir" $2 "$name" | $B tee /dev/fd/3 | $B wc -c >&2; } 3>&1"#;
+{ $B tar -c -f - -C "$dir" $f "$@" | $B tee /dev/fd/3 | $B wc -c >&2; } 3>&1"#;
 
 impl KubernetesSandbox {
     /// [`Sandbox::upload`](crate::sandbox::Sandbox::upload).
@@ -125,6 +135,8 @@ impl KubernetesSandbox {
         limit: u64,
         entry_only: bool,
     ) -> Result<Fetched, SandboxError> {
+        // A pod created and not started yet (an image's index reads one): wait until it runs.
+        self.await_started(pod).await?;
         let flags = if entry_only { "--no-recursion" } else { "" };
         let argv = toolbox_argv("sh", &["-c", DOWNLOAD, "arbiter-download", path, flags]);
         let mut file = tokio::fs::File::create(to)

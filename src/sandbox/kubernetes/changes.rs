@@ -1,0 +1,414 @@
+//! [`Sandbox::changes`](crate::sandbox::Sandbox::changes) on a cluster: computed from inside
+//! the pod with the harness toolbox, since no cluster gives access to a container's layers.
+//!
+//! The toolbox walks the pod's root filesystem (`find -xdev`, every path's `lstat`: see
+//! `walk.rs`, which compares the walks). The image's side is the same walk in a pod of the
+//! image that nothing of the image ran in, pinned to the agent pod's node (ctimes of the
+//! image's files are the node's), made once per (image digest, node) and kept in memory for
+//! the process. A file whose ctime changed but whose every attribute is the image's is
+//! compared by content: its sha256 (a symlink's target's) in the pod and in a pod of its base,
+//! made only when there is such a file. A pod started from a frozen filesystem counts its
+//! changes against its own walk right after the replay (what the frozen filesystem held), as
+//! a Docker container of a committed image does.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+};
+use tokio::sync::{Mutex, OnceCell};
+
+use super::KubernetesSandbox;
+use super::error::{KubeError, api_status};
+use super::exec::{RawEnd, Sink};
+use super::names::ANNOTATION_LABELS;
+use super::pod::MAIN;
+use super::walk::{STAT_FORMAT, Walk, compare, finish_paths, lossy};
+use crate::sandbox::toolbox::toolbox_argv;
+use crate::sandbox::{
+    Base, Change, ChangeKind, ContainerId, ContainerLimits, ContainerSpec, FrozenId, ImageRef,
+    LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, LABEL_TRIAL, Network, Owner, Resource, Role,
+    SandboxError, StartSpec,
+};
+
+/// Prints the mount table, a NUL, every path of the root filesystem NUL-terminated, a NUL,
+/// then each path's `stat -c "$1"` line (see `walk.rs`). Dates in UTC whatever the image's
+/// zone; the list goes through the harness's scratch volume (not walked: another filesystem).
+const WALK: &str = r#"B=/.arbiter/toolbox/busybox; export TZ=UTC0; L=/.arbiter/scratch/walk-$$
+$B cat /proc/self/mountinfo || exit 90
+$B printf '\000'
+$B find / -xdev -print0 > "$L" || { $B rm -f "$L"; echo "find failed" >&2; exit 91; }
+$B cat "$L" || exit 92
+$B printf '\000'
+$B xargs -0 -r $B stat -c "$1" < "$L"; r=$?
+$B rm -f "$L"; exit $r"#;
+
+/// Reads NUL-terminated paths on stdin; prints one line per path: the sha256 of a file's
+/// bytes or of a symlink's target, `other` for anything else, `missing` when gone.
+const CONTENT: &str = r#"B=/.arbiter/toolbox/busybox
+while IFS= read -r -d '' p; do
+  if [ -L "$p" ]; then h=$($B readlink -n "$p" | $B sha256sum)
+  elif [ -f "$p" ]; then h=$($B sha256sum < "$p")
+  elif [ -e "$p" ]; then h=other
+  else h=missing; fi
+  echo "${h%% *}"
+done"#;
+
+/// A walk's output, at most (a path's line is about 120 bytes: two million paths).
+const MAX_WALK_BYTES: usize = 256 * 1024 * 1024;
+/// Deadline of one walk or content comparison.
+const WALK_DEADLINE: Duration = Duration::from_secs(600);
+
+/// One image's walk, made once.
+type WalkCell = Arc<OnceCell<Arc<Walk>>>;
+
+/// What the backend keeps for the change set and frozen filesystems.
+#[derive(Default)]
+pub(super) struct Integrity {
+    /// Frozen filesystems kept on this host, by id.
+    pub(super) frozen: Mutex<HashMap<String, Arc<super::frozen::Frozen>>>,
+    /// Walks of images, by (image digest, node).
+    indexes: Mutex<HashMap<(String, String), WalkCell>>,
+    /// Pods started from a frozen filesystem: their walk right after the replay, and the
+    /// frozen filesystem (what a pod to compare contents with starts from).
+    pub(super) replayed: Mutex<HashMap<String, (Arc<Walk>, FrozenId)>>,
+    /// Content digests of paths of a base (by base key and path).
+    contents: Mutex<HashMap<(String, Vec<u8>), String>>,
+}
+
+/// What the change set needs to know of a pod.
+pub(super) struct PodFacts {
+    pub node: String,
+    /// The main container's image, as the pod names it.
+    pub image: String,
+    /// The image's digest as the node resolved it (else the image as named).
+    pub image_id: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl PodFacts {
+    /// An owner like the pod's, with `role`.
+    pub(super) fn owner(&self, role: Role) -> Owner {
+        let get = |k: &str| self.labels.get(k).cloned().unwrap_or_default();
+        let extra = self
+            .labels
+            .iter()
+            .filter(|(k, _)| {
+                ![LABEL_MANAGED, LABEL_JOB, LABEL_TRIAL, LABEL_ROLE].contains(&k.as_str())
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Owner {
+            job: get(LABEL_JOB),
+            trial: get(LABEL_TRIAL),
+            role,
+            extra,
+        }
+    }
+}
+
+/// Required node affinity to exactly `node` (by name, as a DaemonSet pins its pods).
+pub(super) fn pinned_to(node: &str) -> Affinity {
+    Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_fields: Some(vec![NodeSelectorRequirement {
+                        key: "metadata.name".to_string(),
+                        operator: "In".to_string(),
+                        values: Some(vec![node.to_string()]),
+                    }]),
+                    match_expressions: None,
+                }],
+            }),
+            preferred_during_scheduling_ignored_during_execution: None,
+        }),
+        ..Default::default()
+    }
+}
+
+impl KubernetesSandbox {
+    /// [`Sandbox::changes`](crate::sandbox::Sandbox::changes).
+    pub(super) async fn change_list(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
+        let pod = id.as_str();
+        let replayed = self.integrity.replayed.lock().await.get(pod).cloned();
+        let (base_walk, base) = match replayed {
+            Some((walk, frozen)) => (walk, Base::Frozen(frozen)),
+            None => {
+                let facts = self.pod_facts(pod).await?;
+                let walk = self.image_walk(&facts).await?;
+                (walk, Base::Image(ImageRef::new(facts.image)))
+            }
+        };
+        self.changes_against(pod, &base_walk, base).await
+    }
+
+    /// The pod's changes against `image` (the walk of `base`).
+    pub(super) async fn changes_against(
+        &self,
+        pod: &str,
+        image: &Walk,
+        base: Base,
+    ) -> Result<Vec<Change>, SandboxError> {
+        let (list, _) = self.changed_paths(pod, image, base).await?;
+        Ok(list
+            .into_iter()
+            .map(|(p, kind)| Change {
+                path: lossy(&p),
+                kind,
+            })
+            .collect())
+    }
+
+    /// The pod's changes against `image` by path as the filesystem has it, and its walk.
+    pub(super) async fn changed_paths(
+        &self,
+        pod: &str,
+        image: &Walk,
+        base: Base,
+    ) -> Result<(Vec<(Vec<u8>, ChangeKind)>, Walk), SandboxError> {
+        let now = self.walk(pod).await?;
+        let pending = compare(image, &now);
+        let changed = if pending.ambiguous.is_empty() {
+            Vec::new()
+        } else {
+            self.content_differs(pod, base, &pending.ambiguous).await?
+        };
+        tracing::debug!(
+            pod,
+            ambiguous = pending.ambiguous.len(),
+            changed = changed.len(),
+            "change set from inside"
+        );
+        Ok((finish_paths(image, pending, &changed), now))
+    }
+
+    /// The node, image and owner of a pod.
+    pub(super) async fn pod_facts(&self, pod: &str) -> Result<PodFacts, SandboxError> {
+        self.count_request();
+        let got: Pod = match self.pods().get(pod).await {
+            Ok(p) => p,
+            Err(e) if api_status(&e) == Some(404) => {
+                return Err(KubeError::PodGone {
+                    pod: pod.to_string(),
+                    why: "not found".to_string(),
+                }
+                .into());
+            }
+            Err(e) => return Err(KubeError::api("pod get")(e).into()),
+        };
+        let spec = got.spec.as_ref();
+        let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let image = spec
+            .and_then(|s| s.containers.iter().find(|c| c.name == MAIN))
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        let image_id = got
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == MAIN))
+            .map(|c| c.image_id.clone())
+            .filter(|i| !i.is_empty())
+            .unwrap_or_else(|| image.clone());
+        let labels = got
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_LABELS))
+            .and_then(|json| serde_json::from_str(json).ok())
+            .unwrap_or_default();
+        if node.is_empty() || image.is_empty() {
+            return Err(KubeError::Exec {
+                pod: pod.to_string(),
+                message: "the pod has no node or no image yet".to_string(),
+            }
+            .into());
+        }
+        Ok(PodFacts {
+            node,
+            image,
+            image_id,
+            labels,
+        })
+    }
+
+    /// The walk of the pod's image on the pod's node: once per (digest, node).
+    pub(super) async fn image_walk(&self, facts: &PodFacts) -> Result<Arc<Walk>, SandboxError> {
+        let key = (facts.image_id.clone(), facts.node.clone());
+        let cell = self
+            .integrity
+            .indexes
+            .lock()
+            .await
+            .entry(key)
+            .or_default()
+            .clone();
+        let walk = cell
+            .get_or_try_init(|| async {
+                let base = Base::Image(ImageRef::new(facts.image.clone()));
+                let probe = self.probe(facts, base).await?;
+                let walked = self.walk(probe.as_str()).await;
+                self.remove_probe(&probe).await;
+                tracing::debug!(image = facts.image, node = facts.node, "image walked");
+                walked.map(Arc::new)
+            })
+            .await?;
+        Ok(walk.clone())
+    }
+
+    /// A running pod of `base` on the node of `facts` that nothing of the image ran in.
+    pub(super) async fn probe(
+        &self,
+        facts: &PodFacts,
+        base: Base,
+    ) -> Result<ContainerId, SandboxError> {
+        let spec = ContainerSpec {
+            base,
+            owner: facts.owner(Role::Snapshot),
+            env: Vec::new(),
+            limits: ContainerLimits {
+                cpus: 0.2,
+                memory_mb: 256,
+                pids_limit: 256,
+                gpus: 0,
+                storage_mb: None,
+            },
+            network: Network::Bridge,
+            workdir: None,
+            mounts: Vec::new(),
+            start: StartSpec::default(),
+        };
+        let id = self.create_pod_on(&spec, Some(&facts.node)).await?;
+        if let Err(e) = self.start_pod(&id).await {
+            self.remove_probe(&id).await;
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    pub(super) async fn remove_probe(&self, id: &ContainerId) {
+        if let Err(e) = self.remove_resource(&Resource::Container(id.clone())).await {
+            tracing::warn!(pod = %id, "removing a probe pod: {e}");
+        }
+    }
+
+    /// Walk the pod's root filesystem.
+    pub(super) async fn walk(&self, pod: &str) -> Result<Walk, SandboxError> {
+        let argv = toolbox_argv("sh", &["-c", WALK, "arbiter-walk", STAT_FORMAT]);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let end = self
+            .run(
+                pod,
+                &argv,
+                None,
+                &mut Sink::Memory {
+                    buf: &mut out,
+                    cap: MAX_WALK_BYTES,
+                },
+                &mut Sink::Memory {
+                    buf: &mut err,
+                    cap: 64 * 1024,
+                },
+                (Some(WALK_DEADLINE), Duration::from_secs(1)),
+            )
+            .await?;
+        let failed = |message: String| -> SandboxError {
+            KubeError::Exec {
+                pod: pod.to_string(),
+                message: format!("walking its filesystem: {message}"),
+            }
+            .into()
+        };
+        if end != RawEnd::Exited(0) {
+            return Err(failed(format!(
+                "{} ({end:?})",
+                String::from_utf8_lossy(&err).trim()
+            )));
+        }
+        if out.len() >= MAX_WALK_BYTES {
+            return Err(failed(format!("over {MAX_WALK_BYTES} bytes of listing")));
+        }
+        Walk::parse(&out).map_err(failed)
+    }
+
+    /// Digests of `paths` in `pod` (one line per path).
+    async fn contents(&self, pod: &str, paths: &[Vec<u8>]) -> Result<Vec<String>, SandboxError> {
+        let mut stdin = Vec::new();
+        for p in paths {
+            stdin.extend_from_slice(p);
+            stdin.push(0);
+        }
+        let argv = toolbox_argv("sh", &["-c", CONTENT]);
+        let (end, out, err) = self
+            .harness(pod, &argv, Some(&stdin), WALK_DEADLINE)
+            .await?;
+        let lines: Vec<String> = String::from_utf8_lossy(&out)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        if end != RawEnd::Exited(0) || lines.len() != paths.len() {
+            return Err(KubeError::Exec {
+                pod: pod.to_string(),
+                message: format!(
+                    "comparing contents: {} lines for {} paths: {} ({end:?})",
+                    lines.len(),
+                    paths.len(),
+                    String::from_utf8_lossy(&err).trim()
+                ),
+            }
+            .into());
+        }
+        Ok(lines)
+    }
+
+    /// Which of `paths` hold other content in `pod` than in a pod of `base`.
+    async fn content_differs(
+        &self,
+        pod: &str,
+        base: Base,
+        paths: &[Vec<u8>],
+    ) -> Result<Vec<Vec<u8>>, SandboxError> {
+        let mine = self.contents(pod, paths).await?;
+        let key = match &base {
+            Base::Image(i) => format!("image:{i}"),
+            Base::Frozen(f) => format!("frozen:{f}"),
+        };
+        let mut theirs: HashMap<Vec<u8>, String> = HashMap::new();
+        let mut unknown = Vec::new();
+        {
+            let known = self.integrity.contents.lock().await;
+            for p in paths {
+                match known.get(&(key.clone(), p.clone())) {
+                    Some(h) => {
+                        theirs.insert(p.clone(), h.clone());
+                    }
+                    None => unknown.push(p.clone()),
+                }
+            }
+        }
+        if !unknown.is_empty() {
+            let facts = self.pod_facts(pod).await?;
+            let probe = self.probe(&facts, base).await?;
+            let got = self.contents(probe.as_str(), &unknown).await;
+            self.remove_probe(&probe).await;
+            let got = got?;
+            let mut known = self.integrity.contents.lock().await;
+            for (p, h) in unknown.into_iter().zip(got) {
+                known.insert((key.clone(), p.clone()), h.clone());
+                theirs.insert(p, h);
+            }
+        }
+        Ok(paths
+            .iter()
+            .zip(mine)
+            .filter(|(p, h)| theirs.get(*p) != Some(h))
+            .map(|(p, _)| {
+                tracing::trace!(path = lossy(p), "content differs");
+                p.clone()
+            })
+            .collect())
+    }
+}

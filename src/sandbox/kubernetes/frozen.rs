@@ -1,0 +1,370 @@
+//! Frozen filesystems on a cluster, which has no commit of a pod's filesystem: the base image
+//! plus what the container changed against it, kept on this host.
+//!
+//! [`Sandbox::freeze`](crate::sandbox::Sandbox::freeze) takes the change set against the
+//! image (`changes.rs`) and reads out of the pod, with the toolbox's tar, every changed subtree
+//! whole (an added path, a modified file or link) and each modified or added directory's own
+//! entry (its mode, owner, mtime: restored after what is beneath it), and keeps the paths to remove first (deletions, and whatever of
+//! the image's stands where the container put something of another type). Paths are bytes
+//! as the filesystem has them (a newline, non-UTF-8); tar keeps owners, modes, symlinks and
+//! the hard links within the changes.
+//!
+//! A container created from it is a pod of the base image whose PID 1 first waits for a
+//! harness marker: the changes are replayed as root (removals, then the archives), the pod's
+//! filesystem is walked (what its own change set is counted against), and only then the
+//! marker is set and PID 1 runs its process (arbiter's keep-alive, or the image's ENTRYPOINT
+//! with it as arguments), so nothing of the image runs on the filesystem before the replay,
+//! as on Docker, where the container starts from the committed filesystem.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::KubernetesSandbox;
+use super::error::KubeError;
+use super::exec::{RawEnd, Sink};
+use super::names::random_suffix;
+use super::pod::KEEPALIVE_MARKER;
+use super::registry::{Reference, Registry};
+use super::walk::{lossy, parent};
+use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
+use crate::sandbox::{
+    Base, ChangeKind, ContainerId, ContainerSpec, FrozenId, ImageRef, Owner, Process, SandboxError,
+};
+
+/// Reads NUL-terminated absolute paths on stdin; writes one archive of them (relative to `/`,
+/// with tar flags `$1`) to stdout, its byte count, counted on this side, ending stderr.
+const ARCHIVE: &str = r#"B=/.arbiter/toolbox/busybox; f=$1
+set --
+while IFS= read -r -d '' p; do set -- "$@" ".$p"; done
+exec </dev/null
+set -o pipefail
+{ $B tar -c -f - -C / $f "$@" | $B tee /dev/fd/3 | $B wc -c >&2; } 3>&1"#;
+
+/// Reads NUL-terminated absolute paths on stdin and removes each (whatever it is).
+const REMOVE: &str = r#"B=/.arbiter/toolbox/busybox
+while IFS= read -r -d '' p; do $B rm -rf "$p" || exit 1; done"#;
+
+/// Set once the replay is done (root-only scratch volume: nothing of the agent's sets it).
+const REPLAYED: &str = "/.arbiter/scratch/replayed";
+
+/// PID 1 of a pod of a frozen filesystem: waits for [`REPLAYED`], then runs its arguments,
+/// the command found through the image's `PATH` as the engine would (the toolbox's shell
+/// would otherwise run its own applet of that name).
+const AWAIT_REPLAY: &str = r#"B=/.arbiter/toolbox/busybox
+while [ ! -e /.arbiter/scratch/replayed ]; do $B usleep 50000; done
+c=$1
+case $c in
+  */*) ;;
+  *) p=
+    IFS=:; set -f
+    for d in $PATH; do [ -n "$d" ] || d=.; if [ -f "$d/$c" ] && [ -x "$d/$c" ]; then p=$d/$c; break; fi; done
+    unset IFS; set +f
+    [ -n "$p" ] || { echo "exec: \"$c\": executable file not found in \$PATH" >&2; exit 127; }
+    shift; set -- "$p" "$@";;
+esac
+exec "$@""#;
+
+/// Bytes of one archive read out of a pod, at most.
+const MAX_FROZEN_BYTES: u64 = 32 * 1024 * 1024 * 1024;
+/// Deadline of one archive's read.
+const ARCHIVE_DEADLINE: Duration = Duration::from_secs(1800);
+
+const ROOTS: &str = "roots.tar";
+const DIRS: &str = "dirs.tar";
+const REMOVALS: &str = "remove";
+
+/// A frozen filesystem: its base image and the changes, in a directory of this host that
+/// goes with it.
+pub(super) struct Frozen {
+    /// The base image, as pods name it.
+    pub image: String,
+    dir: tempfile::TempDir,
+}
+
+impl Frozen {
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+impl KubernetesSandbox {
+    /// [`Sandbox::freeze`](crate::sandbox::Sandbox::freeze).
+    pub(super) async fn freeze_pod(
+        &self,
+        id: &ContainerId,
+        owner: &Owner,
+    ) -> Result<FrozenId, SandboxError> {
+        let pod = id.as_str();
+        let facts = self.pod_facts(pod).await?;
+        let image = self.image_walk(&facts).await?;
+        let base = Base::Image(ImageRef::new(facts.image.clone()));
+        let (list, now) = self.changed_paths(pod, &image, base).await?;
+        let added: HashSet<&[u8]> = list
+            .iter()
+            .filter(|(_, k)| *k == ChangeKind::Added)
+            .map(|(p, _)| p.as_slice())
+            .collect();
+        let is_dir =
+            |walk: &super::walk::Walk, p: &[u8]| walk.entries.get(p).is_some_and(|s| s.is_dir());
+        let (mut roots, mut dirs, mut removals) = (Vec::new(), Vec::new(), Vec::new());
+        for (path, kind) in &list {
+            match kind {
+                ChangeKind::Added => {
+                    let mut up = parent(path);
+                    let mut beneath_added = false;
+                    while up != b"/" {
+                        if added.contains(up) {
+                            beneath_added = true;
+                            break;
+                        }
+                        up = parent(up);
+                    }
+                    if !beneath_added {
+                        roots.push(path.clone());
+                    }
+                    // Its own entry again, last: extracting what is beneath it changed its mtime.
+                    if is_dir(&now, path) {
+                        dirs.push(path.clone());
+                    }
+                }
+                ChangeKind::Deleted => removals.push(path.clone()),
+                ChangeKind::Modified if is_dir(&now, path) => {
+                    if !is_dir(&image, path) {
+                        removals.push(path.clone());
+                    }
+                    dirs.push(path.clone());
+                }
+                ChangeKind::Modified => {
+                    removals.push(path.clone());
+                    roots.push(path.clone());
+                }
+            }
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("arbiter-k8s-frozen-")
+            .tempdir()
+            .map_err(SandboxError::io(std::env::temp_dir()))?;
+        let frozen = Frozen {
+            image: facts.image.clone(),
+            dir,
+        };
+        if !removals.is_empty() {
+            let path = frozen.file(REMOVALS);
+            std::fs::write(&path, nul_list(&removals)).map_err(SandboxError::io(&path))?;
+        }
+        if !roots.is_empty() {
+            self.archive(pod, &roots, "", &frozen.file(ROOTS)).await?;
+        }
+        if !dirs.is_empty() {
+            self.archive(pod, &dirs, "--no-recursion", &frozen.file(DIRS))
+                .await?;
+        }
+        let frozen_id = FrozenId::new(format!(
+            "k8s-frozen-{}-{}",
+            owner.role.as_str(),
+            random_suffix()
+        ));
+        tracing::debug!(
+            pod,
+            frozen = %frozen_id,
+            roots = roots.len(),
+            dirs = dirs.len(),
+            removals = removals.len(),
+            "frozen"
+        );
+        self.integrity
+            .frozen
+            .lock()
+            .await
+            .insert(frozen_id.to_string(), Arc::new(frozen));
+        Ok(frozen_id)
+    }
+
+    /// One archive of `paths` in `pod` at `to`, its size checked against the pod's count.
+    async fn archive(
+        &self,
+        pod: &str,
+        paths: &[Vec<u8>],
+        flags: &str,
+        to: &Path,
+    ) -> Result<u64, SandboxError> {
+        let argv = toolbox_argv("sh", &["-c", ARCHIVE, "arbiter-archive", flags]);
+        let stdin = nul_list(paths);
+        let mut file = tokio::fs::File::create(to)
+            .await
+            .map_err(SandboxError::io(to))?;
+        let mut err = Vec::new();
+        let mut out = Sink::Limited {
+            file: &mut file,
+            path: to,
+            written: 0,
+            limit: MAX_FROZEN_BYTES,
+            over: false,
+        };
+        let end = self
+            .run(
+                pod,
+                &argv,
+                Some(&stdin),
+                &mut out,
+                &mut Sink::Memory {
+                    buf: &mut err,
+                    cap: 64 * 1024,
+                },
+                (Some(ARCHIVE_DEADLINE), Duration::from_secs(2)),
+            )
+            .await?;
+        let Sink::Limited { written, over, .. } = out else {
+            unreachable!("the sink stays what it was made")
+        };
+        use tokio::io::AsyncWriteExt;
+        file.flush().await.map_err(SandboxError::io(to))?;
+        let stderr = String::from_utf8_lossy(&err);
+        let counted = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.trim().parse::<u64>().ok());
+        if over || end != RawEnd::Exited(0) || counted != Some(written) {
+            return Err(KubeError::Transfer {
+                op: "freeze",
+                pod: pod.to_string(),
+                message: format!(
+                    "{} paths ({}…): {written} bytes received, {} counted, over the limit: {over} ({end:?}): {}",
+                    paths.len(),
+                    lossy(&paths[0]),
+                    counted.map_or("none".to_string(), |c| c.to_string()),
+                    stderr.trim().chars().take(400).collect::<String>()
+                ),
+            }
+            .into());
+        }
+        Ok(written)
+    }
+
+    /// The frozen filesystem `id`, if this process has it.
+    async fn frozen(&self, id: &FrozenId) -> Result<Arc<Frozen>, SandboxError> {
+        self.integrity
+            .frozen
+            .lock()
+            .await
+            .get(id.as_str())
+            .cloned()
+            .ok_or_else(|| {
+                KubeError::Setup(format!("no frozen filesystem {id} in this process")).into()
+            })
+    }
+
+    /// [`Sandbox::remove`](crate::sandbox::Sandbox::remove) of a frozen filesystem: its
+    /// directory goes with it.
+    pub(super) async fn remove_frozen(&self, id: &FrozenId) {
+        self.integrity.frozen.lock().await.remove(id.as_str());
+    }
+
+    /// What a pod of frozen filesystem `id` is created as: a spec of its base image, and the
+    /// main container's command (PID 1 waits for the replay, then runs the spec's process).
+    pub(super) async fn frozen_start(
+        &self,
+        spec: &ContainerSpec,
+        id: &FrozenId,
+    ) -> Result<(ContainerSpec, Vec<String>), SandboxError> {
+        let frozen = self.frozen(id).await?;
+        let mut keepalive = keepalive_argv();
+        keepalive.push(KEEPALIVE_MARKER.to_string());
+        let process = match &spec.start.process {
+            Process::Keepalive => keepalive,
+            Process::ImageEntrypoint => {
+                let mut argv = self.entrypoint_of(&frozen.image).await?;
+                argv.extend(keepalive);
+                argv
+            }
+            Process::Service { .. } => {
+                return Err(SandboxError::Unsupported {
+                    op: "compose services",
+                    backend: "kubernetes",
+                });
+            }
+        };
+        let mut command = toolbox_argv("sh", &["-c", AWAIT_REPLAY, "arbiter-replay"]);
+        command.extend(process);
+        let mut base = spec.clone();
+        base.base = Base::Image(ImageRef::new(frozen.image.clone()));
+        Ok((base, command))
+    }
+
+    /// The image's ENTRYPOINT from its registry (empty: none).
+    async fn entrypoint_of(&self, image: &str) -> Result<Vec<String>, SandboxError> {
+        let r = Reference::parse(image);
+        let registry = Registry::new(&r.host)?;
+        Ok(registry
+            .image_entrypoint(&r.repository, &r.reference)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// Replay frozen filesystem `id` into the running `pod` (whose PID 1 waits for it), walk
+    /// the result, then let PID 1 go on.
+    pub(super) async fn replay(&self, pod: &str, id: &FrozenId) -> Result<(), SandboxError> {
+        let frozen = self.frozen(id).await?;
+        let failed = |message: String| -> SandboxError {
+            KubeError::Transfer {
+                op: "replay",
+                pod: pod.to_string(),
+                message,
+            }
+            .into()
+        };
+        let removals = frozen.file(REMOVALS);
+        if removals.exists() {
+            let list = std::fs::read(&removals).map_err(SandboxError::io(&removals))?;
+            let argv = toolbox_argv("sh", &["-c", REMOVE]);
+            let (end, _, err) = self
+                .harness(pod, &argv, Some(&list), ARCHIVE_DEADLINE)
+                .await?;
+            if end != RawEnd::Exited(0) {
+                return Err(failed(format!(
+                    "removing: {} ({end:?})",
+                    String::from_utf8_lossy(&err).trim()
+                )));
+            }
+        }
+        for name in [ROOTS, DIRS] {
+            let path = frozen.file(name);
+            if path.exists() {
+                let tar = tokio::fs::read(&path)
+                    .await
+                    .map_err(SandboxError::io(&path))?;
+                self.upload_tar(pod, "/", &tar).await?;
+            }
+        }
+        let walk = self.walk(pod).await?;
+        self.integrity
+            .replayed
+            .lock()
+            .await
+            .insert(pod.to_string(), (Arc::new(walk), id.clone()));
+        let argv = toolbox_argv("touch", &[REPLAYED]);
+        let (end, _, err) = self
+            .harness(pod, &argv, None, Duration::from_secs(30))
+            .await?;
+        if end != RawEnd::Exited(0) {
+            return Err(failed(format!(
+                "marking it replayed: {}",
+                String::from_utf8_lossy(&err).trim()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Paths NUL-terminated, for a script's stdin.
+fn nul_list(paths: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in paths {
+        out.extend_from_slice(p);
+        out.push(0);
+    }
+    out
+}
