@@ -267,6 +267,17 @@ fn run(
     agents: &[(&str, &str)],
     label: &str,
 ) -> BTreeMap<(String, String), serde_json::Value> {
+    run_on(tmp, tasks, agents, label, "docker")
+}
+
+/// [`run`] on `backend` (`docker` or `kubernetes`).
+fn run_on(
+    tmp: &Path,
+    tasks: &[PathBuf],
+    agents: &[(&str, &str)],
+    label: &str,
+    backend: &str,
+) -> BTreeMap<(String, String), serde_json::Value> {
     let list: String = agents.iter().map(|(n, s)| agent_yaml(n, s)).collect();
     let yaml = format!(
         "name: battery-{label}\ntasks: [{}]\nconcurrency: 4\nagents:\n{list}",
@@ -281,12 +292,18 @@ fn run(
     let out = arbiter(&[
         "run",
         "--quiet",
+        "--backend",
+        backend,
         "-c",
         config.to_str().expect("utf8"),
         "--job-dir",
         job_dir.to_str().expect("utf8"),
     ]);
-    assert_no_leftovers(&job_dir);
+    if backend == "docker" {
+        assert_no_leftovers(&job_dir);
+    } else {
+        assert_no_pods_left(&job_dir);
+    }
     let mut records = BTreeMap::new();
     for task in tasks {
         let task = task
@@ -326,6 +343,43 @@ fn outcome(r: &serde_json::Value) -> String {
     )
 }
 
+/// Check each record of `mode` against the battery's rules: no attack counts as passed (under
+/// enforce and clean the verifier itself fails), none is retried or an infra error; honest
+/// work passes and stays clean. Attack outcomes go to `table`.
+fn judge(
+    records: &BTreeMap<(String, String), serde_json::Value>,
+    mode: Mode,
+    table: &mut BTreeMap<String, Vec<String>>,
+    failures: &mut Vec<String>,
+) {
+    for ((task, agent), r) in records {
+        let at = format!("{task}/{agent} in {mode:?}: {}", outcome(r));
+        if !r["infra_error"].is_null() {
+            failures.push(format!("{at}: infra_error {}", r["infra_error"]));
+        }
+        if let Some((_, class, _)) = ATTACKS.iter().find(|(n, _, _)| n == agent) {
+            table
+                .entry(format!("{agent} ({class})"))
+                .or_default()
+                .push(format!("{mode:?} {task}: {}", outcome(r)));
+            if counts_as_passed(r) {
+                failures.push(format!("{at}: the attack counts as passed"));
+            }
+            if mode != Mode::Audit && r["verifier"]["status"] == "passed" {
+                failures.push(format!("{at}: the verifier itself must fail"));
+            }
+            if r["retries"] != 0 {
+                failures.push(format!("{at}: an attack is never retried"));
+            }
+        } else if r["verifier"]["status"] != "passed" || r["integrity"]["status"] != "clean" {
+            failures.push(format!(
+                "{at}: honest work must pass and stay clean ({}; findings {})",
+                r["verifier"]["detail"], r["integrity"]["findings"]
+            ));
+        }
+    }
+}
+
 #[test]
 fn no_attack_passes_any_verifier_in_any_mode_and_honest_work_stays_clean() {
     if !docker_available() {
@@ -360,32 +414,7 @@ fn no_attack_passes_any_verifier_in_any_mode_and_honest_work_stays_clean() {
         if mode == Mode::Audit {
             records.extend(run(tmp.path(), &tasks[..1], HONEST_BASH_ONLY, "audit-bash"));
         }
-        for ((task, agent), r) in &records {
-            let at = format!("{task}/{agent} in {mode:?}: {}", outcome(r));
-            if !r["infra_error"].is_null() {
-                failures.push(format!("{at}: infra_error {}", r["infra_error"]));
-            }
-            if let Some((_, class, _)) = ATTACKS.iter().find(|(n, _, _)| n == agent) {
-                table
-                    .entry(format!("{agent} ({class})"))
-                    .or_default()
-                    .push(format!("{mode:?} {task}: {}", outcome(r)));
-                if counts_as_passed(r) {
-                    failures.push(format!("{at}: the attack counts as passed"));
-                }
-                if mode != Mode::Audit && r["verifier"]["status"] == "passed" {
-                    failures.push(format!("{at}: the verifier itself must fail"));
-                }
-                if r["retries"] != 0 {
-                    failures.push(format!("{at}: an attack is never retried"));
-                }
-            } else if r["verifier"]["status"] != "passed" || r["integrity"]["status"] != "clean" {
-                failures.push(format!(
-                    "{at}: honest work must pass and stay clean ({}; findings {})",
-                    r["verifier"]["detail"], r["integrity"]["findings"]
-                ));
-            }
-        }
+        judge(&records, mode, &mut table, &mut failures);
         if mode == Mode::Audit {
             let many = &records[&("bash-check".to_string(), "many-files".to_string())];
             if many["changes"]["added"].as_u64().unwrap_or(0) < 200_000 {
@@ -806,5 +835,94 @@ fn attacks_in_a_working_dir_set_only_by_the_image_are_caught_and_honest_work_sta
         failures
             .push("no attack fooled a verifier: the test proves nothing about integrity".into());
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ------------------------------------------------------------------ on Kubernetes ---
+
+/// No pod of the job left in the namespace (the job label is `<name>-<digest>`).
+fn assert_no_pods_left(job_dir: &Path) {
+    let name = job_dir
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let kubectl = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
+    let out = Command::new(kubectl)
+        .args([
+            "get",
+            "pods",
+            "-l",
+            "arbiter.managed=true",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.arbiter\\.job}{\"\\n\"}{end}",
+        ])
+        .output()
+        .expect("kubectl");
+    let left: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .nth(1)
+                .is_some_and(|j| j.starts_with(&format!("{name}-")))
+        })
+        .map(str::to_string)
+        .collect();
+    assert!(left.is_empty(), "pods left: {left:?}");
+}
+
+/// The battery on Kubernetes (issue 27): every attack of the Docker battery, against the
+/// bash and pytest verifiers, in the default mode and in `clean` mode — the change set
+/// computed inside the pod, `clean` on a pod of the original image with the changes replayed.
+/// No attack passes; honest work passes and stays clean. It runs exactly the Docker battery's
+/// attacks: fewer would fail here.
+#[test]
+fn the_battery_on_kubernetes_runs_every_attack_and_none_passes() {
+    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
+        assert!(
+            std::env::var("ARBITER_REQUIRE_K8S").as_deref() != Ok("1"),
+            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
+        );
+        eprintln!("skipping: no KUBECONFIG");
+        return;
+    }
+    if !docker_available() {
+        return;
+    }
+    let Some(site) = pytest_site() else {
+        panic!("could not fetch {PYTEST} from PyPI into the wheel cache");
+    };
+    let attacks: Vec<(&str, &str)> = ATTACKS.iter().map(|(n, _, s)| (*n, *s)).collect();
+    let mut table: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut ran: std::collections::BTreeSet<String> = Default::default();
+    for mode in [Mode::Audit, Mode::Clean] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let tasks = write_tasks(tmp.path(), mode, &site);
+        let tasks = vec![tasks[0].clone(), tasks[2].clone()];
+        let mut agents = attacks.clone();
+        agents.extend(HONEST.iter().copied());
+        let label = format!("k8s-{mode:?}").to_lowercase();
+        let records = run_on(tmp.path(), &tasks, &agents, &label, "kubernetes");
+        for ((_, agent), r) in &records {
+            assert_eq!(r["sandbox"]["backend"], "kubernetes", "{agent}");
+            if ATTACKS.iter().any(|(n, _, _)| n == agent) {
+                ran.insert(agent.clone());
+            }
+        }
+        judge(&records, mode, &mut table, &mut failures);
+    }
+    for (attack, rows) in &table {
+        eprintln!("{attack}");
+        for row in rows {
+            eprintln!("    {row}");
+        }
+    }
+    let docker: std::collections::BTreeSet<String> =
+        ATTACKS.iter().map(|(n, _, _)| n.to_string()).collect();
+    assert_eq!(
+        ran, docker,
+        "the Kubernetes battery runs every attack of the Docker one"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -257,8 +257,12 @@ pub fn main() -> ExitCode {
         _ => None,
     };
     init_tracing();
+    // Worker stacks of 32 MiB (virtual; only what is touched is used): a trial's future on
+    // the Kubernetes backend nests pod creation inside the change set inside the collect
+    // phase, and a debug build's poll frames overflowed tokio's 2 MiB default there.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(32 * 1024 * 1024)
         .build()
     {
         Ok(rt) => rt,

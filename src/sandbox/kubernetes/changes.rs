@@ -281,8 +281,9 @@ impl KubernetesSandbox {
             mounts: Vec::new(),
             start: StartSpec::default(),
         };
-        let id = self.create_pod_on(&spec, Some(&facts.node)).await?;
-        if let Err(e) = self.start_pod(&id).await {
+        // Boxed: pod creation and start are large futures, nested here deep inside a trial's.
+        let id = Box::pin(self.create_pod_on(&spec, Some(&facts.node))).await?;
+        if let Err(e) = Box::pin(self.start_pod(&id)).await {
             self.remove_probe(&id).await;
             return Err(e);
         }
