@@ -222,6 +222,9 @@ impl KubernetesSandbox {
         }
         if let Some(frozen) = &state.replay {
             self.replay(pod, frozen).await?;
+            if let Some(s) = self.states.lock().await.get_mut(pod) {
+                s.replay = None;
+            }
         }
         self.seed_mounts(pod, &state.mounts).await?;
         if state.handover {
@@ -250,14 +253,21 @@ impl KubernetesSandbox {
     /// Wait until a pod this process created and has not started yet runs (nothing for one
     /// started, or of another process).
     pub(super) async fn await_started(&self, pod: &str) -> Result<(), SandboxError> {
-        let fresh = self
-            .states
-            .lock()
-            .await
-            .get(pod)
-            .is_some_and(|s| !s.started);
+        let (fresh, replay) = match self.states.lock().await.get(pod) {
+            Some(s) if !s.started => (true, s.replay.clone()),
+            _ => (false, None),
+        };
         if fresh {
             self.await_running(pod).await?;
+            // A pod of a frozen filesystem read without being started (the source `clean`
+            // mode copies the agent's changes from): its files are those of the frozen
+            // filesystem only once they are replayed.
+            if let Some(frozen) = replay {
+                self.replay(pod, &frozen).await?;
+                if let Some(s) = self.states.lock().await.get_mut(pod) {
+                    s.replay = None;
+                }
+            }
         }
         Ok(())
     }
