@@ -308,7 +308,10 @@ impl KubernetesSandbox {
         let mut process = self.attach(pod, argv, stdin.is_some()).await?;
         let mut stdout = process.stdout();
         let mut stderr = process.stderr();
-        let status = process.take_status();
+        let mut status = process.take_status().map(Box::pin);
+        // The status, when it came while the output was still being read; `Some(None)`: the
+        // connection ended without one (the apiserver or the kubelet went away).
+        let mut early: Option<Option<Status>> = None;
         let writer = process.stdin();
         let feed = async move {
             if let (Some(mut w), Some(bytes)) = (writer, stdin) {
@@ -347,6 +350,18 @@ impl KubernetesSandbox {
                     Some(n) => if !err.take(&buf_err[..n]).await? { cut = true; break; },
                     None => err_done = true,
                 },
+                st = async {
+                    match status.as_mut() {
+                        Some(f) => f.await,
+                        None => std::future::pending().await,
+                    }
+                }, if status.is_some() && early.is_none() => {
+                    let lost = st.is_none();
+                    early = Some(st);
+                    if lost {
+                        break;
+                    }
+                }
                 _ = sleep => {
                     stage += 1;
                     match stage {
@@ -372,10 +387,12 @@ impl KubernetesSandbox {
             process.abort();
             return Ok(RawEnd::Cut);
         }
-        let Some(status) = status else {
-            return Ok(RawEnd::Cut);
+        let got = match (early, status) {
+            (Some(got), _) => Ok(got),
+            (None, Some(status)) => tokio::time::timeout(STATUS_WAIT, status).await,
+            (None, None) => return Ok(RawEnd::Cut),
         };
-        match tokio::time::timeout(STATUS_WAIT, status).await {
+        match got {
             Ok(Some(status)) => match exit_code_of(&status) {
                 Ok(code) => Ok(RawEnd::Exited(code)),
                 Err(message) => {
