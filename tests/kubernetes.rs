@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::k8s::{kubectl, quick_built};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -308,14 +310,6 @@ async fn eight_concurrent_trials_of_one_build_build_and_push_once() {
 
 // ---------------------------------------------------------------- the real binary ---
 
-fn kubectl(args: &[&str]) -> std::process::Output {
-    let bin = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
-    std::process::Command::new(bin)
-        .args(args)
-        .output()
-        .expect("kubectl")
-}
-
 fn kubectl_apply(yaml: &str) {
     use std::io::Write;
     let bin = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
@@ -592,31 +586,6 @@ fn start_time() -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", std::process::id())).unwrap();
     let rest = &stat[stat.rfind(')').unwrap() + 1..];
     rest.split_whitespace().nth(19).unwrap().parse().unwrap()
-}
-
-/// A copy of the `quick` fixture whose image is built (so it lands in the registry) rather
-/// than named.
-fn quick_built(dir: &Path) -> PathBuf {
-    let task = dir.join("quick-k8s");
-    let src = common::fixture("quick");
-    for sub in ["tests", "solution"] {
-        std::fs::create_dir_all(task.join(sub)).unwrap();
-        for entry in std::fs::read_dir(src.join(sub)).unwrap().flatten() {
-            std::fs::copy(entry.path(), task.join(sub).join(entry.file_name())).unwrap();
-        }
-    }
-    std::fs::copy(src.join("instruction.md"), task.join("instruction.md")).unwrap();
-    let toml = std::fs::read_to_string(src.join("task.toml"))
-        .unwrap()
-        .replace("docker_image = \"arbiter/busybox:latest\"\n", "");
-    std::fs::write(task.join("task.toml"), toml).unwrap();
-    std::fs::create_dir_all(task.join("environment")).unwrap();
-    std::fs::write(
-        task.join("environment/Dockerfile"),
-        "FROM arbiter/busybox\nRUN mkdir -p /app\n",
-    )
-    .unwrap();
-    task
 }
 
 fn spawn_job(config: &Path, job_dir: &Path) -> std::process::Child {

@@ -10,7 +10,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::k8s::{kubectl, quick_built};
+
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -31,14 +33,6 @@ fn have_cluster() -> bool {
         return false;
     }
     true
-}
-
-fn kubectl(args: &[&str]) -> std::process::Output {
-    let bin = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
-    std::process::Command::new(bin)
-        .args(args)
-        .output()
-        .expect("kubectl")
 }
 
 fn state_dir() -> PathBuf {
@@ -76,30 +70,6 @@ fn cluster_up() -> Duration {
         common::stderr(&out)
     );
     started.elapsed()
-}
-
-/// A copy of the `quick` fixture whose image is built (so it lands in the registry).
-fn quick_built(dir: &Path) -> PathBuf {
-    let task = dir.join("quick-k8s");
-    let src = common::fixture("quick");
-    for sub in ["tests", "solution"] {
-        std::fs::create_dir_all(task.join(sub)).unwrap();
-        for entry in std::fs::read_dir(src.join(sub)).unwrap().flatten() {
-            std::fs::copy(entry.path(), task.join(sub).join(entry.file_name())).unwrap();
-        }
-    }
-    std::fs::copy(src.join("instruction.md"), task.join("instruction.md")).unwrap();
-    let toml = std::fs::read_to_string(src.join("task.toml"))
-        .unwrap()
-        .replace("docker_image = \"arbiter/busybox:latest\"\n", "");
-    std::fs::write(task.join("task.toml"), toml).unwrap();
-    std::fs::create_dir_all(task.join("environment")).unwrap();
-    std::fs::write(
-        task.join("environment/Dockerfile"),
-        "FROM arbiter/busybox\nRUN mkdir -p /app\n",
-    )
-    .unwrap();
-    task
 }
 
 /// The running agent pods of a job's trials, once there are `n`.

@@ -10,8 +10,10 @@
 
 mod common;
 
+use common::k8s::quick_built;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -65,30 +67,6 @@ fn on_extra_nodes(extra: &str) -> String {
     format!(
         "backend:\n  kind: kubernetes\n  node_selector: {{arbiter.dev/pool: extra}}\n  tolerations: [{{key: arbiter.dev/pool, operator: Equal, value: extra, effect: NoSchedule}}]\n{extra}"
     )
-}
-
-/// A copy of the `quick` fixture whose image is built (so it lands in the registry).
-fn quick_built(dir: &Path) -> PathBuf {
-    let task = dir.join("quick-k8s");
-    let src = common::fixture("quick");
-    for sub in ["tests", "solution"] {
-        std::fs::create_dir_all(task.join(sub)).unwrap();
-        for entry in std::fs::read_dir(src.join(sub)).unwrap().flatten() {
-            std::fs::copy(entry.path(), task.join(sub).join(entry.file_name())).unwrap();
-        }
-    }
-    std::fs::copy(src.join("instruction.md"), task.join("instruction.md")).unwrap();
-    let toml = std::fs::read_to_string(src.join("task.toml"))
-        .unwrap()
-        .replace("docker_image = \"arbiter/busybox:latest\"\n", "");
-    std::fs::write(task.join("task.toml"), toml).unwrap();
-    std::fs::create_dir_all(task.join("environment")).unwrap();
-    std::fs::write(
-        task.join("environment/Dockerfile"),
-        "FROM arbiter/busybox\nRUN mkdir -p /app\n",
-    )
-    .unwrap();
-    task
 }
 
 fn spawn_job(config: &Path, job_dir: &Path) -> std::process::Child {

@@ -1,6 +1,8 @@
 //! Shared helpers for integration tests that run the real `arbiter` binary.
 #![allow(dead_code)]
 
+pub mod k8s;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

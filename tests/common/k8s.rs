@@ -1,0 +1,36 @@
+//! Helpers of the Kubernetes test binaries (the cluster `scripts/k8s up` starts).
+
+use std::path::{Path, PathBuf};
+
+pub fn kubectl(args: &[&str]) -> std::process::Output {
+    let bin = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
+    std::process::Command::new(bin)
+        .args(args)
+        .output()
+        .expect("kubectl")
+}
+
+/// A copy of the `quick` fixture whose image is built (so it lands in the registry) rather
+/// than named.
+pub fn quick_built(dir: &Path) -> PathBuf {
+    let task = dir.join("quick-k8s");
+    let src = super::fixture("quick");
+    for sub in ["tests", "solution"] {
+        std::fs::create_dir_all(task.join(sub)).unwrap();
+        for entry in std::fs::read_dir(src.join(sub)).unwrap().flatten() {
+            std::fs::copy(entry.path(), task.join(sub).join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(src.join("instruction.md"), task.join("instruction.md")).unwrap();
+    let toml = std::fs::read_to_string(src.join("task.toml"))
+        .unwrap()
+        .replace("docker_image = \"arbiter/busybox:latest\"\n", "");
+    std::fs::write(task.join("task.toml"), toml).unwrap();
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        "FROM arbiter/busybox\nRUN mkdir -p /app\n",
+    )
+    .unwrap();
+    task
+}
