@@ -237,7 +237,7 @@ fn write_tasks(root: &Path, mode: Mode, site: &Path) -> Vec<PathBuf> {
         std::fs::write(
             dir.join("task.toml"),
             format!(
-                "version = \"1.0\"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n{}[environment]\nnetwork_mode = \"no-network\"\nworkdir = \"/app\"\nmemory_mb = 512\n",
+                "version = \"1.0\"\n[agent]\ntimeout_sec = 600\n[verifier]\ntimeout_sec = 60\n{}[environment]\nnetwork_mode = \"no-network\"\nworkdir = \"/app\"\nmemory_mb = 512\n",
                 mode.verifier_toml()
             ),
         )
