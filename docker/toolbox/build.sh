@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the harness toolbox: a host directory with a statically linked busybox
+# Build the harness toolbox: a host directory with a statically linked busybox,
+# the statically linked in-pod relay (docker/toolbox/relay, built here with cargo)
 # and a manifest of sha256s. arbiter bind-mounts it read-only at
 # /.arbiter/toolbox in every container and runs each of its own commands as
 # /.arbiter/toolbox/busybox <applet> ... (see docker/toolbox/README.md).
@@ -13,6 +14,7 @@
 #                ${XDG_CACHE_HOME:-$HOME/.cache}/arbiter/toolbox/<version>
 # Env:   ARBITER_BUSYBOX  path to a static busybox binary (default /bin/busybox;
 #                         Debian's busybox-static is installed when missing)
+#        CARGO            cargo to build the relay with (default: cargo on PATH)
 # Prints the toolbox directory on stdout.
 set -euo pipefail
 
@@ -21,7 +23,7 @@ here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 . "$here/../../scripts/lib.sh"
 
 # Must match TOOLBOX_VERSION / TOOLBOX_SCHEMA in src/verifier/toolbox.rs.
-toolbox_version=1
+toolbox_version=2
 toolbox_schema=arbiter.toolbox.v1
 
 cache=${XDG_CACHE_HOME:-}
@@ -52,13 +54,31 @@ sha256_of() {
 
 want_sha=$(sha256_of "$busybox")
 
-# Up to date when the manifest names this version and the busybox we would copy,
-# and the copy in place still has that digest.
-if [ -f "$dir/manifest.json" ] && [ -f "$dir/busybox" ] &&
+# The relay: std only, no dependencies (builds offline), statically linked against
+# glibc (`crt-static`, not position-independent: no PT_INTERP, no dynamic section),
+# so it runs in any image.
+# cargo's own incremental build makes this a no-op when nothing changed.
+cargo_bin=${CARGO:-cargo}
+command -v "$cargo_bin" >/dev/null 2>&1 ||
+  arbiter_die "need cargo to build the toolbox's relay (the same toolchain that builds arbiter)."
+relay_target=$cache/arbiter/relay-target
+RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" "$cargo_bin" build --quiet --release --locked \
+  --manifest-path "$here/relay/Cargo.toml" --target x86_64-unknown-linux-gnu \
+  --target-dir "$relay_target" >&2 ||
+  arbiter_die "building the toolbox's relay (docker/toolbox/relay) failed; the static glibc (libc6-dev) is needed"
+relay=$relay_target/x86_64-unknown-linux-gnu/release/arbiter-relay
+is_static "$relay" || arbiter_die "the toolbox's relay at $relay is not statically linked"
+want_relay_sha=$(sha256_of "$relay")
+
+# Up to date when the manifest names this version, the busybox and relay we would
+# copy, and the copies in place still have those digests.
+if [ -f "$dir/manifest.json" ] && [ -f "$dir/busybox" ] && [ -f "$dir/relay" ] &&
   grep -q "\"version\": \"$toolbox_version\"" "$dir/manifest.json" &&
   grep -q "\"sha256\": \"$want_sha\"" "$dir/manifest.json" &&
+  grep -q "\"sha256\": \"$want_relay_sha\"" "$dir/manifest.json" &&
   [ "$(sha256_of "$dir/busybox")" = "$want_sha" ] &&
-  [ "$(find "$dir" -mindepth 1 -maxdepth 1 | wc -l)" -eq 2 ]; then
+  [ "$(sha256_of "$dir/relay")" = "$want_relay_sha" ] &&
+  [ "$(find "$dir" -mindepth 1 -maxdepth 1 | wc -l)" -eq 3 ]; then
   arbiter_log "toolbox $dir: up to date"
   printf '%s\n' "$dir"
   exit 0
@@ -74,6 +94,11 @@ chmod 755 "$work/busybox"
 got_sha=$(sha256_of "$work/busybox")
 [ "$got_sha" = "$want_sha" ] || arbiter_die "copy of $busybox changed while copying"
 size=$(wc -c <"$work/busybox" | tr -d ' ')
+cp -- "$relay" "$work/relay"
+chmod 755 "$work/relay"
+relay_sha=$(sha256_of "$work/relay")
+[ "$relay_sha" = "$want_relay_sha" ] || arbiter_die "copy of $relay changed while copying"
+relay_size=$(wc -c <"$work/relay" | tr -d ' ')
 version_line=$("$work/busybox" 2>&1 | head -n 1 || true)
 # JSON string escaping for the one free-text field.
 version_line=${version_line//\\/\\\\}
@@ -85,7 +110,8 @@ cat >"$work/manifest.json" <<JSON
   "version": "$toolbox_version",
   "busybox": "$version_line",
   "files": [
-    { "path": "busybox", "sha256": "$got_sha", "size": $size }
+    { "path": "busybox", "sha256": "$got_sha", "size": $size },
+    { "path": "relay", "sha256": "$relay_sha", "size": $relay_size }
   ]
 }
 JSON
@@ -102,5 +128,5 @@ else
   mv -- "$work" "$dir"
 fi
 trap - EXIT
-arbiter_log "toolbox $dir: busybox $got_sha ($size bytes)"
+arbiter_log "toolbox $dir: busybox $got_sha ($size bytes), relay $relay_sha ($relay_size bytes)"
 printf '%s\n' "$dir"

@@ -1,8 +1,8 @@
 //! What a job needs that the Kubernetes backend cannot give yet (SPEC §14, "nothing silently
 //! downgraded"): found before any trial, reported as one line naming the task (or agent) and
-//! the feature. The next issue fills these in.
+//! the feature: network `host`, and network `none` (or `allowlist`, which is `none` plus the
+//! egress proxy) in a namespace that admits no NET_ADMIN init container.
 
-use crate::agent::Agent;
 use crate::task::{NetworkMode, Task};
 
 use super::config::field;
@@ -13,28 +13,25 @@ use super::{ConfigError, JobSpec};
 pub(crate) fn refuse_on_kubernetes(spec: &JobSpec, no_network: bool) -> Result<(), ConfigError> {
     for task in &spec.tasks {
         for agent in &spec.agents {
-            if let Some(feature) = agent_feature(agent) {
-                return Err(field(
-                    "--backend kubernetes",
-                    format!("agent {}", agent.name),
-                    format!(
-                        "{feature} is not supported on Kubernetes yet; run it with --backend docker"
-                    ),
-                ));
-            }
             let agent_network = agent.network.map_or(task.environment.network, |n| n.mode());
             for (phase, mode) in [
                 ("agent", agent_network),
                 ("verifier", task.verifier.network),
             ] {
+                // `allowlist` is network `none` with the egress proxy on the pod's loopback
+                // (the backend's relay): it needs what `none` needs.
                 let feature = match mode {
                     NetworkMode::Host => Some(format!("the {phase} phase's network host")),
-                    NetworkMode::Allowlist => Some(format!(
-                        "the {phase} phase's network allowlist (egress proxy)"
-                    )),
-                    NetworkMode::NoNetwork if !no_network => Some(format!(
-                        "the {phase} phase's network none (the namespace does not admit a NET_ADMIN init container; Pod Security baseline forbids it)"
-                    )),
+                    NetworkMode::NoNetwork | NetworkMode::Allowlist if !no_network => {
+                        let name = if mode == NetworkMode::Allowlist {
+                            "allowlist (network none and the egress proxy)"
+                        } else {
+                            "none"
+                        };
+                        Some(format!(
+                            "the {phase} phase's network {name} (the namespace does not admit a NET_ADMIN init container; Pod Security baseline forbids it)"
+                        ))
+                    }
                     _ => None,
                 };
                 if let Some(feature) = feature {
@@ -52,15 +49,6 @@ fn refusal(task: &Task, feature: &str) -> ConfigError {
         format!("task {}", task.name),
         format!("{feature} is not supported on Kubernetes yet; run it with --backend docker"),
     )
-}
-
-/// What of an agent needs the model gateway. Host directories (a command agent's `mounts:`,
-/// the presets' agent cache, the aworld control root) reach a pod without host mounts.
-fn agent_feature(agent: &Agent) -> Option<&'static str> {
-    if agent.kind.model().is_some() {
-        return Some("the model gateway (an agent with a model:)");
-    }
-    None
 }
 
 #[cfg(test)]
@@ -103,6 +91,15 @@ mod tests {
             "[{name: cmd, kind: command, run: [\"true\"], mounts: [{host: /tmp, container: /m}]}]",
         );
         assert!(refuse_on_kubernetes(&mounted, true).is_ok());
+        // The model gateway and the egress proxy reach a pod through the loopback relay.
+        let modelled = "[{name: m, kind: command, run: [\"true\"], model: {provider: p, name: x}}]\nmodels: [{name: p, api: openai, base_url: 'http://127.0.0.1:9/v1'}]";
+        let (_root, ok) = spec(offline, modelled);
+        assert!(refuse_on_kubernetes(&ok, true).is_ok());
+        let allowlist = "network_mode = \"allowlist\"\nallowed_hosts = [\"example.com\"]\n";
+        let (_root, ok) = spec(allowlist, "[oracle]");
+        assert!(refuse_on_kubernetes(&ok, true).is_ok());
+        let err = refuse_on_kubernetes(&ok, false).unwrap_err().to_string();
+        assert!(err.contains("network allowlist (network none"), "{err}");
         // Frozen filesystems and the change set work (changes.rs, frozen.rs).
         for works in [
             "network_mode = \"no-network\"\n[verifier]\nenvironment_mode = \"clean\"\n",

@@ -1,5 +1,6 @@
 //! The harness toolbox (SPEC §5, "Harness commands"): a host directory holding a static
-//! busybox and a manifest, built by `docker/toolbox/build.sh` (scripts/bootstrap runs it),
+//! busybox, the static in-pod end of the Kubernetes backend's loopback relay
+//! (`docker/toolbox/relay`, [`RELAY_PATH`]) and a manifest, built by `docker/toolbox/build.sh` (scripts/bootstrap runs it),
 //! bind-mounted read-only at [`TOOLBOX_MOUNT`] in every container arbiter creates. Every
 //! command arbiter itself runs in a container is `/.arbiter/toolbox/busybox <applet> …`
 //! ([`toolbox_argv`]): never resolved through the container's `PATH` or shell, so it works in
@@ -14,9 +15,13 @@ use crate::digest::sha256_hex;
 /// Where the toolbox is mounted (read-only) in every container.
 pub(crate) const TOOLBOX_MOUNT: &str = "/.arbiter/toolbox";
 /// The toolbox layout this arbiter expects (`ARBITER_TOOLBOX_VERSION` in build.sh).
-pub const TOOLBOX_VERSION: &str = "1";
+pub const TOOLBOX_VERSION: &str = "2";
 /// Schema tag of the toolbox's `manifest.json`.
 pub const TOOLBOX_SCHEMA: &str = "arbiter.toolbox.v1";
+/// The relay's path in every container (the Kubernetes backend's loopback listener).
+pub(crate) const RELAY_PATH: &str = "/.arbiter/toolbox/relay";
+/// The static executables a toolbox must hold (each listed, executable, no `PT_INTERP`).
+pub(crate) const TOOLBOX_EXECUTABLES: [&str; 2] = ["busybox", "relay"];
 /// Environment variable naming a toolbox dir to use instead of the default.
 pub const TOOLBOX_ENV: &str = "ARBITER_TOOLBOX";
 
@@ -46,6 +51,9 @@ pub struct Toolbox {
     pub dir: PathBuf,
     /// sha256 of its busybox, as the manifest says and the file is.
     pub busybox_sha256: String,
+    /// sha256 over every file's name and sha256: the same id, the same toolbox (what the
+    /// Kubernetes backend tags its toolbox image with).
+    pub content_sha256: String,
 }
 
 impl Toolbox {
@@ -199,7 +207,7 @@ pub fn validate_toolbox(dir: &Path) -> Result<Toolbox, ToolboxError> {
                 problem: format!("sha256 {got}, manifest says {}", file.sha256),
             });
         }
-        if file.path == "busybox" {
+        if TOOLBOX_EXECUTABLES.contains(&file.path.as_str()) {
             use std::os::unix::fs::PermissionsExt;
             if meta.permissions().mode() & 0o111 == 0 {
                 return Err(ToolboxError::Mismatch {
@@ -210,13 +218,31 @@ pub fn validate_toolbox(dir: &Path) -> Result<Toolbox, ToolboxError> {
             if !is_static_elf(&content) {
                 return Err(ToolboxError::NotStatic { path });
             }
-            busybox_sha256 = Some(got);
+            if file.path == "busybox" {
+                busybox_sha256 = Some(got.clone());
+            }
         }
     }
     let busybox_sha256 = busybox_sha256.ok_or_else(|| ToolboxError::Manifest {
         path: manifest_path.clone(),
         message: "lists no busybox".into(),
     })?;
+    if let Some(name) = TOOLBOX_EXECUTABLES
+        .iter()
+        .find(|name| !manifest.files.iter().any(|f| f.path == **name))
+    {
+        return Err(ToolboxError::Manifest {
+            path: manifest_path,
+            message: format!("lists no {name}"),
+        });
+    }
+    let mut listed: Vec<String> = manifest
+        .files
+        .iter()
+        .map(|f| format!("{} {}\n", f.path, f.sha256.to_ascii_lowercase()))
+        .collect();
+    listed.sort();
+    let content_sha256 = sha256_hex(listed.concat().as_bytes());
     let entries = std::fs::read_dir(dir).map_err(|source| ToolboxError::Io {
         path: dir.to_path_buf(),
         source,
@@ -235,6 +261,7 @@ pub fn validate_toolbox(dir: &Path) -> Result<Toolbox, ToolboxError> {
     Ok(Toolbox {
         dir: dir.to_path_buf(),
         busybox_sha256,
+        content_sha256,
     })
 }
 
@@ -359,13 +386,20 @@ mod tests {
 
     fn write_toolbox(dir: &Path, busybox: &[u8], version: &str) {
         use std::os::unix::fs::PermissionsExt;
-        let bin = dir.join("busybox");
-        std::fs::write(&bin, busybox).unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let relay = elf64(1);
+        let mut files = Vec::new();
+        for (name, bytes) in [("busybox", busybox), ("relay", &relay[..])] {
+            let bin = dir.join(name);
+            std::fs::write(&bin, bytes).unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+            files.push(
+                serde_json::json!({"path": name, "sha256": sha256_hex(bytes), "size": bytes.len()}),
+            );
+        }
         let manifest = serde_json::json!({
             "schema": TOOLBOX_SCHEMA,
             "version": version,
-            "files": [{"path": "busybox", "sha256": sha256_hex(busybox), "size": busybox.len()}],
+            "files": files,
         });
         std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
     }
@@ -426,6 +460,35 @@ mod tests {
                 "dynamic busybox",
                 |d| write_toolbox(d, &elf64(3), TOOLBOX_VERSION),
                 "dynamically linked",
+            ),
+            (
+                "dynamic relay",
+                |d| {
+                    let manifest = std::fs::read_to_string(d.join("manifest.json")).unwrap();
+                    let old = sha256_hex(&elf64(1));
+                    let dynamic = elf64(3);
+                    std::fs::write(d.join("relay"), &dynamic).unwrap();
+                    // Only the relay's entry (the second `old`) names the new digest.
+                    let at = manifest.rfind(&old).unwrap();
+                    let mut m = manifest.clone();
+                    m.replace_range(at..at + old.len(), &sha256_hex(&dynamic));
+                    std::fs::write(d.join("manifest.json"), m).unwrap();
+                },
+                "relay is dynamically linked",
+            ),
+            (
+                "no relay (a version 1 layout)",
+                |d| {
+                    let manifest = std::fs::read_to_string(d.join("manifest.json")).unwrap();
+                    let mut v: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+                    v["files"]
+                        .as_array_mut()
+                        .unwrap()
+                        .retain(|f| f["path"] == "busybox");
+                    std::fs::write(d.join("manifest.json"), v.to_string()).unwrap();
+                    std::fs::remove_file(d.join("relay")).unwrap();
+                },
+                "lists no relay",
             ),
         ];
         for (name, breaker, want) in cases {

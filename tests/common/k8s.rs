@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use arbiter::sandbox::{KubeSettings, KubernetesSandbox};
+
 pub fn kubectl(args: &[&str]) -> std::process::Output {
     let bin = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
     std::process::Command::new(bin)
@@ -33,4 +35,31 @@ pub fn quick_built(dir: &Path) -> PathBuf {
     )
     .unwrap();
     task
+}
+
+pub fn required() -> bool {
+    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
+}
+
+/// The cluster's backend, or `None` (skip) when no cluster is configured.
+pub async fn cluster() -> Option<KubernetesSandbox> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
+        if required() {
+            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
+        }
+        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
+        return None;
+    }
+    let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox (scripts/bootstrap)");
+    let sb = KubernetesSandbox::connect(KubeSettings::default())
+        .await
+        .expect("kubeconfig")
+        .with_toolbox(&toolbox);
+    let problems = sb.preflight().await;
+    assert!(problems.is_empty(), "preflight: {problems:?}");
+    Some(sb)
 }

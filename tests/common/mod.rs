@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod k8s;
+pub mod k8s_pod;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -240,7 +240,7 @@ mod base64_lines {
 impl KubernetesSandbox {
     /// Open an exec in the pod's main container, retrying a connection the API refused for
     /// a short while (nothing ran then).
-    async fn attach(
+    pub(super) async fn attach(
         &self,
         pod: &str,
         argv: &[String],

@@ -14,7 +14,7 @@ use tokio::sync::OnceCell;
 
 use super::KubernetesSandbox;
 use super::error::KubeError;
-use super::names::IMAGE_BUSYBOX;
+use super::names::{IMAGE_BUSYBOX, IMAGE_RELAY};
 use super::registry::{Reference, Registry};
 use crate::sandbox::{
     DockerSandbox, ImageConfig, ImageRecipe, ImageRef, ImageSpec, Sandbox, SandboxError,
@@ -70,21 +70,25 @@ impl KubernetesSandbox {
     }
 
     /// The toolbox image in the registry, by digest: imported from the host toolbox's static
-    /// busybox with the local engine and pushed once (its tag is its busybox's sha256).
+    /// busybox and relay with the local engine and pushed once (its tag is the toolbox's content
+    /// sha256).
     pub(super) async fn toolbox_image(&self) -> Result<String, SandboxError> {
         self.toolbox_image
             .get_or_try_init(|| async {
                 let toolbox = self.toolbox.as_ref().ok_or_else(|| {
                     KubeError::Setup("no harness toolbox (run scripts/bootstrap)".to_string())
                 })?;
-                let tag = &toolbox.busybox_sha256[..16];
+                let tag = &toolbox.content_sha256[..16];
                 let (name, repo) = self.pushed_name(TOOLBOX_REPOSITORY)?;
                 let registry = self.registry()?;
                 if let Some(digest) = registry.digest(&repo, tag).await? {
                     return Ok(format!("{name}@{digest}"));
                 }
-                let busybox = std::fs::read(toolbox.dir.join("busybox"))
-                    .map_err(SandboxError::io(toolbox.dir.join("busybox")))?;
+                let read = |name: &str| {
+                    let path = toolbox.dir.join(name);
+                    std::fs::read(&path).map_err(SandboxError::io(path))
+                };
+                let (busybox, relay) = (read("busybox")?, read("relay")?);
                 let tar = crate::sandbox::files_to_tar(&[
                     crate::sandbox::TarEntry {
                         path: "toolbox",
@@ -94,6 +98,11 @@ impl KubernetesSandbox {
                     crate::sandbox::TarEntry {
                         path: IMAGE_BUSYBOX.trim_start_matches('/'),
                         content: Some(&busybox),
+                        mode: 0o755,
+                    },
+                    crate::sandbox::TarEntry {
+                        path: IMAGE_RELAY.trim_start_matches('/'),
+                        content: Some(&relay),
                         mode: 0o755,
                     },
                 ])

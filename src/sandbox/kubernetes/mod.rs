@@ -10,9 +10,8 @@
 //! Compose sidecars are ephemeral containers of the agent's pod (`sidecar.rs`); host
 //! directories reach a pod without host mounts (`mounts.rs`). The change set is computed from
 //! inside the pod (`changes.rs`, `walk.rs`) and a frozen filesystem is the base image plus the
-//! changes kept on this host (`frozen.rs`). What it cannot do yet is refused, typed
-//! ([`SandboxError::Unsupported`]): the loopback listener; the CLI refuses what needs it
-//! before any trial starts.
+//! changes kept on this host (`frozen.rs`). The loopback listener (the model gateway and the
+//! egress proxy of a pod with network `none`) is a relay over one exec (`relay.rs`).
 
 mod changes;
 mod config;
@@ -27,6 +26,7 @@ mod names;
 mod pod;
 mod preflight;
 mod registry;
+mod relay;
 mod sidecar;
 mod starting;
 mod transfer;
@@ -212,13 +212,6 @@ impl KubernetesSandbox {
     fn policies_allowed(&self) -> bool {
         self.policies.load(Ordering::SeqCst)
     }
-
-    fn unsupported(op: &'static str) -> SandboxError {
-        SandboxError::Unsupported {
-            op,
-            backend: "kubernetes",
-        }
-    }
 }
 
 impl Sandbox for KubernetesSandbox {
@@ -359,12 +352,14 @@ impl Sandbox for KubernetesSandbox {
         self.pod_status(id).await
     }
 
+    /// A relay over one exec from the pod's `127.0.0.1:port` (`relay.rs`); the listener is
+    /// on this host's loopback, on the same port where it is free.
     async fn loopback_listener(
         &self,
-        _id: &ContainerId,
-        _port: u16,
+        id: &ContainerId,
+        port: u16,
     ) -> Result<std::net::TcpListener, SandboxError> {
-        Err(Self::unsupported("a listener on a pod's loopback"))
+        self.relay_listener(id, port).await
     }
 
     fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {

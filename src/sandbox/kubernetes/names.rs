@@ -15,6 +15,8 @@ use crate::sandbox::{LABEL_JOB, LABEL_MANAGED, LABEL_TRIAL, Role, Selector};
 pub(crate) const MAIN: &str = "main";
 /// Where the toolbox image keeps its busybox.
 pub(crate) const IMAGE_BUSYBOX: &str = "/toolbox/busybox";
+/// The relay's path in the toolbox image (copied beside busybox by the harness init).
+pub(crate) const IMAGE_RELAY: &str = "/toolbox/relay";
 /// A root-only directory beside the toolbox, for transfers checked before they are unpacked.
 pub(crate) const SCRATCH: &str = "/.arbiter/scratch";
 /// The keep-alive's `$0` (as on Docker): what its command line ends with.

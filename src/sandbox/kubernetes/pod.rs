@@ -33,7 +33,7 @@ use crate::sandbox::{
 };
 
 pub(super) use super::names::{
-    ANNOTATION_USER, IMAGE_BUSYBOX, KEEPALIVE_MARKER, MAIN, SCRATCH, TOOLBOX_VOLUME,
+    ANNOTATION_USER, IMAGE_BUSYBOX, IMAGE_RELAY, KEEPALIVE_MARKER, MAIN, SCRATCH, TOOLBOX_VOLUME,
 };
 
 const SCRATCH_VOLUME: &str = "arbiter-scratch";
@@ -228,7 +228,7 @@ fn harness_resources() -> ResourceRequirements {
 /// interface but loopback down. One container: each costs a start on the node.
 fn harness_init(image: &str, net_none: bool) -> Container {
     let mut script = format!(
-        "{IMAGE_BUSYBOX} cp {IMAGE_BUSYBOX} {TOOLBOX_MOUNT}/busybox && {IMAGE_BUSYBOX} chmod 0755 {TOOLBOX_MOUNT}/busybox && {IMAGE_BUSYBOX} chmod 0700 {SCRATCH}"
+        "B={IMAGE_BUSYBOX}; $B cp $B {IMAGE_RELAY} {TOOLBOX_MOUNT}/ && $B chmod 0755 {TOOLBOX_MOUNT}/busybox {TOOLBOX_MOUNT}/relay && $B chmod 0700 {SCRATCH}"
     );
     if net_none {
         script = format!("{script} && {{ {NET_DOWN}; }}");

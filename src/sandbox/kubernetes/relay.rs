@@ -1,0 +1,391 @@
+//! A listener "on a pod's loopback" served from arbiter's host, carried over one pods/exec
+//! stream (SPEC §11, §14): how a pod with network `none` reaches the model gateway and the
+//! egress allowlist proxy, with no ingress to this machine and no egress from the pod.
+//!
+//! Inside the pod the toolbox's static `relay` (`docker/toolbox/relay`, run as the pod's main
+//! container user from the read-only toolbox) listens on `127.0.0.1:PORT` and multiplexes
+//! every connection made to it over its stdin and stdout: frames of `kind: u8`, `id: u32`,
+//! `len: u32` (big-endian), `len` bytes. Here each `OPEN` (with what the client sent first,
+//! so a new HTTP connection is one write, not two: see the relay) becomes a TCP connection to
+//! the host-side listener (what the gateway serves), and bytes, half-closes (`EOF`) and
+//! failures (`GONE`) are carried both ways. One exec per relay, none per connection.
+//!
+//! The port is the same on both sides: the host-side listener binds the requested port on an
+//! address of the host's loopback (`127.a.b.c`) picked at random, so an agent's configuration
+//! naming the port (Codex's `config.toml`) stays right; where that port is taken on every
+//! address tried it listens on an ephemeral port of 127.0.0.1 and the pod's relay uses that
+//! one (the caller's port rewrite covers it).
+//!
+//! What the agent could forge: frames on the exec's stdout, were it to take over the relay's
+//! process. Nothing follows from one but another connection to the same host-side listener —
+//! which the agent may open anyway through the relay — and at most [`MAX_CONNECTIONS`] are
+//! carried at once; an oversized or unknown frame ends the relay. A relay holds a clone of
+//! its host listener, so its address is never free for another process while the pod may
+//! still connect; it ends with its pod (the exec's stream ends).
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::task::JoinSet;
+
+use super::KubernetesSandbox;
+use super::ended::Ended;
+use crate::sandbox::toolbox::RELAY_PATH;
+use crate::sandbox::{ContainerId, SandboxError};
+
+/// Connections one relay carries at once; further ones are refused (`GONE`) at once.
+pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// How long the in-pod relay may take to listen.
+const READY_WAIT: Duration = Duration::from_secs(30);
+/// Random host-loopback addresses tried for the requested port before an ephemeral port.
+const ADDRESS_TRIES: usize = 8;
+/// The largest frame accepted from the pod (the relay sends at most 64 KiB).
+const MAX_FRAME: usize = 1 << 20;
+/// How much of the host side one frame to the pod carries at most.
+const CHUNK: usize = 64 * 1024;
+
+pub(crate) const HELLO: u8 = 0;
+pub(crate) const OPEN: u8 = 1;
+pub(crate) const DATA: u8 = 2;
+pub(crate) const EOF: u8 = 3;
+pub(crate) const GONE: u8 = 4;
+
+/// Why a relay could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("cannot listen on the host's loopback: {0}")]
+    Bind(#[source] std::io::Error),
+    #[error("port {port} is taken inside pod {pod}")]
+    Busy { pod: String, port: u16 },
+    #[error("the relay into pod {pod} did not start: {message}")]
+    Start { pod: String, message: String },
+}
+
+impl From<RelayError> for SandboxError {
+    fn from(e: RelayError) -> Self {
+        SandboxError::Refused {
+            op: "loopback listener",
+            message: e.to_string(),
+        }
+    }
+}
+
+/// One frame, encoded.
+pub(crate) fn frame(kind: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(9 + payload.len());
+    f.push(kind);
+    f.extend_from_slice(&id.to_be_bytes());
+    f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// The next frame from `r`: `Ok(None)` at a clean end between frames; an error for a
+/// truncated or oversized one.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+) -> std::io::Result<Option<(u8, u32, Vec<u8>)>> {
+    let mut head = [0u8; 9];
+    match r.read_exact(&mut head[..1]).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    r.read_exact(&mut head[1..]).await?;
+    let id = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+    let len = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!("a frame of {len} bytes")));
+    }
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload).await?;
+    Ok(Some((head[0], id, payload)))
+}
+
+/// The host side: `port` on a random `127.a.b.c` (`a`, `b` non-zero so it is never
+/// 127.0.0.x), else an ephemeral port of 127.0.0.1.
+pub(crate) fn host_listener(port: u16) -> std::io::Result<TcpListener> {
+    if port != 0 {
+        for _ in 0..ADDRESS_TRIES {
+            let mut r = [0u8; 3];
+            if getrandom::fill(&mut r).is_err() {
+                break;
+            }
+            let ip = Ipv4Addr::new(127, r[0].max(1), r[1].max(1), r[2].clamp(1, 254));
+            match TcpListener::bind((ip, port)) {
+                Ok(l) => return Ok(l),
+                Err(e) => tracing::debug!(%ip, port, "host side of a relay: {e}"),
+            }
+        }
+    }
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+}
+
+/// What the pod sent for one connection.
+enum Up {
+    Data(Vec<u8>),
+    Eof,
+    Gone,
+}
+
+impl KubernetesSandbox {
+    /// [`Sandbox::loopback_listener`](crate::sandbox::Sandbox::loopback_listener): a relay
+    /// from `127.0.0.1:port` inside the pod to the returned listener on this host.
+    pub(super) async fn relay_listener(
+        &self,
+        id: &ContainerId,
+        port: u16,
+    ) -> Result<TcpListener, SandboxError> {
+        let pod = id.as_str().to_string();
+        let listener = host_listener(port).map_err(RelayError::Bind)?;
+        let addr = listener.local_addr().map_err(RelayError::Bind)?;
+        let keep = listener.try_clone().map_err(RelayError::Bind)?;
+        let inside = addr.port();
+        let argv = vec![RELAY_PATH.to_string(), inside.to_string()];
+        let mut process = self.attach(&pod, &argv, true).await?;
+        let (Some(mut stdout), Some(stdin)) = (process.stdout(), process.stdin()) else {
+            return Err(RelayError::Start {
+                pod,
+                message: "the exec has no stdin or stdout".to_string(),
+            }
+            .into());
+        };
+        let hello = tokio::time::timeout(READY_WAIT, read_frame(&mut stdout)).await;
+        let expected = format!("arbiter-relay 1 {inside}");
+        match hello {
+            Ok(Ok(Some((HELLO, 0, payload)))) if payload == expected.as_bytes() => {}
+            Ok(Ok(Some((kind, _, _)))) => {
+                return Err(RelayError::Start {
+                    pod,
+                    message: format!("its first frame was of kind {kind}, not its greeting"),
+                }
+                .into());
+            }
+            Ok(Ok(None) | Err(_)) => {
+                // The relay ended before it listened: its stderr says why.
+                let mut why = String::new();
+                if let Some(mut stderr) = process.stderr() {
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        (&mut stderr).take(4096).read_to_string(&mut why),
+                    )
+                    .await;
+                }
+                if why.starts_with("busy") {
+                    return Err(RelayError::Busy { pod, port: inside }.into());
+                }
+                if let Some(how) = self.pod_ended(&pod).await {
+                    let why = match how {
+                        Ended::ByWorkload(lost) => lost.to_string(),
+                        Ended::ByCluster(why) => why,
+                    };
+                    return Err(super::KubeError::PodGone { pod, why }.into());
+                }
+                let why = why.trim();
+                return Err(RelayError::Start {
+                    pod,
+                    message: if why.is_empty() {
+                        "it ended at once".to_string()
+                    } else {
+                        why.to_string()
+                    },
+                }
+                .into());
+            }
+            Err(_) => {
+                return Err(RelayError::Start {
+                    pod,
+                    message: format!("not listening after {}s", READY_WAIT.as_secs()),
+                }
+                .into());
+            }
+        }
+        tracing::debug!(%pod, %addr, "loopback relay ready");
+        tokio::spawn(async move {
+            serve(stdout, stdin, addr).await;
+            tracing::debug!(%pod, %addr, "loopback relay ended");
+            drop((process, keep));
+        });
+        Ok(listener)
+    }
+}
+
+/// Carry every connection the pod opens until the relay's stream ends (the pod stopped or
+/// is gone, or the relay ended).
+pub(crate) async fn serve<R, W>(mut from_pod: R, mut to_pod: W, addr: SocketAddr)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(async move {
+        // Frames ready together go in one write (one message of the exec stream).
+        while let Some(mut batch) = rx.recv().await {
+            while batch.len() < 4 * CHUNK {
+                match rx.try_recv() {
+                    Ok(f) => batch.extend_from_slice(&f),
+                    Err(_) => break,
+                }
+            }
+            if to_pod.write_all(&batch).await.is_err() || to_pod.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    // Frames are read by a task of their own: reading one is not cancel-safe, so it must
+    // never be a `select!` branch that another branch can interrupt mid-frame.
+    let (frames_tx, mut frames) = tokio::sync::mpsc::channel(64);
+    let reader = tokio::spawn(async move {
+        loop {
+            match read_frame(&mut from_pod).await {
+                Ok(Some(f)) => {
+                    if frames_tx.send(f).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(%addr, "loopback relay: {e}; ending it");
+                    return;
+                }
+            }
+        }
+    });
+    let mut conns: HashMap<u32, UnboundedSender<Up>> = HashMap::new();
+    let mut carried: JoinSet<u32> = JoinSet::new();
+    loop {
+        tokio::select! {
+            got = frames.recv() => {
+                let Some((kind, id, payload)) = got else { break };
+                let up = match kind {
+                    OPEN => {
+                        if conns.len() >= MAX_CONNECTIONS || conns.contains_key(&id) {
+                            tracing::warn!(%addr, id, "loopback relay: a surplus or duplicate connection refused");
+                            let _ = tx.send(frame(GONE, id, &[]));
+                            continue;
+                        }
+                        let (up_tx, up_rx) = unbounded_channel();
+                        // What the pod's client sent first comes with its OPEN.
+                        if !payload.is_empty() {
+                            let _ = up_tx.send(Up::Data(payload));
+                        }
+                        conns.insert(id, up_tx);
+                        let tx = tx.clone();
+                        carried.spawn(async move {
+                            carry(id, addr, up_rx, tx).await;
+                            id
+                        });
+                        continue;
+                    }
+                    DATA => Up::Data(payload),
+                    EOF => Up::Eof,
+                    GONE => Up::Gone,
+                    other => {
+                        tracing::warn!(%addr, kind = other, "loopback relay: an unknown frame; ending it");
+                        break;
+                    }
+                };
+                let last = !matches!(up, Up::Data(_));
+                if let Some(conn) = conns.get(&id) {
+                    let _ = conn.send(up);
+                }
+                if last {
+                    conns.remove(&id);
+                }
+            }
+            Some(done) = carried.join_next(), if !carried.is_empty() => {
+                if let Ok(id) = done {
+                    conns.remove(&id);
+                }
+            }
+        }
+    }
+    carried.abort_all();
+    drop(tx);
+    reader.abort();
+    writer.abort();
+}
+
+/// One connection: the pod's side through the frames, the host's over TCP to `addr`.
+async fn carry(
+    id: u32,
+    addr: SocketAddr,
+    mut from_pod: UnboundedReceiver<Up>,
+    to_pod: UnboundedSender<Vec<u8>>,
+) {
+    let tcp = match TcpStream::connect(addr).await {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            tracing::debug!(id, %addr, "loopback relay: not carried: {e}");
+            let _ = to_pod.send(frame(GONE, id, &[]));
+            return;
+        }
+    };
+    let _ = tcp.set_nodelay(true);
+    let (mut host_read, mut host_write) = tcp.into_split();
+    // Pod → host: true once the pod half-closed cleanly, false when its side failed.
+    let up = async {
+        while let Some(msg) = from_pod.recv().await {
+            match msg {
+                Up::Data(bytes) => {
+                    if host_write.write_all(&bytes).await.is_err() {
+                        return false;
+                    }
+                }
+                Up::Eof => {
+                    let _ = host_write.shutdown().await;
+                    return true;
+                }
+                Up::Gone => return false,
+            }
+        }
+        false
+    };
+    // Host → pod: true once the host's side ended cleanly.
+    let down = async {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match host_read.read(&mut buf).await {
+                Ok(0) => {
+                    let _ = to_pod.send(frame(EOF, id, &[]));
+                    return true;
+                }
+                Ok(n) => {
+                    if to_pod.send(frame(DATA, id, &buf[..n])).is_err() {
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+    };
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (false, false);
+    let clean = loop {
+        tokio::select! {
+            ok = &mut up, if !up_done => {
+                if !ok { break false }
+                up_done = true;
+            }
+            ok = &mut down, if !down_done => {
+                if !ok { break false }
+                down_done = true;
+            }
+        }
+        if up_done && down_done {
+            break true;
+        }
+    };
+    if !clean {
+        // Either side failed: the pod's socket is shut both ways (the TCP one drops here).
+        let _ = to_pod.send(frame(GONE, id, &[]));
+    }
+    tracing::debug!(id, clean, "loopback relay: connection ended");
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,232 @@
+use super::*;
+
+#[tokio::test]
+async fn frames_round_trip_and_bad_ones_are_errors() {
+    let mut bytes = frame(DATA, 7, b"hello");
+    bytes.extend(frame(EOF, u32::MAX, b""));
+    let mut r = &bytes[..];
+    assert_eq!(
+        read_frame(&mut r).await.unwrap(),
+        Some((DATA, 7, b"hello".to_vec()))
+    );
+    assert_eq!(
+        read_frame(&mut r).await.unwrap(),
+        Some((EOF, u32::MAX, vec![]))
+    );
+    assert_eq!(read_frame(&mut r).await.unwrap(), None);
+    // Truncated in the head, truncated in the payload, oversized.
+    let whole = frame(DATA, 1, b"abc");
+    for cut in [&whole[..4], &whole[..10]] {
+        let mut r = cut;
+        assert!(read_frame(&mut r).await.is_err(), "{cut:?}");
+    }
+    let mut huge = vec![DATA, 0, 0, 0, 1];
+    huge.extend_from_slice(&((MAX_FRAME as u32) + 1).to_be_bytes());
+    let mut r = &huge[..];
+    assert!(read_frame(&mut r).await.is_err());
+}
+
+#[test]
+fn the_host_side_keeps_the_port_on_another_loopback_address() {
+    let a = host_listener(0).unwrap();
+    let port = a.local_addr().unwrap().port();
+    assert_eq!(a.local_addr().unwrap().ip(), Ipv4Addr::LOCALHOST);
+    // Another listener on the same port: 127.0.0.1 is taken, 127.a.b.c is not.
+    let b = host_listener(port).unwrap();
+    let addr = b.local_addr().unwrap();
+    assert_eq!(addr.port(), port);
+    let SocketAddr::V4(v4) = addr else {
+        panic!("{addr}")
+    };
+    assert_eq!(v4.ip().octets()[0], 127);
+    assert_ne!(v4.ip().octets()[..3], [127, 0, 0]);
+}
+
+/// The toolbox's real relay binary, or `None` (skip) when no toolbox is built and Docker is
+/// not required (scripts/bootstrap builds it; CI requires it).
+fn relay_binary() -> Option<std::path::PathBuf> {
+    match crate::sandbox::toolbox::locate_toolbox() {
+        Ok(tb) => Some(tb.dir.join("relay")),
+        Err(e) if std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() != Ok("1") => {
+            eprintln!("skipping: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The real relay run on this host (its "pod" is this machine's loopback), carried by
+/// [`serve`] to a host-side server at `addr`: the port the relay listens on.
+async fn local_relay(
+    addr: SocketAddr,
+) -> Option<(u16, tokio::process::Child, tokio::task::JoinHandle<()>)> {
+    let bin = relay_binary()?;
+    let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(bin)
+        .arg(port.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let hello = read_frame(&mut stdout).await.unwrap().unwrap();
+    assert_eq!(
+        hello,
+        (HELLO, 0, format!("arbiter-relay 1 {port}").into_bytes())
+    );
+    let served = tokio::spawn(serve(stdout, stdin, addr));
+    Some((port, child, served))
+}
+
+fn sha(bytes: &[u8]) -> String {
+    crate::digest::sha256_hex(bytes)
+}
+
+fn pattern(n: usize, seed: usize) -> Vec<u8> {
+    (0..n).map(|i| ((i * 7 + seed) % 251) as u8).collect()
+}
+
+const BODY: usize = 1 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_real_relay_carries_bytes_and_half_closes_both_ways_for_many_connections() {
+    // The host side: reads to the client's half-close, answers the length and sha256 of
+    // what it read and a megabyte of pattern, then ends its side.
+    let server = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = server.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                conn.read_to_end(&mut got).await.unwrap();
+                let head = format!("{} {}\n", got.len(), sha(&got));
+                conn.write_all(head.as_bytes()).await.unwrap();
+                conn.write_all(&pattern(BODY, 0)).await.unwrap();
+                conn.shutdown().await.unwrap();
+            });
+        }
+    });
+    let Some((port, _child, _served)) = local_relay(addr).await else {
+        return;
+    };
+    let mut clients = JoinSet::new();
+    for i in 0..24usize {
+        clients.spawn(async move {
+            let data = pattern(100_000 + i * 4099, i);
+            let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+                .await
+                .unwrap();
+            c.write_all(&data).await.unwrap();
+            c.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).await.unwrap();
+            let at = got.iter().position(|b| *b == b'\n').unwrap();
+            let head = String::from_utf8(got[..at].to_vec()).unwrap();
+            assert_eq!(
+                head,
+                format!("{} {}", data.len(), sha(&data)),
+                "connection {i}"
+            );
+            assert_eq!(got.len() - at - 1, BODY, "connection {i}");
+            assert_eq!(
+                sha(&got[at + 1..]),
+                sha(&pattern(BODY, 0)),
+                "connection {i}"
+            );
+        });
+    }
+    while let Some(done) = clients.join_next().await {
+        done.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_http_exchange_on_a_kept_alive_connection_gets_its_responses() {
+    // What an HTTP client does: no half-close; the server answers each request with a
+    // Content-Length and keeps the connection open.
+    let server = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut conn, _) = server.accept().await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let mut answered = 0;
+        loop {
+            let n = conn.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                return;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            while let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                buf.drain(..at + 4);
+                answered += 1;
+                let body = format!("answer {answered}");
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                conn.write_all(reply.as_bytes()).await.unwrap();
+            }
+        }
+    });
+    let Some((port, _child, _served)) = local_relay(addr).await else {
+        return;
+    };
+    let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+        .await
+        .unwrap();
+    for k in 1..=3 {
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let want = format!("HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nanswer {k}");
+        let mut got = vec![0u8; want.len()];
+        tokio::time::timeout(Duration::from_secs(30), c.read_exact(&mut got))
+            .await
+            .expect("the response came back")
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), want);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_side_that_refuses_ends_the_pod_connection_and_the_relay_ends_with_its_stream() {
+    // Nothing listens at `addr`: the pod's connection is shut at once, the relay stays up.
+    let addr = {
+        let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        l.local_addr().unwrap()
+    };
+    let Some((port, mut child, served)) = local_relay(addr).await else {
+        return;
+    };
+    for _ in 0..2 {
+        let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut got)).await;
+        assert!(read.is_ok(), "the refused connection was ended");
+        assert!(got.is_empty());
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the relay ended with a refusal"
+    );
+    // The end of the relay's stdin (arbiter's side gone) ends the relay.
+    served.abort();
+    let ended = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    assert!(ended.is_ok(), "the relay did not end with its stdin");
+}
