@@ -14,6 +14,7 @@
 //! egress proxy of a pod with network `none`) is a relay over one exec (`relay.rs`).
 
 mod changes;
+mod client;
 mod config;
 mod ended;
 mod error;
@@ -137,7 +138,7 @@ impl KubernetesSandbox {
                 "max_starting and schedule_timeout_sec must be at least 1".to_string(),
             ));
         }
-        let client = kube::Client::try_from(config).map_err(|e| failed(e.to_string()))?;
+        let client = client::nodelay_client(&config).map_err(|e| failed(e.to_string()))?;
         let slots = starting::StartSlots::new(settings.max_starting);
         Ok(KubernetesSandbox {
             client,
