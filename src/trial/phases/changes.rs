@@ -138,7 +138,13 @@ pub(crate) async fn record<S: Sandbox>(
         .map(|e| e.path.clone())
         .collect();
     entries.retain(|e| !lone.contains(&e.path));
-    let index = indexes.get(ctx, image).await?;
+    let reader = super::image_index::Reader {
+        sb: ctx.sb,
+        owner: ctx.scope.owner(crate::sandbox::Role::Snapshot),
+        limits: ctx.limits(),
+        scratch: ctx.path(".index.tar"),
+    };
+    let index = indexes.get(&reader, image).await?;
     let mut content = crate::trial::content::ContentWriter::new(
         &ctx.plan.dir,
         ctx.plan.settings.change_content_cap_bytes,

@@ -6,15 +6,24 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::sandbox::{
-    Base, ContainerSpec, Fetched, ImageRef, Network, Resource, Role, Sandbox, SandboxError,
+    Base, ContainerLimits, ContainerSpec, Fetched, ImageRef, Network, Owner, Resource, Sandbox,
+    SandboxError,
 };
 use crate::verifier::integrity::{FileType, OriginalFile};
 
-use super::Ctx;
+/// What reading an image's files needs from the trial: its backend, the owner of the
+/// (never started) container of the image, its limits and a scratch file on the host. A
+/// value, so this module sits below the phases' context.
+pub(crate) struct Reader<'a, S: Sandbox> {
+    pub sb: &'a S,
+    pub owner: Owner,
+    pub limits: ContainerLimits,
+    pub scratch: PathBuf,
+}
 
 /// Files whose content the classifier may read (`.pth`, account databases), at most this size.
 pub(super) const MAX_TEXT_BYTES: u64 = 64 * 1024;
@@ -131,7 +140,7 @@ impl ImageIndexes {
 
     pub(super) async fn get<S: Sandbox>(
         &self,
-        ctx: &Ctx<'_, S>,
+        ctx: &Reader<'_, S>,
         image: &ImageRef,
     ) -> Result<Arc<ImageIndex>, SandboxError> {
         let cell = {
@@ -228,7 +237,7 @@ pub(super) fn link_target(header: &tar::Header) -> Option<String> {
 /// The image's index from the host cache when its content id has one, else read from the
 /// image (and kept when the reading was whole).
 async fn cached_or_indexed<S: Sandbox>(
-    ctx: &Ctx<'_, S>,
+    ctx: &Reader<'_, S>,
     image: &ImageRef,
     cache: Option<&IndexCache>,
 ) -> Result<ImageIndex, SandboxError> {
@@ -253,27 +262,27 @@ async fn cached_or_indexed<S: Sandbox>(
 /// Index the image's files from a created (never started) container of it; `true` when the
 /// whole filesystem was read.
 async fn index_image<S: Sandbox>(
-    ctx: &Ctx<'_, S>,
+    ctx: &Reader<'_, S>,
     image: &ImageRef,
 ) -> Result<(ImageIndex, bool), SandboxError> {
     let spec = ContainerSpec {
         base: Base::Image(image.clone()),
-        owner: ctx.scope.owner(Role::Snapshot),
+        owner: ctx.owner.clone(),
         env: Vec::new(),
-        limits: ctx.limits(),
+        limits: ctx.limits,
         network: Network::None,
         workdir: None,
         mounts: Vec::new(),
         start: crate::sandbox::StartSpec::default(),
     };
     let id = ctx.sb.create(&spec).await?;
-    let scratch = ctx.path(".index.tar");
-    let fetched = ctx.sb.download(&id, "/", &scratch, MAX_INDEX_BYTES).await;
+    let scratch = &ctx.scratch;
+    let fetched = ctx.sb.download(&id, "/", scratch, MAX_INDEX_BYTES).await;
     let removed = ctx.sb.remove(&Resource::Container(id)).await;
     let mut index = ImageIndex::default();
     let mut whole = false;
     if let Fetched::Archive { .. } = fetched? {
-        let walked = walk(&scratch, "/", |path, header, body| {
+        let walked = walk(scratch, "/", |path, header, body| {
             if wants_text(&path) && header.size().unwrap_or(u64::MAX) <= MAX_TEXT_BYTES {
                 let mut text = String::new();
                 if body.read_to_string(&mut text).is_ok() {
@@ -294,7 +303,7 @@ async fn index_image<S: Sandbox>(
             Err(e) => tracing::warn!(%image, "indexing the image: {e}"),
         }
     }
-    let _ = std::fs::remove_file(&scratch);
+    let _ = std::fs::remove_file(scratch);
     removed?;
     index.set_config(ctx.sb.image_config(image).await?);
     Ok((index, whole))
