@@ -53,7 +53,9 @@ fn host_server() -> (u16, Arc<Mutex<Vec<String>>>) {
 const PROBE: &str = r#"
 import json, os, socket, sys, urllib.error, urllib.request
 port = int(sys.argv[1])
-out = {"interfaces": sorted(os.listdir("/sys/class/net"))}
+# The interfaces that are up (a pod's eth0 is there but down on Kubernetes).
+out = {"interfaces": sorted(i for i in os.listdir("/sys/class/net")
+                            if int(open("/sys/class/net/%s/flags" % i).read(), 16) & 1)}
 for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY"]:
     out[k] = os.environ.get(k)
 
@@ -156,9 +158,20 @@ fn egress(r: &Value) -> Vec<(String, String, u64, bool, Option<String>)> {
 
 #[test]
 fn allowlisted_hosts_are_reached_through_the_proxy_and_everything_else_is_refused_unconnected() {
-    if !docker_available() {
-        return;
+    if docker_available() {
+        allowlisted_hosts_only(&[]);
     }
+}
+
+/// The same on Kubernetes: the proxy reaches the pod through the loopback relay.
+#[test]
+fn allowlisted_hosts_only_on_kubernetes() {
+    if let Some(backend) = common::k8s::kubernetes_flags() {
+        allowlisted_hosts_only(&backend);
+    }
+}
+
+fn allowlisted_hosts_only(backend: &[&str]) {
     let (port, seen) = host_server();
     let tmp = tempfile::tempdir().expect("tmp");
     let root = tmp.path();
@@ -187,7 +200,9 @@ fn allowlisted_hosts_are_reached_through_the_proxy_and_everything_else_is_refuse
         )
     };
     let config = job("    network: allowlist\n    allowed_hosts: [127.0.0.1]\n");
-    let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8"), "-n", "2"]);
+    let mut args = vec!["-c", config.to_str().expect("utf8"), "-n", "2"];
+    args.extend_from_slice(backend);
+    let (out, job_dir, _g) = run_job(&args);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     // The task's own allowlist: the listed host is reached, nothing else.
@@ -298,14 +313,16 @@ fn allowlisted_hosts_are_reached_through_the_proxy_and_everything_else_is_refuse
     // Resuming with another network for an agent is refused like any agent change.
     let changed = job("    network: none\n");
     let job_s = job_dir.to_string_lossy().into_owned();
-    let out = arbiter(&[
+    let mut args = vec![
         "run",
         "--quiet",
         "-c",
         changed.to_str().expect("utf8"),
         "--job-dir",
         &job_s,
-    ]);
+    ];
+    args.extend_from_slice(backend);
+    let out = arbiter(&args);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("agents.override: definition changed"), "{err}");
@@ -313,9 +330,20 @@ fn allowlisted_hosts_are_reached_through_the_proxy_and_everything_else_is_refuse
 
 #[test]
 fn the_model_gateway_and_the_proxy_serve_one_offline_container() {
-    if !docker_available() {
-        return;
+    if docker_available() {
+        gateway_and_proxy(&[]);
     }
+}
+
+/// The same in one pod: two relays on its loopback, one per endpoint.
+#[test]
+fn the_model_gateway_and_the_proxy_serve_one_offline_pod() {
+    if let Some(backend) = common::k8s::kubernetes_flags() {
+        gateway_and_proxy(&backend);
+    }
+}
+
+fn gateway_and_proxy(backend: &[&str]) {
     let (port, seen) = host_server();
     let tmp = tempfile::tempdir().expect("tmp");
     let root = tmp.path();
@@ -335,7 +363,9 @@ fn the_model_gateway_and_the_proxy_serve_one_offline_container() {
             "tasks: [both]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - name: caller\n    kind: command\n    run: [python3, /opt/probe/probe.py, \"{port}\"]\n    mounts: [{{host: probe, container: /opt/probe}}]\n    model: {{provider: fake, name: scripted-model}}\n"
         ),
     );
-    let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
+    let mut args = vec!["-c", config.to_str().expect("utf8")];
+    args.extend_from_slice(backend);
+    let (out, job_dir, _g) = run_job(&args);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let trial = "both__caller__default__1";
     let r = result(&job_dir, trial);

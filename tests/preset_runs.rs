@@ -20,52 +20,19 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use arbiter::agent::PresetKind;
-use arbiter::agent::cache::AgentCache;
-use serde_json::{Value, json};
 
+use common::presets::*;
 use common::*;
-
-const FAKE_OPENAI_KEY: &str = "sk-proj-arbiterFAKEopenaiKEY0123456789";
-const FAKE_ANTHROPIC_KEY: &str = "sk-ant-arbiterFAKEanthropicKEY0123456789";
-const TASKS: [&str; 6] = [
-    "csv-to-json",
-    "exact-deliverable",
-    "fix-broken-config",
-    "fix-python-bug",
-    "shell-script-spec",
-    "sqlite-report",
-];
 
 /// One job at a time: the machine has two cores, and the agent-phase figures mean more.
 static ENGINE: Mutex<()> = Mutex::new(());
-
-/// Whether the engine and the cache entries are there; panics under
-/// `ARBITER_REQUIRE_DOCKER=1` when they are not.
-fn ready(kinds: &[PresetKind]) -> bool {
-    if !docker_available() {
-        return false;
-    }
-    let require = std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() == Ok("1");
-    let cache = AgentCache::from_env().expect("cache root");
-    for kind in kinds {
-        if let Err(e) = cache.lookup(kind.name(), kind.pinned_version()) {
-            assert!(
-                !require,
-                "ARBITER_REQUIRE_DOCKER=1 but {e} (scripts/agents installs it)"
-            );
-            eprintln!("skipping: {e}");
-            return false;
-        }
-    }
-    true
-}
 
 /// A finished `arbiter run` and the env of every container it made while running.
 struct Watched {
@@ -162,13 +129,6 @@ fn run_watched(config: &Path) -> Watched {
     }
 }
 
-/// A gateway token: `arb-` and 48 hex digits.
-fn holds_token(text: &str) -> bool {
-    text.split("arb-")
-        .skip(1)
-        .any(|rest| rest.len() >= 48 && rest[..48].chars().all(|c| c.is_ascii_hexdigit()))
-}
-
 /// Neither fake key in any container's env, nor a key or a trial token in any job-dir file.
 fn assert_no_secrets(w: &Watched) {
     assert!(w.containers > 0, "no container of the job was seen");
@@ -178,58 +138,7 @@ fn assert_no_secrets(w: &Watched) {
             "a real key in a container's env: {entry}"
         );
     }
-    for file in files_under(&w.dir) {
-        let text = String::from_utf8_lossy(&std::fs::read(&file).expect("read")).into_owned();
-        assert!(
-            !text.contains(FAKE_OPENAI_KEY) && !text.contains(FAKE_ANTHROPIC_KEY),
-            "{} holds a real key",
-            file.display()
-        );
-        assert!(
-            !holds_token(&text),
-            "{} holds a trial token",
-            file.display()
-        );
-    }
-}
-
-fn task_dir(task: &str) -> String {
-    repo().join("tasks").join(task).display().to_string()
-}
-
-/// Every trial's record, by trial id.
-fn records(dir: &Path) -> BTreeMap<String, Value> {
-    let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(dir.join("trials"))
-        .expect("trials")
-        .flatten()
-    {
-        let id = entry.file_name().to_string_lossy().into_owned();
-        out.insert(id.clone(), result(dir, &id));
-    }
-    out
-}
-
-fn agent_secs(r: &Value) -> f64 {
-    r["phases"]["agent"]["seconds"].as_f64().unwrap_or(f64::NAN)
-}
-
-/// The preset's per-task scripts as one script of cases.
-fn all_tasks_script(kind: PresetKind) -> Value {
-    let dir = repo()
-        .join("tests/fixtures/agents")
-        .join(kind.name())
-        .join("scripts");
-    let cases: Vec<Value> = TASKS
-        .iter()
-        .map(|t| {
-            let path = dir.join(format!("{t}.json"));
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            serde_json::from_str(&text).expect("script JSON")
-        })
-        .collect();
-    json!({"turns": [{"say": "I do not know this task."}], "cases": cases})
+    assert_no_secret_in(&w.dir);
 }
 
 /// Run all six example tasks with `kind` through the scripted provider; `unsolvable` are the
@@ -284,22 +193,6 @@ fn solves_the_example_tasks(kind: PresetKind, unsolvable: &[&str]) {
     assert!(solved >= 5, "{} solved {solved} of 6", kind.name());
     assert_eq!(w.out.status.code(), Some(0), "{}", stderr(&w.out));
     assert_no_secrets(&w);
-}
-
-/// The preset's trajectory as arbiter exports it (ATIF v1.8): valid against
-/// docs/atif.schema.json and Harbor's two cross-field rules.
-fn valid_atif(trial_dir: &Path) {
-    let path = trial_dir.join("agent/trajectory.atif.json");
-    let v: Value =
-        serde_json::from_slice(&std::fs::read(&path).expect("trajectory.atif.json")).expect("JSON");
-    assert_eq!(v["schema_version"], "ATIF-v1.8", "{}", path.display());
-    let schema: Value =
-        serde_json::from_str(include_str!("../docs/atif.schema.json")).expect("schema");
-    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
-    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
-    let broken = arbiter::gateway::atif::invariant_errors(&v);
-    assert!(broken.is_empty(), "{}: {broken:#?}", path.display());
 }
 
 #[test]

@@ -63,3 +63,18 @@ pub async fn cluster() -> Option<KubernetesSandbox> {
     assert!(problems.is_empty(), "preflight: {problems:?}");
     Some(sb)
 }
+
+/// `--backend kubernetes` for `arbiter run` when the test cluster is configured and the
+/// engine (which builds and pushes images) answers; `None` (skip) otherwise, a panic when
+/// `ARBITER_REQUIRE_K8S=1` and no `KUBECONFIG` is set.
+pub fn kubernetes_flags() -> Option<[&'static str; 2]> {
+    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
+        assert!(
+            !required(),
+            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
+        );
+        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
+        return None;
+    }
+    super::docker_available().then_some(["--backend", "kubernetes"])
+}

@@ -3,6 +3,7 @@
 
 pub mod k8s;
 pub mod k8s_pod;
+pub mod presets;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
