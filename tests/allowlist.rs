@@ -117,11 +117,15 @@ EOF
 fn task(root: &Path, name: &str, toml: &str, test_sh: &str) -> PathBuf {
     let dir = root.join(name);
     std::fs::create_dir_all(dir.join("tests")).expect("mkdir");
+    // Built from a Dockerfile (not named), so the Kubernetes backend pushes it to the test
+    // cluster's registry; on Docker the build is a tag of the local base image.
+    std::fs::create_dir_all(dir.join("environment")).expect("mkdir");
     std::fs::write(
-        dir.join("task.toml"),
-        format!("[environment]\ndocker_image = \"arbiter/debian:bookworm\"\n{toml}"),
+        dir.join("environment/Dockerfile"),
+        "FROM arbiter/debian:bookworm\n",
     )
-    .expect("task.toml");
+    .expect("Dockerfile");
+    std::fs::write(dir.join("task.toml"), format!("[environment]\n{toml}")).expect("task.toml");
     std::fs::write(dir.join("instruction.md"), "Probe the network.\n").expect("instruction");
     std::fs::write(dir.join("tests/test.sh"), test_sh).expect("test.sh");
     dir

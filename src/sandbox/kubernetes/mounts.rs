@@ -61,6 +61,7 @@ pub(super) struct PlannedMount {
 pub(super) fn pod_parts(
     planned: &[PlannedMount],
     limits: &ContainerLimits,
+    cpu_request: f64,
 ) -> (Vec<Container>, Vec<Volume>, Vec<VolumeMount>) {
     let (mut init, mut volumes, mut mounts) = (Vec::new(), Vec::new(), Vec::new());
     for (i, m) in planned.iter().enumerate() {
@@ -83,13 +84,18 @@ pub(super) fn pod_parts(
             ),
             None => continue,
         };
-        // The copy runs with the task's CPUs (an init container's resources do not add to
-        // the pod's: the larger of init and main counts).
+        // The copy runs with the task's CPUs, and asks the scheduler for no more than the
+        // main container does (an init container's requests do not add to the pod's: the
+        // larger of init and main counts, so a whole CPU here made every pod with a mount
+        // take a whole CPU whatever `cpu_request` said).
         let millis = (limits.cpus * 1000.0).round().max(100.0) as u64;
-        let amounts = std::collections::BTreeMap::from([
-            ("cpu".to_string(), Quantity(format!("{millis}m"))),
-            ("memory".to_string(), Quantity("64Mi".to_string())),
-        ]);
+        let asked = ((limits.cpus * cpu_request * 1000.0).round() as u64).clamp(1, millis);
+        let amounts = |cpu: u64| {
+            std::collections::BTreeMap::from([
+                ("cpu".to_string(), Quantity(format!("{cpu}m"))),
+                ("memory".to_string(), Quantity("64Mi".to_string())),
+            ])
+        };
         init.push(Container {
             name: format!("mount-{i}"),
             image: m.image.clone(),
@@ -100,8 +106,8 @@ pub(super) fn pod_parts(
                 script,
             ]),
             resources: Some(ResourceRequirements {
-                limits: Some(amounts.clone()),
-                requests: Some(amounts),
+                limits: Some(amounts(millis)),
+                requests: Some(amounts(asked)),
                 ..Default::default()
             }),
             security_context: Some(SecurityContext {
@@ -473,8 +479,12 @@ mod tests {
                 mode: 0o40777,
             },
         ];
-        let (init, volumes, mounts) = pod_parts(&planned, &limits);
+        let (init, volumes, mounts) = pod_parts(&planned, &limits, 0.25);
         assert_eq!(init.len(), 1, "no init container for a read-write mount");
+        // The copy may use the task's CPU, but asks for no more than the main container.
+        let res = init[0].resources.as_ref().unwrap();
+        assert_eq!(res.limits.as_ref().unwrap()["cpu"].0, "1000m");
+        assert_eq!(res.requests.as_ref().unwrap()["cpu"].0, "250m");
         assert_eq!(volumes.len(), 2);
         assert!(volumes.iter().all(|v| v.empty_dir.is_some()));
         assert_eq!(mounts[0].mount_path, "/opt/agent");

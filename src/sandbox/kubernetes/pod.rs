@@ -113,7 +113,7 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
         spec.network == Network::None,
     )];
     let (mount_init, mount_volumes, mount_mounts) =
-        super::mounts::pod_parts(plan.mounts, &spec.limits);
+        super::mounts::pod_parts(plan.mounts, &spec.limits, plan.resolved.cpu_request);
     init.extend(mount_init);
     let main = Container {
         name: MAIN.to_string(),
