@@ -106,6 +106,26 @@ pub(crate) fn plan(input: &PresetInput<'_>) -> Result<PresetPlan, AgentError> {
     })
 }
 
+/// The argv of a later attempt of a continued goal (SPEC §15): the same run, resuming Codex's
+/// own most recent session (`codex exec resume --last <prompt>`) instead of starting a new
+/// one, so the model sees its earlier turns. `argv` is [`plan`]'s, `prompt` the next prompt.
+/// Every flag after the prompt is kept: `exec resume` takes the same run flags (`--json`,
+/// `--skip-git-repo-check`, `--dangerously-bypass-approvals-and-sandbox`, `--disable`, `-c`).
+/// An argv already resuming, or not `<bin> exec <prompt> …`, is left as it is.
+pub(crate) fn resume_argv(argv: &[String], prompt: &str) -> Vec<String> {
+    if argv.get(1).map(String::as_str) != Some("exec") || argv.get(2).is_none_or(|a| a == "resume")
+    {
+        return argv.to_vec();
+    }
+    let mut out = Vec::with_capacity(argv.len() + 2);
+    out.extend(argv[..2].iter().cloned());
+    out.push("resume".to_string());
+    out.push("--last".to_string());
+    out.push(super::claude_code::positional(prompt));
+    out.extend(argv[3..].iter().cloned());
+    out
+}
+
 /// A `turn.failed` message that says the model endpoint failed, with its HTTP status if any.
 fn endpoint_failure(message: &str) -> Option<Option<u16>> {
     let lower = message.to_lowercase();
@@ -279,6 +299,26 @@ mod tests {
         assert_eq!(parsed["analytics"]["enabled"].as_bool(), Some(false));
         assert_eq!(parsed["features"]["shell_snapshot"].as_bool(), Some(false));
         assert!(text.contains("[analytics]"));
+    }
+
+    #[test]
+    fn a_later_attempt_resumes_the_last_session_with_the_same_flags() {
+        let plan = test_support::plan(PresetKind::Codex, &PresetAgent::default(), "fix it");
+        let next = resume_argv(&plan.argv, "fix it\n\nagain");
+        assert_eq!(
+            next[..5],
+            [
+                "/opt/arbiter/agents/codex/bin/codex",
+                "exec",
+                "resume",
+                "--last",
+                "fix it\n\nagain"
+            ]
+        );
+        assert_eq!(next[5..], plan.argv[3..]);
+        // Resuming twice is the same resume; a prompt that looks like a flag stays a prompt.
+        assert_eq!(resume_argv(&next, "other"), next);
+        assert_eq!(resume_argv(&plan.argv, "-x")[4], "\n-x");
     }
 
     #[test]

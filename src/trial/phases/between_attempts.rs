@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::agent::AgentKind;
 use crate::agent::continuation::{self as contract, PreviousAttempt};
+use crate::agent::presets::codex;
 use crate::sandbox::{ExecEnd, ExecSpec, Sandbox, TarEntry, files_to_tar};
 use crate::trial::plan::Phase;
 
@@ -122,7 +123,7 @@ pub(super) fn named_completion_state(root: &Path) -> Vec<PathBuf> {
 }
 
 /// The next attempt's argv: for a preset with a native way to continue its own session
-/// (Claude Code's `--continue`), that flag; and for every preset the instruction again with the
+/// (Claude Code's `--continue`, Codex's `exec resume --last`), that; and for every preset the instruction again with the
 /// previous attempt's own error after it. `command` and `aworld` agents keep their argv: they
 /// read [`contract::PREVIOUS_ENV`] and their ledger.
 pub(super) fn continue_argv<S>(
@@ -154,8 +155,16 @@ pub(super) fn continue_argv<S>(
             arg.push_str(&note);
         }
     }
-    if matches!(kind, AgentKind::ClaudeCode(_)) && !argv.iter().any(|a| a == "--continue") {
-        argv.insert(1.min(argv.len()), "--continue".to_string());
+    match kind {
+        AgentKind::ClaudeCode(_) if !argv.iter().any(|a| a == "--continue") => {
+            argv.insert(1.min(argv.len()), "--continue".to_string());
+        }
+        AgentKind::Codex(_) => {
+            if let Some(prompt) = argv.get(2).cloned() {
+                *argv = codex::resume_argv(argv, &prompt);
+            }
+        }
+        _ => {}
     }
 }
 
