@@ -267,6 +267,10 @@ fn the_aworld_standin_continues_with_its_previous_error_and_its_ledger() {
         cleared.contains(&"/arbiter/control/receipts"),
         "{cleared:?}"
     );
+    assert!(
+        cleared.contains(&"/arbiter/control/outcome.json"),
+        "{cleared:?}"
+    );
     // What attempt 2 saw, from its control root as saved after the run.
     let seen = trial_json(&job_dir, trial, "agent/control/seen-2.json");
     assert_eq!(seen["attempt"], "2");
@@ -275,6 +279,7 @@ fn the_aworld_standin_continues_with_its_previous_error_and_its_ledger() {
     assert_eq!(seen["outcome_present"], false, "{seen:#}");
     assert_eq!(seen["stale_completion_present"], false, "{seen:#}");
     assert_eq!(seen["stale_receipts_present"], false, "{seen:#}");
+    assert_eq!(seen["stale_outcome_present"], false, "{seen:#}");
     assert_eq!(seen["tests_present"], false);
     assert_eq!(
         seen["ledger"], "attempt 1: plan: write hello to /app/out.txt\n",
