@@ -502,7 +502,7 @@ fn codex_continues_its_own_session_through_the_scripted_gateway() {
     let config = write_job(
         tmp.path(),
         &format!(
-            "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - {{name: cx, kind: codex, continuation: {{max_attempts: 3}}, model: {{provider: fake, name: scripted-model}}}}\n",
+            "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - {{name: cx, kind: codex, continuation: {{max_attempts: 3}}, flags: [\"-m\", \"scripted-model-b\"], model: {{provider: fake, name: scripted-model}}}}\n",
             task.display()
         ),
     );
@@ -547,4 +547,8 @@ fn codex_continues_its_own_session_through_the_scripted_gateway() {
         "attempt 2's request lacks attempt 1's reply"
     );
     assert!(body(&calls[1]).contains("This is attempt 2 of 3"));
+    // The agent's own flags (here `-m`) apply to the resumed session too.
+    for call in &calls {
+        assert_eq!(call["model"], "scripted-model-b", "seq {}", call["seq"]);
+    }
 }

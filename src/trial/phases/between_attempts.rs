@@ -221,9 +221,9 @@ pub(super) fn continue_argv<S>(
         AgentKind::ClaudeCode(_) if !argv.iter().any(|a| a == "--continue") => {
             argv.insert(1.min(argv.len()), "--continue".to_string());
         }
-        AgentKind::Codex(_) => {
+        AgentKind::Codex(preset) => {
             if let Some(prompt) = argv.get(2).cloned() {
-                *argv = codex::resume_argv(argv, &prompt);
+                *argv = codex::resume_argv(argv, &prompt, preset.flags.len());
             }
         }
         _ => {}
