@@ -267,6 +267,10 @@ fn the_aworld_standin_continues_with_its_previous_error_and_its_ledger() {
         cleared.contains(&"/arbiter/control/receipts"),
         "{cleared:?}"
     );
+    assert!(
+        cleared.contains(&"/arbiter/control/outcome.json"),
+        "{cleared:?}"
+    );
     // What attempt 2 saw, from its control root as saved after the run.
     let seen = trial_json(&job_dir, trial, "agent/control/seen-2.json");
     assert_eq!(seen["attempt"], "2");
@@ -275,6 +279,7 @@ fn the_aworld_standin_continues_with_its_previous_error_and_its_ledger() {
     assert_eq!(seen["outcome_present"], false, "{seen:#}");
     assert_eq!(seen["stale_completion_present"], false, "{seen:#}");
     assert_eq!(seen["stale_receipts_present"], false, "{seen:#}");
+    assert_eq!(seen["stale_outcome_present"], false, "{seen:#}");
     assert_eq!(seen["tests_present"], false);
     assert_eq!(
         seen["ledger"], "attempt 1: plan: write hello to /app/out.txt\n",
@@ -460,4 +465,90 @@ fn claude_code_continues_its_own_session_through_the_scripted_gateway() {
         .map(|a| a["usage"]["requests"].as_u64().expect("requests"))
         .sum();
     assert_eq!(Some(per), rec["usage"]["requests"].as_u64(), "{rec:#}");
+}
+
+/// Codex resumes its own session (`codex exec resume --last`) through the gateway's scripted
+/// provider. The script: "not yet" (a completed turn, so a typed success that arbiter's receipt
+/// of the task's validation contradicts), the solution, "done". A fresh session would get the
+/// first turn again every attempt (the limit, `budget_limited`); only a resumed one reaches the
+/// solution in attempt 2. Resumed means: the same thread, and attempt 2's first request carries
+/// attempt 1's reply.
+#[test]
+fn codex_continues_its_own_session_through_the_scripted_gateway() {
+    if !docker_available() {
+        return;
+    }
+    let cache = arbiter::agent::cache::AgentCache::from_env().expect("cache root");
+    let kind = arbiter::agent::PresetKind::Codex;
+    if let Err(e) = cache.lookup(kind.name(), kind.pinned_version()) {
+        assert!(
+            std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() != Ok("1"),
+            "ARBITER_REQUIRE_DOCKER=1 but {e} (scripts/agents installs it)"
+        );
+        eprintln!("skipping: {e}");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let task = goal_task(tmp.path(), None, 120);
+    let marker = "NOT-YET-3f9c: the answer file is still to be written.";
+    let script = serde_json::json!({
+        "turns": [
+            {"say": marker},
+            {"run": "echo hello > /app/answer.txt"},
+            {"say": "Done: /app/answer.txt holds hello."}
+        ]
+    });
+    std::fs::write(tmp.path().join("script.json"), script.to_string()).expect("script");
+    let config = write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nmodels:\n  - {{name: fake, api: scripted, script: script.json}}\nagents:\n  - {{name: cx, kind: codex, continuation: {{max_attempts: 3}}, flags: [\"-m\", \"scripted-model-b\"], model: {{provider: fake, name: scripted-model}}}}\n",
+            task.display()
+        ),
+    );
+    let (out, job_dir, _g) = run_job(&["-c", config.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let trial = "goal__cx__default__1";
+    let rec = result(&job_dir, trial);
+    let attempts = rec["attempts"].as_array().expect("attempts");
+    assert_eq!(rec["continuation"]["attempts_used"], 2, "{rec:#}");
+    assert_eq!(rec["continuation"]["status"], "claimed_success", "{rec:#}");
+    assert_eq!(attempts[0]["claim"]["semantic_status"], "succeeded");
+    assert_eq!(
+        attempts[0]["continued_because"],
+        "attempt 1 claimed succeeded, but the validation command answer exited 1"
+    );
+    assert_eq!(attempts[1]["validation"][0]["exit_code"], 0, "{rec:#}");
+    assert_eq!(rec["verifier"]["status"], "passed", "{rec:#}");
+    assert_eq!(rec["audit"]["verdict"], "certified", "{rec:#}");
+    // The same Codex thread in both attempts.
+    let thread = |a: &Value| a["claim"]["record"]["adapter"]["native"]["thread_id"].clone();
+    assert!(thread(&attempts[0]).is_string(), "{rec:#}");
+    assert_eq!(thread(&attempts[0]), thread(&attempts[1]), "{rec:#}");
+    // The model saw attempt 1's reply in attempt 2's first request: the ledger's second call
+    // (attempt 1 made one) is attempt 2's and carries the marker; the first call does not.
+    let ledger = trial_text(&job_dir, trial, "agent/model-calls.jsonl");
+    let calls: Vec<Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("ledger line"))
+        .collect();
+    let mut calls = calls;
+    calls.sort_by_key(|c| c["seq"].as_u64());
+    assert_eq!(calls.len(), 3, "{ledger}");
+    assert_eq!(attempts[0]["usage"]["requests"], 1, "{rec:#}");
+    let body = |c: &Value| c["request"]["body"].as_str().unwrap_or("").to_string();
+    assert!(!body(&calls[0]).contains("NOT-YET-3f9c"));
+    assert_ne!(
+        calls[1]["request"]["truncated"], true,
+        "a body over the ledger's cap"
+    );
+    assert!(
+        body(&calls[1]).contains("NOT-YET-3f9c"),
+        "attempt 2's request lacks attempt 1's reply"
+    );
+    assert!(body(&calls[1]).contains("This is attempt 2 of 3"));
+    // The agent's own flags (here `-m`) apply to the resumed session too.
+    for call in &calls {
+        assert_eq!(call["model"], "scripted-model-b", "seq {}", call["seq"]);
+    }
 }

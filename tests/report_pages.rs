@@ -524,3 +524,118 @@ fn unchanged_trial_pages_are_left_alone_and_changed_ones_are_rewritten() {
     );
     assert!(!a.exists(), "--pages none writes no page");
 }
+
+/// Goal continuation in the HTML pages: report.html's "Goal continuation" section lists each
+/// arm (a one-shot arm as one attempt each) with attempts used, pass rate by attempts used and
+/// cost per solved task; each continued trial's page lists its attempts, the agent's own
+/// words escaped.
+#[test]
+fn continuation_is_shown_per_arm_in_the_report_and_per_attempt_on_trial_pages() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("goal");
+    use Kind::*;
+    write_job(
+        &dir,
+        &[
+            t("a", "cc", "one-shot", 1, Fail),
+            t("b", "cc", "one-shot", 1, Pass),
+            t("a", "cc", "continue", 1, Pass),
+            t("b", "cc", "continue", 1, Pass),
+        ],
+        &["cc"],
+        &["one-shot", "continue"],
+        1,
+    );
+    for id in [
+        "a__cc__one-shot__1",
+        "b__cc__one-shot__1",
+        "a__cc__continue__1",
+        "b__cc__continue__1",
+    ] {
+        edit_record(&dir, id, |r| r["usage"] = usage(0.5, 1000, 0));
+    }
+    let attempt = |k: u32, semantic: &str, because: Option<&str>| {
+        json!({"attempt": k, "id": format!("a__cc__continue__1/attempt-{k}"),
+               "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:00:05Z",
+               "seconds": 5.0, "remaining_seconds": 60.0,
+               "termination": {"kind": "exited", "exit_code": if k == 1 { 1 } else { 0 }},
+               "claim": {"status": "present", "semantic_status": semantic,
+                         "record": {"failure": {"message": format!("not yet {HOSTILE}")}}},
+               "validation": [{"id": "answer", "argv": ["test", "-s", "/app/answer.txt"],
+                               "exit_code": if k == 1 { 1 } else { 0 }, "seconds": 0.1, "timed_out": false,
+                               "stdout_sha256": "a", "stderr_sha256": "b", "stdout_bytes": 0, "stderr_bytes": 0}],
+               "usage": {"requests": 2, "input_tokens": 500, "output_tokens": 50},
+               "trajectory": format!("attempts/{k}/trajectory.json"),
+               "saved_to": format!("attempts/{k}"),
+               "continued_because": because,
+               "cleared": if k == 1 { json!(["/logs/agent/outcome.json"]) } else { json!([]) }})
+    };
+    edit_record(&dir, "a__cc__continue__1", |r| {
+        r["continuation"] =
+            json!({"max_attempts": 3, "attempts_used": 2, "status": "claimed_success"});
+        r["attempts"] = json!([
+            attempt(1, "task_failed", Some("attempt 1 claimed task_failed")),
+            attempt(2, "succeeded", None)
+        ]);
+    });
+    edit_record(&dir, "b__cc__continue__1", |r| {
+        r["continuation"] =
+            json!({"max_attempts": 3, "attempts_used": 1, "status": "claimed_success"});
+        r["attempts"] = json!([attempt(1, "succeeded", None)]);
+    });
+    report_ok(&dir, "table");
+    let html = std::fs::read_to_string(dir.join("report.html")).expect("report.html");
+    let section = html
+        .split("<section id=\"continuation\">")
+        .nth(1)
+        .and_then(|s| s.split("</section>").next())
+        .expect("a goal continuation section");
+    // The continuing arm: 2 trials, 1.5 attempts, one solved with 1 attempt, one with 2;
+    // $1.00 over 2 solved tasks. The one-shot arm: 1 of 2, $1.00 for its 1 solved task.
+    assert!(
+        section.contains("<td class=\"l\">continue</td>"),
+        "{section}"
+    );
+    assert!(section.contains("<td>1.50</td>"), "{section}");
+    assert!(
+        section.contains("1: 1/1 (100.0%), 2: 1/1 (100.0%)"),
+        "{section}"
+    );
+    assert!(
+        section.contains("<td class=\"l\">one-shot</td>"),
+        "{section}"
+    );
+    assert!(section.contains("1 (one shot)"), "{section}");
+    assert!(section.contains("1: 1/2 (50.0%)"), "{section}");
+    assert!(
+        section.contains("$0.50") && section.contains("$1.00"),
+        "{section}"
+    );
+
+    let page = std::fs::read_to_string(dir.join("trials/a__cc__continue__1/trial.html"))
+        .expect("trial page");
+    let attempts = page
+        .split("<section id=\"attempts\">")
+        .nth(1)
+        .and_then(|s| s.split("</section>").next())
+        .expect("an attempts section");
+    assert!(
+        attempts.contains("2 of at most 3 attempt(s) used"),
+        "{attempts}"
+    );
+    assert!(attempts.contains("a__cc__continue__1/attempt-1"));
+    assert!(attempts.contains("a__cc__continue__1/attempt-2"));
+    assert!(attempts.contains("answer exit 1") && attempts.contains("answer exit 0"));
+    assert!(attempts.contains("<a href=\"attempts/1/trajectory.json\">trajectory</a>"));
+    assert!(attempts.contains("attempt 1 claimed task_failed"));
+    assert!(attempts.contains("task_failed: not yet &lt;/script&gt;&lt;script&gt;"));
+    assert!(
+        !page.contains("<script") && !page.contains("<img"),
+        "escaped"
+    );
+    assert!(page.contains("<a href=\"#attempts\">attempts</a>"));
+    // A one-shot trial has no attempts section and no link to one.
+    let plain =
+        std::fs::read_to_string(dir.join("trials/a__cc__one-shot__1/trial.html")).expect("page");
+    assert!(!plain.contains("id=\"attempts\"") && !plain.contains("#attempts"));
+}

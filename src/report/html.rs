@@ -898,6 +898,9 @@ fn render(r: &Report, links: Option<&TrialIndex<'_>>) -> String {
             comparisons(c)
         );
     }
+    if let Some(section) = super::attempts::continuation_section(r) {
+        out.push_str(&section);
+    }
     let _ = write!(
         out,
         "<section><h2>Agent time per trial</h2><p class=\"sub\">Agent phase of scored trials: whisker min–max, box p25–p75, bar median, red marker p90.</p><div class=\"scroll\">{}</div></section>",

@@ -12,6 +12,7 @@
 //! - nothing here runs a container or prints: the CLI prints, this module returns values and
 //!   writes report files.
 
+mod attempts;
 mod build;
 pub(crate) mod compare;
 mod error;

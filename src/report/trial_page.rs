@@ -101,7 +101,7 @@ pub(crate) enum PageMode {
 }
 
 /// Bump when `render_page`'s output changes, so pages written by an older build are redone.
-const PAGE_FORMAT: u32 = 3;
+const PAGE_FORMAT: u32 = 4;
 /// The page's second line: `<!-- arbiter-page <64 hex> -->`.
 const FINGERPRINT_TAG: &str = "<!-- arbiter-page ";
 
@@ -577,7 +577,16 @@ pub(crate) fn render_page(
         esc(&who),
         esc(job)
     );
-    out.push_str("<nav class=\"toc\"><a href=\"#facts\">facts</a><a href=\"#trajectory\">trajectory</a><a href=\"#model-calls\">model calls</a><a href=\"#changes\">change set</a><a href=\"#logs\">logs</a><a href=\"#validation\">validation</a><a href=\"#artifacts\">artifacts</a></nav>");
+    let attempts = super::attempts::attempts_section(rec);
+    let _ = write!(
+        out,
+        "<nav class=\"toc\"><a href=\"#facts\">facts</a>{}<a href=\"#trajectory\">trajectory</a><a href=\"#model-calls\">model calls</a><a href=\"#changes\">change set</a><a href=\"#logs\">logs</a><a href=\"#validation\">validation</a><a href=\"#artifacts\">artifacts</a></nav>",
+        if attempts.is_some() {
+            "<a href=\"#attempts\">attempts</a>"
+        } else {
+            ""
+        }
+    );
     if record.is_none() {
         let why = read_json(&dir.join("result.json"))
             .err()
@@ -590,6 +599,9 @@ pub(crate) fn render_page(
         );
     }
     facts(&mut out, rec, trial);
+    if let Some(section) = &attempts {
+        out.push_str(section);
+    }
     trajectory(&mut out, dir);
     model_calls(&mut out, dir);
     changes(&mut out, dir, rec);

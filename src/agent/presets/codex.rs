@@ -106,6 +106,33 @@ pub(crate) fn plan(input: &PresetInput<'_>) -> Result<PresetPlan, AgentError> {
     })
 }
 
+/// The argv of a later attempt of a continued goal (SPEC §15): the same run, resuming Codex's
+/// own most recent session (`codex exec resume --last <prompt>`) instead of starting a new
+/// one, so the model sees its earlier turns. `argv` is [`plan`]'s, whose last `user_flags`
+/// arguments are the agent's `flags:`; `prompt` is the next prompt. arbiter's own flags stay
+/// after the prompt (`exec resume` takes them: `--json`, `--skip-git-repo-check`,
+/// `--dangerously-bypass-approvals-and-sandbox`, `--disable`); the user's go before `resume`,
+/// as options of `exec`, since `exec resume` refuses some of `exec`'s (`-s`, `-p`, `--oss`,
+/// `-C`, `--add-dir`). An argv already resuming, or not `<bin> exec <prompt> …`, is left as
+/// it is.
+pub(crate) fn resume_argv(argv: &[String], prompt: &str, user_flags: usize) -> Vec<String> {
+    if argv.get(1).map(String::as_str) != Some("exec")
+        || argv.get(2).is_none_or(|a| a == "resume")
+        || argv.len() < 3 + user_flags
+    {
+        return argv.to_vec();
+    }
+    let (own, user) = argv[3..].split_at(argv.len() - 3 - user_flags);
+    let mut out = Vec::with_capacity(argv.len() + 2);
+    out.extend(argv[..2].iter().cloned());
+    out.extend(user.iter().cloned());
+    out.push("resume".to_string());
+    out.push("--last".to_string());
+    out.push(super::claude_code::positional(prompt));
+    out.extend(own.iter().cloned());
+    out
+}
+
 /// A `turn.failed` message that says the model endpoint failed, with its HTTP status if any.
 fn endpoint_failure(message: &str) -> Option<Option<u16>> {
     let lower = message.to_lowercase();
@@ -279,6 +306,36 @@ mod tests {
         assert_eq!(parsed["analytics"]["enabled"].as_bool(), Some(false));
         assert_eq!(parsed["features"]["shell_snapshot"].as_bool(), Some(false));
         assert!(text.contains("[analytics]"));
+    }
+
+    #[test]
+    fn a_later_attempt_resumes_the_last_session_with_the_same_flags() {
+        let plan = test_support::plan(PresetKind::Codex, &PresetAgent::default(), "fix it");
+        let next = resume_argv(&plan.argv, "fix it\n\nagain", 0);
+        assert_eq!(
+            next[..5],
+            [
+                "/opt/arbiter/agents/codex/bin/codex",
+                "exec",
+                "resume",
+                "--last",
+                "fix it\n\nagain"
+            ]
+        );
+        assert_eq!(next[5..], plan.argv[3..]);
+        // Resuming twice is the same resume; a prompt that looks like a flag stays a prompt.
+        assert_eq!(resume_argv(&next, "other", 0), next);
+        assert_eq!(resume_argv(&plan.argv, "-x", 0)[4], "\n-x");
+        // The user's flags are options of `exec`, before `resume`.
+        let config = PresetAgent {
+            flags: vec!["-s".into(), "read-only".into()],
+            ..PresetAgent::default()
+        };
+        let plan = test_support::plan(PresetKind::Codex, &config, "fix it");
+        let next = resume_argv(&plan.argv, "again", 2);
+        assert_eq!(next[1..6], ["exec", "-s", "read-only", "resume", "--last"]);
+        assert_eq!(next[6], "again");
+        assert_eq!(next[7..], plan.argv[3..plan.argv.len() - 2]);
     }
 
     #[test]

@@ -232,7 +232,7 @@ pub(crate) async fn run<S: Sandbox>(
                     continued_because: why.clone(),
                 };
                 record.cleared =
-                    clear_completion_state(ctx, env, &left.completion_paths, &prev).await?;
+                    clear_completion_state(ctx, env, &dir, &left.completion_paths, &prev).await?;
                 record.continued_because = Some(why);
                 attempts.push(record);
                 previous = Some(prev);

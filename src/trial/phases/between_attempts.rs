@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::agent::AgentKind;
 use crate::agent::continuation::{self as contract, PreviousAttempt};
+use crate::agent::presets::codex;
 use crate::sandbox::{ExecEnd, ExecSpec, Sandbox, TarEntry, files_to_tar};
 use crate::trial::plan::Phase;
 
@@ -16,32 +17,34 @@ const COMPLETION_NAMES: [&str; 2] = ["outcome.json", "completion.json"];
 /// An entry whose name holds this is a receipt, and is removed too.
 const RECEIPT_MARK: &str = "receipt";
 
-/// Remove the previous attempt's completion state (in the container: its outcome record,
-/// `completion.json`, trajectory and receipt-named entries of `/logs/agent`; on the host: the
-/// same names in the control root) and put its claim and error at
-/// [`contract::PREVIOUS_PATH`], read-only. Returns what was removed.
+/// Remove the previous attempt's completion state and put its claim and error at
+/// [`contract::PREVIOUS_PATH`], read-only. Everything happens inside the container, with the
+/// harness toolbox as root, so it is the same on every backend (on Kubernetes the control root
+/// is a volume of the pod that the host sees only when the trial collects it): the outcome
+/// record, `completion.json`, trajectory and receipt-named entries of `/logs/agent` the caller
+/// found (`completion_paths`), and the same names anywhere in the control root, found by a
+/// toolbox `find` there. `dir` is the attempt's directory on the host (the list is kept there).
+/// Returns what was removed.
 pub(super) async fn clear_completion_state<S: Sandbox>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
+    dir: &Path,
     completion_paths: &[String],
     previous: &PreviousAttempt,
 ) -> Result<Vec<String>, Infra> {
     let mut cleared = completion_paths.to_vec();
+    if let Some(control) = &env.agent.control {
+        for found in control_completion_state(ctx, env, &control.container_path, dir).await? {
+            if !cleared.contains(&found) {
+                cleared.push(found);
+            }
+        }
+    }
     if !cleared.is_empty() {
         // A harness command from the toolbox, as root: nothing of the agent's runs.
         let mut args = vec!["-rf", "--"];
         args.extend(cleared.iter().map(String::as_str));
-        let spec = ExecSpec {
-            argv: ctx.sb.harness_argv("rm", &args),
-            env: Vec::new(),
-            user: Some("0".to_string()),
-            workdir: None,
-            stdout: None,
-            stderr: None,
-            cap_bytes: 64 * 1024,
-            timeout: Some(std::time::Duration::from_secs(60)),
-            grace: ctx.plan.settings.kill_grace,
-        };
+        let spec = harness_spec(ctx.sb.harness_argv("rm", &args), None, ctx);
         let removed = ctx
             .sb
             .exec(&env.container, &spec)
@@ -72,29 +75,89 @@ pub(super) async fn clear_completion_state<S: Sandbox>(
         .upload_replacing(&env.container, &[contract::PREVIOUS_PATH], tar)
         .await
         .map_err(infra(Phase::Agent))?;
-    if let (Some(host), Some(control)) = (&env.control_dir, &env.agent.control) {
-        for found in named_completion_state(host) {
-            let removed = if std::fs::symlink_metadata(&found).is_ok_and(|m| m.is_dir()) {
-                std::fs::remove_dir_all(&found)
-            } else {
-                std::fs::remove_file(&found)
-            };
-            if let Err(e) = removed {
-                return Err(Infra {
-                    phase: Phase::Agent,
-                    message: format!("{}: {e}", found.display()),
-                });
-            }
-            if let Ok(rel) = found.strip_prefix(host) {
-                cleared.push(format!(
-                    "{}/{}",
-                    control.container_path.trim_end_matches('/'),
-                    rel.to_string_lossy()
-                ));
-            }
+    Ok(cleared)
+}
+
+/// A toolbox command run as root with a minute to finish, its stdout to `stdout`.
+fn harness_spec<S: Sandbox>(
+    argv: Vec<String>,
+    stdout: Option<PathBuf>,
+    ctx: &Ctx<'_, S>,
+) -> ExecSpec {
+    ExecSpec {
+        argv,
+        env: Vec::new(),
+        user: Some("0".to_string()),
+        workdir: None,
+        stdout,
+        stderr: None,
+        cap_bytes: LIST_CAP,
+        timeout: Some(std::time::Duration::from_secs(60)),
+        grace: ctx.plan.settings.kill_grace,
+    }
+}
+
+/// The most bytes of the control root's completion-state list read (beyond it the list is
+/// incomplete and the goal cannot go on safely).
+const LIST_CAP: u64 = 1024 * 1024;
+
+/// Container paths of entries under the control root `root` named like completion state (as
+/// [`named_completion_state`] names them; links are not followed, a directory so named is
+/// listed once), found inside the container by a toolbox `find` as root.
+async fn control_completion_state<S: Sandbox>(
+    ctx: &Ctx<'_, S>,
+    env: &EnvReady,
+    root: &str,
+    dir: &Path,
+) -> Result<Vec<String>, Infra> {
+    let list = dir.join("control-completion-state.list");
+    let pattern = format!("*{RECEIPT_MARK}*");
+    let mut args = vec![root, "-mindepth", "1", "("];
+    for (i, name) in COMPLETION_NAMES.iter().enumerate() {
+        if i > 0 {
+            args.push("-o");
+        }
+        args.extend(["-iname", name]);
+    }
+    args.extend(["-o", "-iname", pattern.as_str(), ")", "-prune", "-print0"]);
+    let spec = harness_spec(ctx.sb.harness_argv("find", &args), Some(list.clone()), ctx);
+    let found = ctx
+        .sb
+        .exec(&env.container, &spec)
+        .await
+        .map_err(infra(Phase::Agent))?;
+    if found.end != ExecEnd::Exited(0) || found.truncated {
+        return Err(Infra {
+            phase: Phase::Agent,
+            message: format!(
+                "listing the previous attempt's completion state in the control root {root} failed: {:?}{}",
+                found.end,
+                if found.truncated { " (list cut)" } else { "" }
+            ),
+        });
+    }
+    let bytes = std::fs::read(&list).map_err(|e| Infra {
+        phase: Phase::Agent,
+        message: format!("{}: {e}", list.display()),
+    })?;
+    let _ = std::fs::remove_file(&list);
+    let mut paths = Vec::new();
+    for raw in bytes.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+        // A name that is not UTF-8 could not be named to `rm`: like an unremovable one, it
+        // cannot be told apart from the next attempt's.
+        let path = String::from_utf8(raw.to_vec()).map_err(|_| Infra {
+            phase: Phase::Agent,
+            message: format!(
+                "completion state in the control root {root} has a name that is not UTF-8: {}",
+                String::from_utf8_lossy(raw)
+            ),
+        })?;
+        if path.starts_with(root) {
+            paths.push(path);
         }
     }
-    Ok(cleared)
+    paths.sort();
+    Ok(paths)
 }
 
 /// Entries under `root` (not following symlinks) named like completion state: an outcome
@@ -122,7 +185,7 @@ pub(super) fn named_completion_state(root: &Path) -> Vec<PathBuf> {
 }
 
 /// The next attempt's argv: for a preset with a native way to continue its own session
-/// (Claude Code's `--continue`), that flag; and for every preset the instruction again with the
+/// (Claude Code's `--continue`, Codex's `exec resume --last`), that; and for every preset the instruction again with the
 /// previous attempt's own error after it. `command` and `aworld` agents keep their argv: they
 /// read [`contract::PREVIOUS_ENV`] and their ledger.
 pub(super) fn continue_argv<S>(
@@ -154,8 +217,16 @@ pub(super) fn continue_argv<S>(
             arg.push_str(&note);
         }
     }
-    if matches!(kind, AgentKind::ClaudeCode(_)) && !argv.iter().any(|a| a == "--continue") {
-        argv.insert(1.min(argv.len()), "--continue".to_string());
+    match kind {
+        AgentKind::ClaudeCode(_) if !argv.iter().any(|a| a == "--continue") => {
+            argv.insert(1.min(argv.len()), "--continue".to_string());
+        }
+        AgentKind::Codex(preset) => {
+            if let Some(prompt) = argv.get(2).cloned() {
+                *argv = codex::resume_argv(argv, &prompt, preset.flags.len());
+            }
+        }
+        _ => {}
     }
 }
 
