@@ -80,7 +80,8 @@ pub struct KubernetesSandbox {
     policies: AtomicBool,
     builds: AtomicU64,
     pushes: AtomicU64,
-    requests: AtomicU64,
+    /// Requests sent, counted by the client's own service stack.
+    requests: Arc<AtomicU64>,
 }
 
 impl KubernetesSandbox {
@@ -137,7 +138,19 @@ impl KubernetesSandbox {
                 "max_starting and schedule_timeout_sec must be at least 1".to_string(),
             ));
         }
-        let client = kube::Client::try_from(config).map_err(|e| failed(e.to_string()))?;
+        // Every request the client sends is counted under it (lists, watches, exec upgrades).
+        let requests = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&requests);
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| failed(e.to_string()))?
+            .with_layer(&tower::util::MapRequestLayer::new(
+                move |request: http::Request<kube::client::Body>| {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    tracing::trace!(method = %request.method(), uri = %request.uri(), "kubernetes api request");
+                    request
+                },
+            ))
+            .build();
         let slots = starting::StartSlots::new(settings.max_starting);
         Ok(KubernetesSandbox {
             client,
@@ -163,7 +176,7 @@ impl KubernetesSandbox {
             policies: AtomicBool::new(true),
             builds: AtomicU64::new(0),
             pushes: AtomicU64::new(0),
-            requests: AtomicU64::new(0),
+            requests,
         })
     }
 
@@ -196,13 +209,10 @@ impl KubernetesSandbox {
         )
     }
 
-    /// API requests this process sent (exec connections included).
+    /// API requests this process sent: every HTTP request of its client (lists, watches and
+    /// their restarts, exec and attach upgrades, deletes), counted under kube's client.
     pub fn api_requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
-    }
-
-    fn count_request(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
     fn pods(&self) -> Api<Pod> {
@@ -305,7 +315,6 @@ impl Sandbox for KubernetesSandbox {
     /// The most `nvidia.com/gpu` any node can allocate.
     async fn gpus(&self) -> Result<u32, SandboxError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        self.count_request();
         let list = nodes
             .list(&Default::default())
             .await
