@@ -175,6 +175,29 @@ impl KubernetesSandbox {
                 main.args = None;
             }
         }
+        let deny = spec.network == Network::None && self.policies_allowed();
+        // A warm pod of the same spec, claimed (warm.rs): no slot, it was created already.
+        if self.warm.enabled()
+            && node.is_none()
+            && replay.is_none()
+            && spec.mounts.is_empty()
+            && spec.owner.role == crate::sandbox::Role::Agent
+            && let Some((name, _)) = self.warm.claim(&pod, deny).await
+        {
+            self.states.lock().await.insert(
+                name.clone(),
+                PodState {
+                    default_user: spec.start.user.clone().or(default_user),
+                    started: false,
+                    network: Some(spec.network),
+                    handover: spec.start.process == Process::ImageEntrypoint,
+                    mounts: Vec::new(),
+                    replay: None,
+                    facts: None,
+                },
+            );
+            return Ok(ContainerId::new(name));
+        }
         // A start slot first (the start-rate cap): held until the pod runs or is removed.
         let slot = self.slots.take().await;
         let created = self
@@ -193,7 +216,7 @@ impl KubernetesSandbox {
             facts: None,
         };
         self.states.lock().await.insert(name.clone(), state);
-        if spec.network == Network::None && self.policies_allowed() {
+        if deny {
             let uid = created.metadata.uid.clone().unwrap_or_default();
             let labels = created.metadata.labels.clone().unwrap_or_default();
             let policy = deny_all(&name, &uid, &labels);

@@ -31,6 +31,7 @@ mod sidecar;
 mod starting;
 mod transfer;
 mod walk;
+mod warm;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,6 +46,7 @@ use tokio::sync::{Mutex, OnceCell};
 
 pub use config::{CPU_REQUEST_ENV, KubeSettings, NAMESPACE_ENV, REGISTRY_ENV};
 pub use error::KubeError;
+pub use warm::WARM_PODS_ENV;
 
 use super::toolbox::Toolbox;
 use super::{
@@ -80,6 +82,8 @@ pub struct KubernetesSandbox {
     policies: AtomicBool,
     builds: AtomicU64,
     pushes: AtomicU64,
+    /// Warm pods per agent pod spec (`warm_pods`).
+    warm: warm::WarmPools,
     /// Requests sent, counted by the client's own service stack.
     requests: Arc<AtomicU64>,
 }
@@ -152,6 +156,16 @@ impl KubernetesSandbox {
             ))
             .build();
         let slots = starting::StartSlots::new(settings.max_starting);
+        let warm_pods = match settings.warm_pods {
+            Some(n) => n,
+            None => match config::env_value(WARM_PODS_ENV) {
+                Some(v) => v.trim().parse::<u32>().map_err(|_| {
+                    KubeError::Setup(format!("{WARM_PODS_ENV}={v}: not a whole number"))
+                })?,
+                None => 0,
+            },
+        };
+        let warm = warm::WarmPools::new(warm_pods, client.clone(), &namespace);
         Ok(KubernetesSandbox {
             client,
             resolved: config::Resolved {
@@ -176,6 +190,7 @@ impl KubernetesSandbox {
             policies: AtomicBool::new(true),
             builds: AtomicU64::new(0),
             pushes: AtomicU64::new(0),
+            warm,
             requests,
         })
     }
@@ -213,6 +228,17 @@ impl KubernetesSandbox {
     /// their restarts, exec and attach upgrades, deletes), counted under kube's client.
     pub fn api_requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// The job's end: unclaimed warm pods are deleted and no more are started; how many
+    /// were deleted.
+    pub async fn drain_warm(&self) -> usize {
+        self.warm.drain().await
+    }
+
+    /// Warm pods trials claimed (for tests and benches).
+    pub fn warm_claimed(&self) -> u64 {
+        self.warm.claimed()
     }
 
     fn pods(&self) -> Api<Pod> {
