@@ -183,7 +183,14 @@ impl WarmPools {
             {
                 Ok(pod) => {
                     self.claimed.fetch_add(1, Ordering::SeqCst);
-                    tracing::debug!(pod = name, "warm pod claimed");
+                    let trial = trial_pod
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(LABEL_TRIAL))
+                        .cloned()
+                        .unwrap_or_default();
+                    tracing::debug!(pod = name, trial, "warm pod claimed");
                     return Some((name, pod));
                 }
                 Err(e) => {
