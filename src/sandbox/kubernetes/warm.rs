@@ -194,8 +194,13 @@ impl WarmPools {
                     return Some((name, pod));
                 }
                 Err(e) => {
-                    // Gone, or claimed by someone else (the test failed): the next one.
-                    tracing::debug!(pod = name, status = ?api_status(&e), "warm pod not claimed: {e}");
+                    // Gone, or claimed by someone else (the test failed: 422): the next one.
+                    // Any other failure leaves a pod no pool offers any more: deleted.
+                    let status = api_status(&e);
+                    tracing::debug!(pod = name, ?status, "warm pod not claimed: {e}");
+                    if !matches!(status, Some(404 | 409 | 422)) {
+                        delete(&self.pods, &name).await;
+                    }
                 }
             }
         }
