@@ -244,16 +244,16 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
     drop(watch);
     assert!(left.is_empty(), "pods of the job left: {left:?}");
 
-    // Every trial passed, each on exactly one pod that carried no other trial.
-    let mut pod_of: BTreeMap<String, Seen> = BTreeMap::new();
+    // No pod carried two trials; every trial passed; a trial with more than one agent pod
+    // was retried (an infrastructure failure: a new pod, never the old one again).
+    let mut pods_of: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
     for pod in pods
         .iter()
         .filter(|p| p.name.contains("-agent-") || p.name.starts_with("arb-warm-"))
     {
         assert!(pod.trials.len() <= 1, "a pod carried two trials: {pod:?}");
         if let Some(trial) = pod.trials.iter().next() {
-            let before = pod_of.insert(trial.clone(), pod.clone());
-            assert!(before.is_none(), "trial {trial} had two agent pods");
+            pods_of.entry(trial.clone()).or_default().push(pod.clone());
         }
     }
     let mut warm_claims = 0;
@@ -262,17 +262,28 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
         for i in 1..=4 {
             let trial = format!("{task}__slow__default__{i}");
             let record = common::result(&job_dir, &trial);
-            assert_eq!(record["verifier"]["reward"], 1.0, "{trial}: {record}");
-            let pod = pod_of
+            assert_eq!(
+                record["verifier"]["reward"]["reward"], 1.0,
+                "{trial}: {record}"
+            );
+            let mine = pods_of
                 .get(&trial)
                 .unwrap_or_else(|| panic!("no pod seen for {trial}: {pods:?}"));
-            let want = if task == "small-task" { "64Mi" } else { "80Mi" };
-            assert_eq!(
-                pod.memory, want,
-                "{trial} ran on a pod of another spec: {pod:?}"
+            let retried = record["retries"].as_u64().unwrap_or(0) as usize;
+            assert!(
+                mine.len() <= 1 + retried,
+                "{trial} had {} agent pods and {retried} retries: {mine:?}\n{record}",
+                mine.len()
             );
-            assert!(pod.ran, "{trial}'s pod never ran: {pod:?}");
-            if pod.name.starts_with("arb-warm-") {
+            let want = if task == "small-task" { "64Mi" } else { "80Mi" };
+            for pod in mine {
+                assert_eq!(
+                    pod.memory, want,
+                    "{trial} ran on a pod of another spec: {pod:?}"
+                );
+                if !pod.name.starts_with("arb-warm-") {
+                    continue;
+                }
                 warm_claims += 1;
                 let started: k8s_openapi::jiff::Timestamp =
                     record["started_at"].as_str().unwrap().parse().unwrap();
@@ -285,10 +296,14 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
                     created_before_start += 1;
                 }
             }
+            assert!(
+                mine.iter().any(|p| p.ran),
+                "{trial}'s pod never ran: {mine:?}"
+            );
         }
     }
     eprintln!(
-        "{warm_claims} of 8 trials on warm pods; {created_before_start} created a second or more before"
+        "{warm_claims} warm pods claimed by 8 trials; {created_before_start} created a second or more before"
     );
     assert!(
         warm_claims >= 2,
@@ -305,6 +320,4 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
             "a pod of the job with no trial: {pod:?}"
         );
     }
-    let distinct: BTreeSet<&str> = pod_of.values().map(|p| p.name.as_str()).collect();
-    assert_eq!(distinct.len(), 8, "every trial its own pod");
 }
