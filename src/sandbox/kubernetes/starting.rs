@@ -90,8 +90,11 @@ pub(crate) fn watch_pod(
     let config = Config::default()
         .fields(&format!("metadata.name={pod}"))
         .streaming_lists();
+    // (seen in this initial list, ever seen). A pod just created may be missing from the
+    // first initial list (the apiserver's watch cache lags under a burst of creates): only
+    // a pod seen before and missing from a later list, or a delete, is gone.
     watcher(api, config)
-        .scan(false, |seen, event| {
+        .scan((false, false), |(seen, ever), event| {
             let out = match event {
                 Ok(Event::Init) => {
                     *seen = false;
@@ -99,10 +102,11 @@ pub(crate) fn watch_pod(
                 }
                 Ok(Event::InitApply(p) | Event::Apply(p)) => {
                     *seen = true;
+                    *ever = true;
                     Some(Ok(Some(p)))
                 }
                 Ok(Event::Delete(_)) => Some(Ok(None)),
-                Ok(Event::InitDone) if !*seen => Some(Ok(None)),
+                Ok(Event::InitDone) if !*seen && *ever => Some(Ok(None)),
                 Ok(Event::InitDone) => None,
                 Err(e) => Some(Err(e)),
             };
