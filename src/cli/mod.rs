@@ -427,12 +427,15 @@ async fn run(
         "engine requests"
     );
     if let Backend::Kubernetes(cluster) = &*sandbox {
+        let unclaimed = cluster.drain_warm().await;
         let (builds, pushes) = cluster.builds_and_pushes();
         tracing::info!(
             requests = cluster.api_requests(),
             trials = outcome.records.len(),
             builds,
             pushes,
+            warm_claimed = cluster.warm_claimed(),
+            warm_unclaimed = unclaimed,
             "kubernetes api requests"
         );
     }

@@ -125,6 +125,9 @@ pub struct BackendConfig {
     /// The share of a pod's CPU limit it requests, in (0, 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_request: Option<f64>,
+    /// Warm pods kept per agent pod spec, claimed by trials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pods: Option<u32>,
 }
 
 impl BackendConfig {
@@ -158,6 +161,7 @@ impl BackendConfig {
             max_starting: self.max_starting,
             schedule_timeout_sec: self.schedule_timeout_sec,
             cpu_request: self.cpu_request,
+            warm_pods: self.warm_pods,
         }
     }
 }

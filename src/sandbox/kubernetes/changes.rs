@@ -78,7 +78,42 @@ pub(super) struct Integrity {
     contents: Mutex<HashMap<(String, Vec<u8>), String>>,
 }
 
+/// The node, image and owner of a pod, once it has a node and an image.
+pub(super) fn facts_of(got: &Pod) -> Option<PodFacts> {
+    let spec = got.spec.as_ref();
+    let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let image = spec
+        .and_then(|s| s.containers.iter().find(|c| c.name == MAIN))
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default();
+    let image_id = got
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == MAIN))
+        .map(|c| c.image_id.clone())
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| image.clone());
+    let labels = got
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LABELS))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    if node.is_empty() || image.is_empty() {
+        return None;
+    }
+    Some(PodFacts {
+        node,
+        image,
+        image_id,
+        labels,
+    })
+}
+
 /// What the change set needs to know of a pod.
+#[derive(Debug, Clone)]
 pub(super) struct PodFacts {
     pub node: String,
     /// The main container's image, as the pod names it.
@@ -185,9 +220,18 @@ impl KubernetesSandbox {
         Ok((finish_paths(image, pending, &changed), now))
     }
 
-    /// The node, image and owner of a pod.
+    /// The node, image and owner of a pod: as the watch saw it running when this process
+    /// started it (no request), else read from the API.
     pub(super) async fn pod_facts(&self, pod: &str) -> Result<PodFacts, SandboxError> {
-        self.count_request();
+        if let Some(facts) = self
+            .states
+            .lock()
+            .await
+            .get(pod)
+            .and_then(|s| s.facts.clone())
+        {
+            return Ok(facts);
+        }
         let got: Pod = match self.pods().get(pod).await {
             Ok(p) => p,
             Err(e) if api_status(&e) == Some(404) => {
@@ -199,39 +243,12 @@ impl KubernetesSandbox {
             }
             Err(e) => return Err(KubeError::api("pod get")(e).into()),
         };
-        let spec = got.spec.as_ref();
-        let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
-        let image = spec
-            .and_then(|s| s.containers.iter().find(|c| c.name == MAIN))
-            .and_then(|c| c.image.clone())
-            .unwrap_or_default();
-        let image_id = got
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.name == MAIN))
-            .map(|c| c.image_id.clone())
-            .filter(|i| !i.is_empty())
-            .unwrap_or_else(|| image.clone());
-        let labels = got
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION_LABELS))
-            .and_then(|json| serde_json::from_str(json).ok())
-            .unwrap_or_default();
-        if node.is_empty() || image.is_empty() {
-            return Err(KubeError::Exec {
+        facts_of(&got).ok_or_else(|| {
+            KubeError::Exec {
                 pod: pod.to_string(),
                 message: "the pod has no node or no image yet".to_string(),
             }
-            .into());
-        }
-        Ok(PodFacts {
-            node,
-            image,
-            image_id,
-            labels,
+            .into()
         })
     }
 

@@ -4,6 +4,8 @@
 //! small OPEN, then the reply) then waits for the apiserver's delayed ACK — about 40 ms per new
 //! connection through the relay, against about 1 ms with Nagle off.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -11,8 +13,13 @@ use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ConfigExt};
 use tower::ServiceBuilder;
 
-/// A client for `config` whose connections send small writes at once.
-pub(super) fn nodelay_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
+/// A client for `config` whose connections send small writes at once; every request it sends
+/// (lists, watches and their restarts, exec and attach upgrades, deletes) adds one to
+/// `requests`.
+pub(super) fn nodelay_client(
+    config: &kube::Config,
+    requests: Arc<AtomicU64>,
+) -> Result<kube::Client, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -28,6 +35,11 @@ pub(super) fn nodelay_client(config: &kube::Config) -> Result<kube::Client, kube
         .option_layer(retry)
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
+        .map_request(move |request: http::Request<Body>| {
+            requests.fetch_add(1, Ordering::Relaxed);
+            tracing::trace!(method = %request.method(), uri = %request.uri(), "kubernetes api request");
+            request
+        })
         .map_err(tower::BoxError::from)
         .service(hyper);
     Ok(kube::Client::new(service, config.default_namespace.clone()))

@@ -52,6 +52,10 @@ pub struct KubeSettings {
     /// whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_request: Option<f64>,
+    /// Warm pods kept per agent pod spec, claimed by trials (issue 28; warm.rs); none or 0:
+    /// every trial creates its own pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pods: Option<u32>,
 }
 
 /// What `connect` settled: the settings with every default filled in.

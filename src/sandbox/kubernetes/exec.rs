@@ -258,7 +258,6 @@ impl KubernetesSandbox {
             .max_stderr_buf_size(64 * 1024);
         let started = Instant::now();
         loop {
-            self.count_request();
             match self.pods().exec(pod, argv.to_vec(), &params).await {
                 Ok(process) => return Ok(process),
                 Err(e) => {

@@ -54,6 +54,8 @@ pub(super) struct PodState {
     pub mounts: Vec<Mount>,
     /// A pod of this frozen filesystem: replayed at the start, before PID 1 goes on.
     pub replay: Option<FrozenId>,
+    /// Its node, image and owner, as the watch saw it running (the change set's facts).
+    pub facts: Option<super::changes::PodFacts>,
 }
 
 /// Proof, from inside, that a pod with network `none` has only loopback: no other interface
@@ -70,6 +72,23 @@ if [ -n "$KUBERNETES_SERVICE_HOST" ]; then
   $B nc -w 2 "$KUBERNETES_SERVICE_HOST" "${KUBERNETES_SERVICE_PORT:-443}" </dev/null >/dev/null 2>&1 && { echo "the API service answered" >&2; exit 1; }
 fi
 exit 0"#;
+
+/// The exit code of the handover probe with the proof of network `none` when the keep-alive
+/// does not run yet.
+const NOT_HANDED_OVER: i64 = 100;
+
+/// The start's failure when network `none` could not be proved.
+fn no_network_proof(pod: &str, err: &[u8]) -> SandboxError {
+    KubeError::NotStarted {
+        pod: pod.to_string(),
+        why: format!(
+            "network none not in place: {}",
+            String::from_utf8_lossy(err).trim()
+        ),
+        events: String::new(),
+    }
+    .into()
+}
 
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
 /// until none is left; print the memory cgroup's OOM-kill count read before.
@@ -156,9 +175,31 @@ impl KubernetesSandbox {
                 main.args = None;
             }
         }
+        let deny = spec.network == Network::None && self.policies_allowed();
+        // A warm pod of the same spec, claimed (warm.rs): no slot, it was created already.
+        if self.warm.enabled()
+            && node.is_none()
+            && replay.is_none()
+            && spec.mounts.is_empty()
+            && spec.owner.role == crate::sandbox::Role::Agent
+            && let Some((name, _)) = self.warm.claim(&pod, deny).await
+        {
+            self.states.lock().await.insert(
+                name.clone(),
+                PodState {
+                    default_user: spec.start.user.clone().or(default_user),
+                    started: false,
+                    network: Some(spec.network),
+                    handover: spec.start.process == Process::ImageEntrypoint,
+                    mounts: Vec::new(),
+                    replay: None,
+                    facts: None,
+                },
+            );
+            return Ok(ContainerId::new(name));
+        }
         // A start slot first (the start-rate cap): held until the pod runs or is removed.
         let slot = self.slots.take().await;
-        self.count_request();
         let created = self
             .pods()
             .create(&PostParams::default(), &pod)
@@ -172,15 +213,15 @@ impl KubernetesSandbox {
             handover: spec.start.process == Process::ImageEntrypoint,
             mounts: spec.mounts.clone(),
             replay,
+            facts: None,
         };
         self.states.lock().await.insert(name.clone(), state);
-        if spec.network == Network::None && self.policies_allowed() {
+        if deny {
             let uid = created.metadata.uid.clone().unwrap_or_default();
             let labels = created.metadata.labels.clone().unwrap_or_default();
             let policy = deny_all(&name, &uid, &labels);
             let api: Api<NetworkPolicy> =
                 Api::namespaced(self.client.clone(), &self.resolved.namespace);
-            self.count_request();
             if let Err(e) = api.create(&PostParams::default(), &policy).await {
                 // The interfaces are down either way; the policy is the second wall only.
                 tracing::warn!(pod = name, "deny-all NetworkPolicy not created: {e}");
@@ -213,12 +254,13 @@ impl KubernetesSandbox {
                 .into()),
             };
         }
-        self.await_running(pod).await?;
+        let running = self.await_running(pod).await?;
         // Running: its start slot goes to the next pod. (A pod that never ran keeps it until
         // it is removed, so pending pods never outnumber the slots.)
         self.slots.release(pod).await;
         if let Some(s) = self.states.lock().await.get_mut(pod) {
             s.started = true;
+            s.facts = super::changes::facts_of(&running);
         }
         if let Some(frozen) = &state.replay {
             self.replay(pod, frozen).await?;
@@ -227,24 +269,17 @@ impl KubernetesSandbox {
             }
         }
         self.seed_mounts(pod, &state.mounts).await?;
+        let net_none = state.network == Some(Network::None);
         if state.handover {
-            self.await_handover(pod).await?;
-        }
-        if state.network == Some(Network::None) {
+            // The proof of network `none` rides on the handover probe's exec.
+            self.await_handover(pod, net_none).await?;
+        } else if net_none {
             let argv = toolbox_argv("sh", &["-c", PROVE_NO_NETWORK]);
             let (end, _, err) = self
                 .harness(pod, &argv, None, Duration::from_secs(30))
                 .await?;
             if end != RawEnd::Exited(0) {
-                return Err(KubeError::NotStarted {
-                    pod: pod.to_string(),
-                    why: format!(
-                        "network none not in place: {}",
-                        String::from_utf8_lossy(&err).trim()
-                    ),
-                    events: String::new(),
-                }
-                .into());
+                return Err(no_network_proof(pod, &err));
             }
         }
         Ok(())
@@ -273,39 +308,43 @@ impl KubernetesSandbox {
     }
 
     /// Watch the pod until its main container runs; fail on a state that will not fix
-    /// itself, or at the start deadline, quoting the pod's events.
-    async fn await_running(&self, pod: &str) -> Result<(), SandboxError> {
-        use kube::runtime::wait::await_condition;
-        let verdict = |p: Option<&Pod>| -> bool { p.is_none_or(|p| start_verdict(p).is_some()) };
+    /// itself, or at the start deadline, quoting the pod's events. One watch sees it placed
+    /// and running: a pod no node takes within the (shorter) schedule timeout fails early,
+    /// naming the scheduler's reason from the last state the watch saw.
+    async fn await_running(&self, pod: &str) -> Result<Pod, SandboxError> {
+        use futures_util::TryStreamExt;
         let begun = tokio::time::Instant::now();
-        // A node first, within the (shorter) schedule timeout: an unschedulable pod fails
-        // early, naming the scheduler's reason.
-        if let Some(why) = self.await_scheduled(pod).await {
-            return Err(KubeError::NotStarted {
-                pod: pod.to_string(),
-                why,
-                events: self.events_of(pod).await,
-            }
-            .into());
-        }
-        let left = START_DEADLINE.saturating_sub(begun.elapsed());
-        self.count_request();
-        let waited = tokio::time::timeout(left, await_condition(self.pods(), pod, verdict)).await;
-        let why = match waited {
-            Ok(Ok(Some(p))) => match start_verdict(&p) {
-                Some(Ok(())) => return Ok(()),
-                Some(Err(why)) => why,
-                None => "no verdict".to_string(),
-            },
-            Ok(Ok(None)) => {
-                return Err(KubeError::PodGone {
-                    pod: pod.to_string(),
-                    why: "deleted while starting".to_string(),
+        let placed_by = begun + self.schedule_timeout().min(START_DEADLINE);
+        let running_by = begun + START_DEADLINE;
+        let stream = super::starting::watch_pod(self.pods(), pod);
+        let mut stream = std::pin::pin!(stream);
+        let mut last: Option<Pod> = None;
+        let why = loop {
+            let placed = last.as_ref().is_some_and(super::starting::scheduled);
+            let until = if placed { running_by } else { placed_by };
+            match tokio::time::timeout_at(until, stream.try_next()).await {
+                Ok(Ok(Some(Some(p)))) => {
+                    match start_verdict(&p) {
+                        Some(Ok(())) => return Ok(p),
+                        Some(Err(why)) => break why,
+                        None => {}
+                    }
+                    last = Some(p);
                 }
-                .into());
+                Ok(Ok(Some(None))) => {
+                    return Err(KubeError::PodGone {
+                        pod: pod.to_string(),
+                        why: "deleted while starting".to_string(),
+                    }
+                    .into());
+                }
+                Ok(Ok(None)) => break "the watch ended".to_string(),
+                Ok(Err(e)) => break format!("watch failed: {e}"),
+                Err(_) if !placed => {
+                    break super::starting::unplaced(last.as_ref(), (placed_by - begun).as_secs());
+                }
+                Err(_) => break format!("not running after {}s", START_DEADLINE.as_secs()),
             }
-            Ok(Err(e)) => format!("watch failed: {e}"),
-            Err(_) => format!("not running after {}s", START_DEADLINE.as_secs()),
         };
         let events = self.events_of(pod).await;
         if let Some(image) = why.strip_prefix("pull:") {
@@ -325,21 +364,32 @@ impl KubernetesSandbox {
         .into())
     }
 
-    /// Wait until the keep-alive runs (the image's ENTRYPOINT handed over), as on Docker.
-    async fn await_handover(&self, pod: &str) -> Result<(), SandboxError> {
+    /// Wait until the keep-alive runs (the image's ENTRYPOINT handed over), as on Docker;
+    /// with `prove_no_network`, the same exec then proves network `none` (one exec, not two).
+    /// Called right after the watch saw the main container running.
+    async fn await_handover(&self, pod: &str, prove_no_network: bool) -> Result<(), SandboxError> {
         let mut keepalive = keepalive_argv();
         keepalive.push(KEEPALIVE_MARKER.to_string());
         let tool = |applet: &str| toolbox_argv(applet, &[]).join(" ");
-        let probe = toolbox_argv(
-            "sh",
-            &[
-                "-c",
-                &crate::sandbox::docker::handover_probe(&keepalive, tool),
-            ],
-        );
+        let mut script = crate::sandbox::docker::handover_probe(&keepalive, tool);
+        if prove_no_network {
+            script = format!("( {script} ) || exit {NOT_HANDED_OVER}\n{PROVE_NO_NETWORK}");
+        }
+        let probe = toolbox_argv("sh", &["-c", &script]);
         let started = tokio::time::Instant::now();
+        let mut first = true;
         loop {
-            match self.main_state(pod).await? {
+            // The watch has just seen it running: no need to ask again the first time.
+            let state = if first {
+                Some(ContainerState {
+                    running: Some(Default::default()),
+                    ..Default::default()
+                })
+            } else {
+                self.main_state(pod).await?
+            };
+            first = false;
+            match state {
                 Some(ContainerState {
                     running: Some(_), ..
                 }) => {}
@@ -354,11 +404,14 @@ impl KubernetesSandbox {
                     });
                 }
             }
-            let (end, _, _) = self
-                .harness(pod, &probe, None, Duration::from_secs(10))
+            let (end, _, err) = self
+                .harness(pod, &probe, None, Duration::from_secs(30))
                 .await?;
-            if end == RawEnd::Exited(0) {
-                return Ok(());
+            match end {
+                RawEnd::Exited(0) => return Ok(()),
+                RawEnd::Exited(NOT_HANDED_OVER) if prove_no_network => {}
+                _ if prove_no_network => return Err(no_network_proof(pod, &err)),
+                _ => {}
             }
             if started.elapsed() >= HANDOVER_WAIT {
                 return Err(SandboxError::Entrypoint {
@@ -381,7 +434,6 @@ impl KubernetesSandbox {
             tail_lines: Some(5),
             ..Default::default()
         };
-        self.count_request();
         match self.pods().logs(pod, &params).await {
             Ok(text) if !text.trim().is_empty() => {
                 let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -400,7 +452,6 @@ impl KubernetesSandbox {
         &self,
         pod: &str,
     ) -> Result<Option<ContainerState>, SandboxError> {
-        self.count_request();
         let got = match self.pods().get(pod).await {
             Ok(p) => p,
             Err(e) if api_status(&e) == Some(404) => {
@@ -419,7 +470,6 @@ impl KubernetesSandbox {
     /// while it runs or when the API cannot say. `pod` may name a sidecar (`pod/container`).
     pub(super) async fn pod_ended(&self, pod: &str) -> Option<Ended> {
         let pod = super::names::target(pod).0;
-        self.count_request();
         match self.pods().get(pod).await {
             Err(e) if api_status(&e) == Some(404) => {
                 Some(Ended::ByCluster("not found".to_string()))
@@ -449,7 +499,6 @@ impl KubernetesSandbox {
     pub(super) async fn events_of(&self, pod: &str) -> String {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &self.resolved.namespace);
         let params = ListParams::default().fields(&format!("involvedObject.name={pod}"));
-        self.count_request();
         let Ok(list) = api.list(&params).await else {
             return String::new();
         };
@@ -478,9 +527,8 @@ impl KubernetesSandbox {
     /// [`Sandbox::stop`](crate::sandbox::Sandbox::stop).
     pub(super) async fn stop_pod(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
         let pod = id.as_str();
-        if let Some(how) = self.pod_ended(pod).await {
-            return stopped_after(pod, how);
-        }
+        // No status read first: an exec into a pod that ended fails, and then its status
+        // says how it ended (one request less per stop).
         let argv = toolbox_argv("sh", &["-c", STOP]);
         let (end, out, err) = match self
             .harness(pod, &argv, None, Duration::from_secs(60))
@@ -560,7 +608,6 @@ impl KubernetesSandbox {
             grace_period_seconds: Some(0),
             ..DeleteParams::background()
         };
-        self.count_request();
         let deleted = self.pods().delete(id.as_str(), &params).await;
         // Given back even when the delete failed: a slot lost for good would stall the job.
         self.slots.release(id.as_str()).await;
@@ -575,7 +622,6 @@ impl KubernetesSandbox {
     /// its exact owner labels.
     pub(super) async fn list_pods(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {
         let params = ListParams::default().labels(&label_selector(selector));
-        self.count_request();
         let list = self
             .pods()
             .list(&params)
@@ -607,7 +653,6 @@ impl KubernetesSandbox {
         if let Some(state) = self.states.lock().await.get(pod) {
             return state.default_user.clone();
         }
-        self.count_request();
         let got = self.pods().get(pod).await.ok()?;
         got.metadata.annotations?.get(ANNOTATION_USER).cloned()
     }
@@ -637,11 +682,6 @@ fn main_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus
         .as_ref()?
         .iter()
         .find(|s| s.name == MAIN)
-}
-
-/// Whether `pod` will never start (a verdict other than "wait").
-pub(super) fn will_not_start(pod: &Pod) -> bool {
-    matches!(start_verdict(pod), Some(Err(_)))
 }
 
 /// `Some(Ok)` once the main container runs; `Some(Err(why))` when it never will (a failed

@@ -32,6 +32,7 @@ mod sidecar;
 mod starting;
 mod transfer;
 mod walk;
+mod warm;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -46,6 +47,7 @@ use tokio::sync::{Mutex, OnceCell};
 
 pub use config::{CPU_REQUEST_ENV, KubeSettings, NAMESPACE_ENV, REGISTRY_ENV};
 pub use error::KubeError;
+pub use warm::WARM_PODS_ENV;
 
 use super::toolbox::Toolbox;
 use super::{
@@ -81,7 +83,10 @@ pub struct KubernetesSandbox {
     policies: AtomicBool,
     builds: AtomicU64,
     pushes: AtomicU64,
-    requests: AtomicU64,
+    /// Warm pods per agent pod spec (`warm_pods`).
+    warm: warm::WarmPools,
+    /// Requests sent, counted by the client's own service stack.
+    requests: Arc<AtomicU64>,
 }
 
 impl KubernetesSandbox {
@@ -138,8 +143,21 @@ impl KubernetesSandbox {
                 "max_starting and schedule_timeout_sec must be at least 1".to_string(),
             ));
         }
-        let client = client::nodelay_client(&config).map_err(|e| failed(e.to_string()))?;
+        // Every request the client sends is counted under it (lists, watches, exec upgrades).
+        let requests = Arc::new(AtomicU64::new(0));
+        let client = client::nodelay_client(&config, Arc::clone(&requests))
+            .map_err(|e| failed(e.to_string()))?;
         let slots = starting::StartSlots::new(settings.max_starting);
+        let warm_pods = match settings.warm_pods {
+            Some(n) => n,
+            None => match config::env_value(WARM_PODS_ENV) {
+                Some(v) => v.trim().parse::<u32>().map_err(|_| {
+                    KubeError::Setup(format!("{WARM_PODS_ENV}={v}: not a whole number"))
+                })?,
+                None => 0,
+            },
+        };
+        let warm = warm::WarmPools::new(warm_pods, client.clone(), &namespace);
         Ok(KubernetesSandbox {
             client,
             resolved: config::Resolved {
@@ -164,7 +182,8 @@ impl KubernetesSandbox {
             policies: AtomicBool::new(true),
             builds: AtomicU64::new(0),
             pushes: AtomicU64::new(0),
-            requests: AtomicU64::new(0),
+            warm,
+            requests,
         })
     }
 
@@ -197,13 +216,21 @@ impl KubernetesSandbox {
         )
     }
 
-    /// API requests this process sent (exec connections included).
+    /// API requests this process sent: every HTTP request of its client (lists, watches and
+    /// their restarts, exec and attach upgrades, deletes), counted under kube's client.
     pub fn api_requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
     }
 
-    fn count_request(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+    /// The job's end: unclaimed warm pods are deleted and no more are started; how many
+    /// were deleted.
+    pub async fn drain_warm(&self) -> usize {
+        self.warm.drain().await
+    }
+
+    /// Warm pods trials claimed (for tests and benches).
+    pub fn warm_claimed(&self) -> u64 {
+        self.warm.claimed()
     }
 
     fn pods(&self) -> Api<Pod> {
@@ -306,7 +333,6 @@ impl Sandbox for KubernetesSandbox {
     /// The most `nvidia.com/gpu` any node can allocate.
     async fn gpus(&self) -> Result<u32, SandboxError> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        self.count_request();
         let list = nodes
             .list(&Default::default())
             .await

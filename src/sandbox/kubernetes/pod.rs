@@ -108,9 +108,18 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
     if let Some(user) = default_user {
         annotations.insert(ANNOTATION_USER.to_string(), user.to_string());
     }
+    let main_resources = resources(&spec.limits, plan.resolved.cpu_request);
+    let main_cpu_millis = main_resources
+        .requests
+        .as_ref()
+        .and_then(|r| r.get("cpu"))
+        .and_then(|q| q.0.strip_suffix('m'))
+        .and_then(|m| m.parse::<u64>().ok())
+        .unwrap_or(HARNESS_CPU_MILLIS);
     let mut init = vec![harness_init(
         plan.toolbox_image,
         spec.network == Network::None,
+        main_cpu_millis,
     )];
     let (mount_init, mount_volumes, mount_mounts) =
         super::mounts::pod_parts(plan.mounts, &spec.limits, plan.resolved.cpu_request);
@@ -131,7 +140,7 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
                 .collect(),
         ),
         working_dir: spec.workdir.clone(),
-        resources: Some(resources(&spec.limits, plan.resolved.cpu_request)),
+        resources: Some(main_resources),
         security_context: Some(root()),
         volume_mounts: Some(
             vec![
@@ -210,15 +219,29 @@ fn root() -> SecurityContext {
     }
 }
 
-/// Small, fixed resources for the harness's init containers.
-fn harness_resources() -> ResourceRequirements {
-    let amounts = BTreeMap::from([
-        ("cpu".to_string(), Quantity("100m".to_string())),
+/// The harness init container's CPU limit.
+const HARNESS_CPU_MILLIS: u64 = 100;
+
+/// Small resources for the harness's init container: 100m CPU and 32 MiB at most; its CPU
+/// request is no more than the main container's (`main_cpu_millis`), so that the pod's
+/// request (the larger of the init's and the main container's) is the main container's and
+/// a small `cpu_request` share packs as many pods on a node as it says.
+fn harness_resources(main_cpu_millis: u64) -> ResourceRequirements {
+    let limits = BTreeMap::from([
+        (
+            "cpu".to_string(),
+            Quantity(format!("{HARNESS_CPU_MILLIS}m")),
+        ),
         ("memory".to_string(), Quantity("32Mi".to_string())),
     ]);
+    let mut requests = limits.clone();
+    requests.insert(
+        "cpu".to_string(),
+        Quantity(format!("{}m", main_cpu_millis.clamp(1, HARNESS_CPU_MILLIS))),
+    );
     ResourceRequirements {
-        limits: Some(amounts.clone()),
-        requests: Some(amounts),
+        limits: Some(limits),
+        requests: Some(requests),
         ..Default::default()
     }
 }
@@ -226,7 +249,7 @@ fn harness_resources() -> ResourceRequirements {
 /// The harness's one init container: copies the toolbox into its emptyDir and, for network
 /// `none` (then with `NET_ADMIN`, the only container of the pod that has it), takes every
 /// interface but loopback down. One container: each costs a start on the node.
-fn harness_init(image: &str, net_none: bool) -> Container {
+fn harness_init(image: &str, net_none: bool, main_cpu_millis: u64) -> Container {
     let mut script = format!(
         "B={IMAGE_BUSYBOX}; $B cp $B {IMAGE_RELAY} {TOOLBOX_MOUNT}/ && $B chmod 0755 {TOOLBOX_MOUNT}/busybox {TOOLBOX_MOUNT}/relay && $B chmod 0700 {SCRATCH}"
     );
@@ -251,7 +274,7 @@ fn harness_init(image: &str, net_none: bool) -> Container {
             "-c".to_string(),
             script,
         ]),
-        resources: Some(harness_resources()),
+        resources: Some(harness_resources(main_cpu_millis)),
         security_context: Some(SecurityContext {
             capabilities,
             ..root()
@@ -488,6 +511,10 @@ mod tests {
         );
         assert_eq!(l["ephemeral-storage"].0, "1280Mi");
         assert_eq!(r["ephemeral-storage"].0, "64Mi");
+        let init = harness_resources(10);
+        assert_eq!(init.requests.as_ref().unwrap()["cpu"].0, "10m");
+        assert_eq!(init.limits.as_ref().unwrap()["cpu"].0, "100m");
+        assert_eq!(harness_resources(1500).requests.unwrap()["cpu"].0, "100m");
         let packed = resources(&limits, 0.25);
         let (l, r) = (packed.limits.unwrap(), packed.requests.unwrap());
         assert_eq!(

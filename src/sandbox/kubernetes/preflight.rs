@@ -140,7 +140,6 @@ impl KubernetesSandbox {
             },
             ..Default::default()
         };
-        self.count_request();
         match reviews.create(&PostParams::default(), &review).await {
             Ok(done) => done.status.is_some_and(|s| s.allowed),
             Err(e) => {
@@ -190,7 +189,6 @@ impl KubernetesSandbox {
             dry_run: true,
             ..Default::default()
         };
-        self.count_request();
         match self.pods().create(&params, &pod).await {
             Ok(_) => Ok(true),
             Err(e) if api_status(&e) == Some(404) => Err(format!(

@@ -320,6 +320,7 @@ impl KubernetesSandbox {
                 handover: false,
                 mounts: Vec::new(),
                 replay: None,
+                facts: None,
             },
         );
         self.sidecars.lock().await.insert(
@@ -363,7 +364,6 @@ impl KubernetesSandbox {
         let patch = serde_json::json!({
             "spec": { "ephemeralContainers": [state.container] }
         });
-        self.count_request();
         self.pods()
             .patch_ephemeral_containers(
                 &state.pod,
@@ -380,7 +380,6 @@ impl KubernetesSandbox {
             })?;
         let started = Instant::now();
         loop {
-            self.count_request();
             let pod = self
                 .pods()
                 .get(&state.pod)
@@ -443,7 +442,6 @@ impl KubernetesSandbox {
     /// The ephemeral container's state; a pod that is gone is [`KubeError::PodGone`].
     async fn sidecar_state(&self, id: &str) -> Result<Option<ContainerState>, SandboxError> {
         let (pod, name) = target(id);
-        self.count_request();
         match self.pods().get(pod).await {
             Ok(p) => Ok(state_of(&p, name)),
             Err(e) if api_status(&e) == Some(404) => Err(KubeError::PodGone {

@@ -70,39 +70,58 @@ impl StartSlots {
 
 impl KubernetesSandbox {
     /// How long a pod may wait for a node.
-    fn schedule_timeout(&self) -> Duration {
+    pub(super) fn schedule_timeout(&self) -> Duration {
         self.resolved
             .settings
             .schedule_timeout_sec
             .map_or(SCHEDULE_TIMEOUT, Duration::from_secs)
     }
+}
 
-    /// Watch `pod` until a node takes it (or it is gone, or will never start); `Some(why)`
-    /// when none did within the schedule timeout, naming the scheduler's reason.
-    pub(super) async fn await_scheduled(&self, pod: &str) -> Option<String> {
-        use kube::runtime::wait::await_condition;
-        let placed = |p: Option<&Pod>| -> bool {
-            p.is_none_or(|p| scheduled(p) || super::lifecycle::will_not_start(p))
-        };
-        let timeout = self.schedule_timeout();
-        self.count_request();
-        let waited = tokio::time::timeout(timeout, await_condition(self.pods(), pod, placed)).await;
-        if waited.is_ok() {
-            // Placed, gone, failed, or a watch error: the start's own wait tells which.
-            return None;
-        }
-        self.count_request();
-        let now = self.pods().get(pod).await.ok()?;
-        if scheduled(&now) {
-            return None;
-        }
-        Some(format!(
-            "no node took it within {}s ({})",
-            timeout.as_secs(),
-            unschedulable_reason(&now)
-                .unwrap_or_else(|| "the scheduler gave no reason".to_string())
-        ))
-    }
+/// Every state of one pod: `Some(pod)` as it changes, `None` once it is gone. One request
+/// where the apiserver streams the initial state (`sendInitialEvents`, WatchList), else a
+/// list and a watch.
+pub(crate) fn watch_pod(
+    api: kube::Api<Pod>,
+    pod: &str,
+) -> impl futures_util::Stream<Item = Result<Option<Pod>, kube::runtime::watcher::Error>> + Send {
+    use futures_util::StreamExt;
+    use kube::runtime::watcher::{Config, Event, watcher};
+    let config = Config::default()
+        .fields(&format!("metadata.name={pod}"))
+        .streaming_lists();
+    // (seen in this initial list, ever seen). A pod just created may be missing from the
+    // first initial list (the apiserver's watch cache lags under a burst of creates): only
+    // a pod seen before and missing from a later list, or a delete, is gone.
+    watcher(api, config)
+        .scan((false, false), |(seen, ever), event| {
+            let out = match event {
+                Ok(Event::Init) => {
+                    *seen = false;
+                    None
+                }
+                Ok(Event::InitApply(p) | Event::Apply(p)) => {
+                    *seen = true;
+                    *ever = true;
+                    Some(Ok(Some(p)))
+                }
+                Ok(Event::Delete(_)) => Some(Ok(None)),
+                Ok(Event::InitDone) if !*seen && *ever => Some(Ok(None)),
+                Ok(Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            };
+            futures_util::future::ready(Some(out))
+        })
+        .filter_map(futures_util::future::ready)
+}
+
+/// Why a pod was not placed within `secs`: the scheduler's reason from its last state.
+pub(crate) fn unplaced(last: Option<&Pod>, secs: u64) -> String {
+    format!(
+        "no node took it within {secs}s ({})",
+        last.and_then(unschedulable_reason)
+            .unwrap_or_else(|| "the scheduler gave no reason".to_string())
+    )
 }
 
 /// Whether the scheduler has bound the pod to a node.

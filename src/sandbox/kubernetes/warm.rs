@@ -1,0 +1,410 @@
+//! Warm pods (issue 28, opt-in per job: `backend: {warm_pods: N}`).
+//!
+//! A trial's pod waits for the scheduler, the image pull and the container starts before its
+//! agent can run. With warm pods the backend keeps up to N pods of each agent pod spec it has
+//! seen started ahead, and a trial claims one instead of creating its own:
+//!
+//! - **Same spec.** A warm pod is the pod the trial would create, but for its name and the
+//!   labels that name a trial; pods are matched by a hash of the pod spec (and the default
+//!   user), so a pod of another image, limits, network or env is never claimed.
+//! - **Claimed once.** The claim relabels the pod to the trial with one JSON patch whose first
+//!   operation tests the `arbiter.warm` label: two claims of one pod cannot both succeed
+//!   (the apiserver applies the patch atomically), and a claimed pod has no `arbiter.warm`
+//!   label left. A claimed pod is the trial's: deleted at its end, never offered again.
+//! - **Nothing before the claim.** A warm pod runs only what a cold one runs before its
+//!   start (the harness init, the image's ENTRYPOINT handing over to the keep-alive): no exec
+//!   reaches it until a trial claimed it; the proofs of the start and the trial's uploads
+//!   come after the claim.
+//! - **Topped up, then gone.** Each claim starts a replacement; at the job's end
+//!   ([`KubernetesSandbox::drain_warm`]) the pools close and their unclaimed pods are deleted;
+//!   `arbiter gc` removes those of a dead job (they carry its owner labels).
+//!
+//! The first trial of a spec creates its own pod (and starts the pool); a job whose trials
+//! all start at once gains nothing, a job whose trials come in waves gains from the second.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use super::error::api_status;
+use super::names::{ANNOTATION_LABELS, LABEL_POD, object_labels, random_suffix};
+use super::pod::deny_all;
+use crate::digest::sha256_hex;
+use crate::sandbox::{LABEL_ROLE, LABEL_TRIAL};
+
+/// Label of an unclaimed warm pod: its spec key.
+pub(crate) const LABEL_WARM: &str = "arbiter.warm";
+/// The role label's value on an unclaimed warm pod.
+const ROLE_WARM: &str = "warm";
+/// Environment variable with the default `warm_pods`.
+pub const WARM_PODS_ENV: &str = "ARBITER_K8S_WARM_PODS";
+
+/// The key of a pod's spec: what a warm pod and a trial's pod must share (the pod spec and
+/// the user execs run as), nothing that names a trial.
+pub(crate) fn spec_key(pod: &Pod) -> String {
+    let spec = serde_json::to_string(&pod.spec).unwrap_or_default();
+    let user = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::names::ANNOTATION_USER))
+        .cloned()
+        .unwrap_or_default();
+    sha256_hex(format!("{spec}\n{user}").as_bytes())[..40].to_string()
+}
+
+/// The warm pod of a trial's pod: its spec, another name, the trial's owner labels without
+/// the trial (role `warm`, the spec key in [`LABEL_WARM`]).
+pub(crate) fn warm_pod_of(trial_pod: &Pod, key: &str) -> Pod {
+    let mut pod = trial_pod.clone();
+    let name = format!("arb-warm-{}-{}", &key[..12], random_suffix());
+    let mut owner: BTreeMap<String, String> = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LABELS))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    owner.remove(LABEL_TRIAL);
+    owner.insert(LABEL_ROLE.to_string(), ROLE_WARM.to_string());
+    owner.insert(LABEL_WARM.to_string(), key.to_string());
+    let mut labels = object_labels(&owner);
+    labels.insert(LABEL_POD.to_string(), name.clone());
+    let annotations = pod.metadata.annotations.get_or_insert_default();
+    annotations.insert(
+        ANNOTATION_LABELS.to_string(),
+        serde_json::to_string(&owner).unwrap_or_default(),
+    );
+    pod.metadata.name = Some(name);
+    pod.metadata.labels = Some(labels);
+    pod
+}
+
+/// The claim of warm pod `name` for the trial whose own pod would have been `trial_pod`:
+/// test that it is still unclaimed (its spec key), then take the trial's labels and
+/// annotations (its own name as the pod label).
+pub(crate) fn claim_patch(trial_pod: &Pod, name: &str, key: &str) -> serde_json::Value {
+    let mut labels = trial_pod.metadata.labels.clone().unwrap_or_default();
+    labels.insert(LABEL_POD.to_string(), name.to_string());
+    serde_json::json!([
+        {"op": "test", "path": format!("/metadata/labels/{LABEL_WARM}"), "value": key},
+        {"op": "replace", "path": "/metadata/labels", "value": labels},
+        {"op": "replace", "path": "/metadata/annotations", "value": trial_pod.metadata.annotations.clone().unwrap_or_default()},
+    ])
+}
+
+/// One spec's pool.
+#[derive(Debug)]
+struct Pool {
+    /// A trial pod of the spec (the warm pods are made from it).
+    template: Pod,
+    /// Unclaimed warm pods, oldest first.
+    free: VecDeque<String>,
+    /// Warm pods being created.
+    creating: usize,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    closed: bool,
+    pools: HashMap<String, Pool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// The warm pools of one backend.
+pub(crate) struct WarmPools {
+    /// Warm pods kept per spec (0: none).
+    target: usize,
+    pods: Api<Pod>,
+    policies: Api<NetworkPolicy>,
+    shared: Arc<Mutex<Shared>>,
+    /// Warm pods claimed (for tests and benches).
+    claimed: AtomicU64,
+}
+
+impl WarmPools {
+    pub(crate) fn new(target: u32, client: kube::Client, namespace: &str) -> WarmPools {
+        WarmPools {
+            target: target as usize,
+            pods: Api::namespaced(client.clone(), namespace),
+            policies: Api::namespaced(client, namespace),
+            shared: Arc::new(Mutex::new(Shared::default())),
+            claimed: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.target > 0
+    }
+
+    pub(crate) fn claimed(&self) -> u64 {
+        self.claimed.load(Ordering::SeqCst)
+    }
+
+    /// Claim a warm pod for `trial_pod` (the pod the trial would create): its name and the
+    /// claimed object, or `None` (none free: the trial creates its own). The pool of this
+    /// spec is started on first sight and topped up after each claim.
+    pub(crate) async fn claim(&self, trial_pod: &Pod, deny: bool) -> Option<(String, Pod)> {
+        let key = spec_key(trial_pod);
+        loop {
+            let name = {
+                let mut shared = self.shared.lock().await;
+                if shared.closed {
+                    return None;
+                }
+                let pool = shared.pools.entry(key.clone()).or_insert_with(|| Pool {
+                    template: trial_pod.clone(),
+                    free: VecDeque::new(),
+                    creating: 0,
+                });
+                pool.free.pop_front()
+            };
+            // One taken (or none free): keep the pool at its size.
+            self.top_up(&key, deny).await;
+            let name = name?;
+            let patch = claim_patch(trial_pod, &name, &key);
+            let patch: json_patch::Patch = match serde_json::from_value(patch) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!("warm pod claim not built: {e}");
+                    return None;
+                }
+            };
+            match self
+                .pods
+                .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await
+            {
+                Ok(pod) => {
+                    self.claimed.fetch_add(1, Ordering::SeqCst);
+                    let trial = trial_pod
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(LABEL_TRIAL))
+                        .cloned()
+                        .unwrap_or_default();
+                    tracing::debug!(pod = name, trial, "warm pod claimed");
+                    return Some((name, pod));
+                }
+                Err(e) => {
+                    // Gone, or claimed by someone else (the test failed: 422): the next one.
+                    // Any other failure leaves a pod no pool offers any more: deleted.
+                    let status = api_status(&e);
+                    tracing::debug!(pod = name, ?status, "warm pod not claimed: {e}");
+                    if !matches!(status, Some(404 | 409 | 422)) {
+                        delete(&self.pods, &name).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Start warm pods of `key` until free and starting ones make the target.
+    async fn top_up(&self, key: &str, deny: bool) {
+        let mut shared = self.shared.lock().await;
+        if shared.closed {
+            return;
+        }
+        shared.tasks.retain(|t| !t.is_finished());
+        let Some(pool) = shared.pools.get_mut(key) else {
+            return;
+        };
+        let missing = self.target.saturating_sub(pool.free.len() + pool.creating);
+        pool.creating += missing;
+        let template = pool.template.clone();
+        for _ in 0..missing {
+            let pod = warm_pod_of(&template, key);
+            let task = tokio::spawn(create_warm(
+                self.pods.clone(),
+                self.policies.clone(),
+                Arc::clone(&self.shared),
+                key.to_string(),
+                pod,
+                deny,
+            ));
+            shared.tasks.push(task);
+        }
+    }
+
+    /// The job's end: no more warm pods; the unclaimed ones are deleted (after those being
+    /// created are). Returns how many were deleted.
+    pub(crate) async fn drain(&self) -> usize {
+        let tasks = {
+            let mut shared = self.shared.lock().await;
+            shared.closed = true;
+            std::mem::take(&mut shared.tasks)
+        };
+        for task in tasks {
+            let _ = task.await;
+        }
+        let free: Vec<String> = {
+            let mut shared = self.shared.lock().await;
+            shared
+                .pools
+                .drain()
+                .flat_map(|(_, p)| p.free.into_iter())
+                .collect()
+        };
+        let mut deleted = 0;
+        for name in free {
+            if delete(&self.pods, &name).await {
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+}
+
+async fn delete(pods: &Api<Pod>, name: &str) -> bool {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::background()
+    };
+    match pods.delete(name, &params).await {
+        Ok(_) => true,
+        Err(e) if api_status(&e) == Some(404) => true,
+        Err(e) => {
+            tracing::warn!(pod = name, "unclaimed warm pod not deleted: {e}");
+            false
+        }
+    }
+}
+
+/// Create one warm pod (and its deny-all policy) and offer it, or delete it when the pools
+/// closed meanwhile.
+async fn create_warm(
+    pods: Api<Pod>,
+    policies: Api<NetworkPolicy>,
+    shared: Arc<Mutex<Shared>>,
+    key: String,
+    pod: Pod,
+    deny: bool,
+) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let created = pods.create(&PostParams::default(), &pod).await;
+    let created = match created {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(pod = name, "warm pod not created: {e}");
+            None
+        }
+    };
+    if let (Some(created), true) = (&created, deny) {
+        let uid = created.metadata.uid.clone().unwrap_or_default();
+        let labels = created.metadata.labels.clone().unwrap_or_default();
+        if let Err(e) = policies
+            .create(&PostParams::default(), &deny_all(&name, &uid, &labels))
+            .await
+        {
+            tracing::warn!(pod = name, "deny-all NetworkPolicy not created: {e}");
+        }
+    }
+    let mut guard = shared.lock().await;
+    let open = !guard.closed;
+    if let Some(pool) = guard.pools.get_mut(&key) {
+        pool.creating = pool.creating.saturating_sub(1);
+        if open && created.is_some() {
+            pool.free.push_back(name.clone());
+            return;
+        }
+    }
+    drop(guard);
+    if created.is_some() {
+        delete(&pods, &name).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn trial_pod(trial: &str, image: &str) -> Pod {
+        let owner = BTreeMap::from([
+            ("arbiter.managed".to_string(), "true".to_string()),
+            ("arbiter.job".to_string(), "job".to_string()),
+            (LABEL_TRIAL.to_string(), trial.to_string()),
+            (LABEL_ROLE.to_string(), "agent".to_string()),
+            ("arbiter.owner".to_string(), "h/1/2".to_string()),
+        ]);
+        let mut labels = object_labels(&owner);
+        labels.insert(LABEL_POD.to_string(), format!("arb-{trial}"));
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("arb-{trial}")),
+                labels: Some(labels),
+                annotations: Some(BTreeMap::from([(
+                    ANNOTATION_LABELS.to_string(),
+                    serde_json::to_string(&owner).unwrap(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "main".into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn the_key_ignores_the_trial_and_follows_the_spec() {
+        let a = trial_pod("t1", "img@sha256:1");
+        let b = trial_pod("t2", "img@sha256:1");
+        let c = trial_pod("t1", "img@sha256:2");
+        assert_eq!(spec_key(&a), spec_key(&b));
+        assert_ne!(spec_key(&a), spec_key(&c));
+        let warm = warm_pod_of(&a, &spec_key(&a));
+        assert_eq!(
+            spec_key(&warm),
+            spec_key(&a),
+            "a warm pod has the trial's spec"
+        );
+        let labels = warm.metadata.labels.as_ref().unwrap();
+        assert!(
+            !labels.contains_key(LABEL_TRIAL),
+            "a warm pod names no trial"
+        );
+        assert_eq!(labels[LABEL_WARM], spec_key(&a));
+        assert_eq!(labels[LABEL_ROLE], ROLE_WARM);
+        assert_eq!(labels[LABEL_POD], warm.metadata.name.clone().unwrap());
+        assert!(labels.contains_key("arbiter.owner"), "gc finds it by owner");
+        let exact: BTreeMap<String, String> =
+            serde_json::from_str(&warm.metadata.annotations.as_ref().unwrap()[ANNOTATION_LABELS])
+                .unwrap();
+        assert_eq!(exact["arbiter.owner"], "h/1/2");
+        assert!(warm.metadata.name.unwrap().starts_with("arb-warm-"));
+    }
+
+    #[test]
+    fn the_claim_tests_the_warm_label_then_takes_the_trials_labels() {
+        let a = trial_pod("t1", "img");
+        let key = spec_key(&a);
+        let patch = claim_patch(&a, "arb-warm-x", &key);
+        let ops = patch.as_array().unwrap();
+        assert_eq!(ops[0]["op"], "test");
+        assert_eq!(ops[0]["path"], "/metadata/labels/arbiter.warm");
+        assert_eq!(ops[0]["value"], key.as_str());
+        let labels = &ops[1]["value"];
+        assert_eq!(labels[LABEL_TRIAL], "t1");
+        assert_eq!(labels[LABEL_POD], "arb-warm-x");
+        assert!(
+            labels.get(LABEL_WARM).is_none(),
+            "a claimed pod is not offered again"
+        );
+        let parsed: Result<json_patch::Patch, _> = serde_json::from_value(patch);
+        assert!(parsed.is_ok());
+    }
+}

@@ -1,0 +1,323 @@
+//! Warm pods on the test cluster (issue 28): claimed by trials, never reused, matched by
+//! spec, gone after the job. Skipped with a message when `KUBECONFIG` is unset; a failure
+//! when `ARBITER_REQUIRE_K8S=1`.
+//!
+//! What each pod was is read from a watch the test holds while the job runs (its uid, when
+//! it was created, every trial label it carried, its memory limit), never from timing.
+
+mod common;
+
+use common::k8s::quick_built;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
+
+fn required() -> bool {
+    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
+}
+
+fn have_cluster() -> bool {
+    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
+        if required() {
+            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
+        }
+        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
+        return false;
+    }
+    true
+}
+
+async fn pods_api() -> Api<Pod> {
+    let client = kube::Client::try_default().await.expect("kube client");
+    match std::env::var("ARBITER_K8S_NAMESPACE") {
+        Ok(ns) if !ns.is_empty() => Api::namespaced(client, &ns),
+        _ => Api::default_namespaced(client),
+    }
+}
+
+/// One pod of the job as the watch saw it.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    name: String,
+    created: Option<k8s_openapi::jiff::Timestamp>,
+    /// Every trial label it carried.
+    trials: BTreeSet<String>,
+    /// The main container's memory limit.
+    memory: String,
+    ran: bool,
+}
+
+#[derive(Default)]
+struct Observed {
+    by_uid: BTreeMap<String, Seen>,
+    synced: bool,
+}
+
+/// Watches the pods whose job label starts with the job dir's name until dropped.
+struct Watch {
+    seen: Arc<Mutex<Observed>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watch {
+    fn start(job_dir: &Path) -> Watch {
+        let prefix = format!("{}-", job_dir.file_name().unwrap().to_string_lossy());
+        let seen = Arc::new(Mutex::new(Observed::default()));
+        let shared = Arc::clone(&seen);
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let pods = pods_api().await;
+                let config = watcher::Config::default().labels("arbiter.managed=true");
+                let mut stream = watcher(pods, config).boxed();
+                loop {
+                    let event = tokio::select! {
+                        _ = &mut stopped => return,
+                        e = stream.next() => e,
+                    };
+                    let Some(event) = event else { return };
+                    let Ok(event) = event else { continue };
+                    let mut o = shared.lock().unwrap();
+                    match event {
+                        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                            apply(&mut o, &p, &prefix)
+                        }
+                        watcher::Event::InitDone => o.synced = true,
+                        watcher::Event::Init | watcher::Event::Delete(_) => {}
+                    }
+                }
+            });
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !seen.lock().unwrap().synced {
+            assert!(Instant::now() < deadline, "the pod watch never synced");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Watch {
+            seen,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    fn pods(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().by_uid.values().cloned().collect()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn apply(o: &mut Observed, pod: &Pod, prefix: &str) {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    if !labels
+        .get("arbiter.job")
+        .is_some_and(|j| j.starts_with(prefix))
+    {
+        return;
+    }
+    let Some(uid) = pod.metadata.uid.clone() else {
+        return;
+    };
+    let entry = o.by_uid.entry(uid).or_default();
+    entry.name = pod.metadata.name.clone().unwrap_or_default();
+    entry.created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    if let Some(trial) = labels.get("arbiter.trial") {
+        entry.trials.insert(trial.clone());
+    }
+    let main = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == "main"));
+    entry.memory = main
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    let running = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "main"))
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|s| s.running.is_some());
+    entry.ran |= running;
+}
+
+/// A copy of the built quick task with another memory limit (so another pod spec).
+fn task_with_memory(dir: &Path, name: &str, memory_mb: u32) -> std::path::PathBuf {
+    let sub = dir.join(name);
+    std::fs::create_dir_all(&sub).unwrap();
+    let task = quick_built(&sub);
+    let toml = std::fs::read_to_string(task.join("task.toml"))
+        .unwrap()
+        .replace("memory_mb = 64", &format!("memory_mb = {memory_mb}"));
+    std::fs::write(task.join("task.toml"), toml).unwrap();
+    let renamed = dir.join(format!("{name}-task"));
+    std::fs::rename(&task, &renamed).unwrap();
+    renamed
+}
+
+/// A job of two tasks whose pods differ only in their memory limit, in waves (concurrency
+/// 2, four attempts each) with one warm pod per spec: later trials claim warm pods created
+/// before they started; every trial has its own pod (no pod carries two trials); a pod
+/// carries a trial only of its own spec; nothing of the job is left afterwards.
+#[test]
+fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
+    if !have_cluster() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let small = task_with_memory(tmp.path(), "small", 64);
+    let large = task_with_memory(tmp.path(), "large", 80);
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}, {}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 4; echo ok > /app/out']\nattempts: 4\nconcurrency: 2\nbackend:\n  kind: kubernetes\n  warm_pods: 1\n",
+            small.display(),
+            large.display()
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-warm-{}", std::process::id()));
+    let watch = Watch::start(&job_dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args([
+            "run",
+            "--quiet",
+            "--job-dir",
+            &job_dir.display().to_string(),
+            "-c",
+            &config.display().to_string(),
+        ])
+        .env(
+            "RUST_LOG",
+            "arbiter=info,arbiter::sandbox::kubernetes::warm=debug",
+        )
+        .output()
+        .expect("arbiter run");
+    let log = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    // The job's end deleted the unclaimed: nothing of the job is left (asked of the API,
+    // not of the watch).
+    let left: Vec<String> = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let pods = pods_api().await;
+        let list = pods
+            .list(&ListParams::default().labels("arbiter.managed=true"))
+            .await
+            .expect("pod list");
+        let prefix = format!("{}-", job_dir.file_name().unwrap().to_string_lossy());
+        list.items
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("arbiter.job"))
+                    .is_some_and(|j| j.starts_with(&prefix))
+                    && p.metadata.deletion_timestamp.is_none()
+            })
+            .filter_map(|p| p.metadata.name)
+            .collect()
+    });
+    let pods = watch.pods();
+    drop(watch);
+    assert!(left.is_empty(), "pods of the job left: {left:?}");
+
+    // No pod carried two trials; every trial passed; a trial with more than one agent pod
+    // was retried (an infrastructure failure: a new pod, never the old one again).
+    let mut pods_of: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
+    for pod in pods
+        .iter()
+        .filter(|p| p.name.contains("-agent-") || p.name.starts_with("arb-warm-"))
+    {
+        assert!(pod.trials.len() <= 1, "a pod carried two trials: {pod:?}");
+        if let Some(trial) = pod.trials.iter().next() {
+            pods_of.entry(trial.clone()).or_default().push(pod.clone());
+        }
+    }
+    let mut warm_claims = 0;
+    let mut created_before_start = 0;
+    for task in ["small-task", "large-task"] {
+        for i in 1..=4 {
+            let trial = format!("{task}__slow__default__{i}");
+            let record = common::result(&job_dir, &trial);
+            assert_eq!(
+                record["verifier"]["reward"]["reward"], 1.0,
+                "{trial}: {record}"
+            );
+            let mine = pods_of
+                .get(&trial)
+                .unwrap_or_else(|| panic!("no pod seen for {trial}: {pods:?}"));
+            let retried = record["retries"].as_u64().unwrap_or(0) as usize;
+            assert!(
+                mine.len() <= 1 + retried,
+                "{trial} had {} agent pods and {retried} retries: {mine:?}\n{record}",
+                mine.len()
+            );
+            let want = if task == "small-task" { "64Mi" } else { "80Mi" };
+            for pod in mine {
+                assert_eq!(
+                    pod.memory, want,
+                    "{trial} ran on a pod of another spec: {pod:?}"
+                );
+                if !pod.name.starts_with("arb-warm-") {
+                    continue;
+                }
+                warm_claims += 1;
+                let started: k8s_openapi::jiff::Timestamp =
+                    record["started_at"].as_str().unwrap().parse().unwrap();
+                let created = pod.created.expect("creation time");
+                assert!(
+                    created <= started,
+                    "{trial}: its warm pod was created after it started"
+                );
+                if created < started {
+                    created_before_start += 1;
+                }
+            }
+            assert!(
+                mine.iter().any(|p| p.ran),
+                "{trial}'s pod never ran: {mine:?}"
+            );
+        }
+    }
+    eprintln!(
+        "{warm_claims} warm pods claimed by 8 trials; {created_before_start} created a second or more before"
+    );
+    assert!(
+        warm_claims >= 2,
+        "later waves claim warm pods ({warm_claims} did)\n{log}"
+    );
+    assert!(
+        created_before_start >= 1,
+        "a claimed warm pod was created before its trial started"
+    );
+    // Pods of the job that never carried a trial were warm pods, deleted unclaimed.
+    for pod in pods.iter().filter(|p| p.trials.is_empty()) {
+        assert!(
+            pod.name.starts_with("arb-warm-") || pod.name.contains("-snapshot-"),
+            "a pod of the job with no trial: {pod:?}"
+        );
+    }
+}
