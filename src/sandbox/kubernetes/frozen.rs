@@ -142,6 +142,10 @@ impl KubernetesSandbox {
                 }
             }
         }
+        let (roots, flat) = split_at_mounts(roots, &now);
+        // The entries of a root with a mount beneath it, one by one and before the
+        // directories' own entries again.
+        let dirs: Vec<Vec<u8>> = flat.into_iter().chain(dirs).collect();
         let dir = tempfile::Builder::new()
             .prefix("arbiter-k8s-frozen-")
             .tempdir()
@@ -367,4 +371,88 @@ fn nul_list(paths: &[Vec<u8>]) -> Vec<u8> {
         out.push(0);
     }
     out
+}
+
+/// Roots to archive with recursion, and the entries (parents first) of those that hold a mount
+/// point beneath them, to archive one by one: a recursive tar would descend into the mount (a
+/// volume of the pod — the agent's cache, a read-only `mounts:` entry — not the agent's
+/// filesystem: a root `/opt` over a 400 MB agent cache froze those 400 MB). The walk (`find
+/// -xdev`) holds no entry of another filesystem; the mount points themselves are left out.
+fn split_at_mounts(roots: Vec<Vec<u8>>, now: &super::walk::Walk) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let holds_mount = |root: &[u8]| {
+        now.mounts
+            .iter()
+            .any(|m| m.len() > root.len() && m.starts_with(root) && m[root.len()] == b'/')
+    };
+    let (mut whole, mut flat) = (Vec::new(), Vec::new());
+    for root in roots {
+        if !holds_mount(&root) {
+            whole.push(root);
+            continue;
+        }
+        let mut beneath = root.clone();
+        beneath.push(b'/');
+        flat.extend(
+            now.entries
+                .keys()
+                .filter(|p| **p == root || p.starts_with(&beneath))
+                .filter(|p| !now.mounts.contains(p.as_slice()))
+                .cloned(),
+        );
+    }
+    // Parents before children (the walk's order is by bytes: `/a/b` after `/a`, but `/a-x`
+    // between them would not matter: each entry is archived with its full path).
+    flat.sort();
+    (whole, flat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::walk::{Stat, Walk};
+    use super::*;
+
+    fn stat() -> Stat {
+        Stat {
+            mode: 0o40755,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            mtime: 0,
+            mtime_ns: 0,
+            ctime: String::new(),
+            rdev: (0, 0),
+            ino: 1,
+            nlink: 1,
+        }
+    }
+
+    #[test]
+    fn a_root_over_a_mount_is_archived_entry_by_entry_without_the_mount() {
+        let mut now = Walk::default();
+        for p in [
+            "/opt",
+            "/opt/agent",
+            "/opt/notes.txt",
+            "/opt/sub",
+            "/opt/sub/f",
+            "/app",
+            "/app/x",
+        ] {
+            now.entries.insert(p.as_bytes().to_vec(), stat());
+        }
+        now.mounts.insert(b"/opt/agent".to_vec());
+        now.mounts.insert(b"/proc".to_vec());
+        let roots = vec![b"/opt".to_vec(), b"/app".to_vec()];
+        let (whole, flat) = split_at_mounts(roots, &now);
+        assert_eq!(whole, [b"/app".to_vec()]);
+        let flat: Vec<&str> = flat
+            .iter()
+            .map(|p| std::str::from_utf8(p).unwrap())
+            .collect();
+        assert_eq!(flat, ["/opt", "/opt/notes.txt", "/opt/sub", "/opt/sub/f"]);
+        // A mount whose name only starts like a root's is not beneath it.
+        now.mounts.insert(b"/app-cache".to_vec());
+        let (whole, flat) = split_at_mounts(vec![b"/app".to_vec()], &now);
+        assert_eq!((whole.len(), flat.len()), (1, 0));
+    }
 }
