@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::k8s::{kubectl, quick_built};
+use common::k8s::{kubectl, pods_of, quick_built};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -326,28 +326,6 @@ fn kubectl_apply(yaml: &str) {
         .write_all(yaml.as_bytes())
         .expect("write");
     assert!(child.wait().expect("kubectl").success(), "kubectl apply");
-}
-
-/// Pods of a job dir's job still in the namespace (the job label is `<name>-<digest>`).
-fn pods_of(job_dir: &Path) -> Vec<String> {
-    let name = job_dir.file_name().unwrap().to_string_lossy().into_owned();
-    let out = kubectl(&[
-        "get",
-        "pods",
-        "-l",
-        "arbiter.managed=true",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.arbiter\\.job}{\"\\n\"}{end}",
-    ]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.split(' ')
-                .nth(1)
-                .is_some_and(|j| j.starts_with(&format!("{name}-")))
-        })
-        .map(str::to_string)
-        .collect()
 }
 
 fn example_tasks() -> Vec<String> {

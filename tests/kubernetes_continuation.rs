@@ -16,6 +16,7 @@ mod common;
 
 use std::path::Path;
 
+use common::k8s::pods_of;
 use common::*;
 use serde_json::Value;
 
@@ -41,32 +42,6 @@ fn write_files(dir: &Path, files: &[(&str, &str)]) {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
     }
-}
-
-/// Pods of a job dir's job still in the namespace (the job label is `<name>-<digest>`).
-fn pods_of(job_dir: &Path) -> Vec<String> {
-    let name = job_dir
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .into_owned();
-    let out = common::k8s::kubectl(&[
-        "get",
-        "pods",
-        "-l",
-        "arbiter.managed=true",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.arbiter\\.job}{\"\\n\"}{end}",
-    ]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.split(' ')
-                .nth(1)
-                .is_some_and(|j| j.starts_with(&format!("{name}-")))
-        })
-        .map(str::to_string)
-        .collect()
 }
 
 const VERIFIER: &str = r#"#!/bin/sh

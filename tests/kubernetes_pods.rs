@@ -12,6 +12,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::k8s::pods_of;
 use common::*;
 
 fn required() -> bool {
@@ -29,36 +30,6 @@ fn cluster() -> bool {
         return false;
     }
     true
-}
-
-fn kubectl(args: &[&str]) -> std::process::Output {
-    let bin = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
-    std::process::Command::new(bin)
-        .args(args)
-        .output()
-        .expect("kubectl")
-}
-
-/// Pods of a job dir's job still in the namespace (the job label is `<name>-<digest>`).
-fn pods_of(job_dir: &Path) -> Vec<String> {
-    let name = job_dir.file_name().unwrap().to_string_lossy().into_owned();
-    let out = kubectl(&[
-        "get",
-        "pods",
-        "-l",
-        "arbiter.managed=true",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.arbiter\\.job}{\"\\n\"}{end}",
-    ]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.split(' ')
-                .nth(1)
-                .is_some_and(|j| j.starts_with(&format!("{name}-")))
-        })
-        .map(str::to_string)
-        .collect()
 }
 
 fn write_files(dir: &Path, files: &[(&str, String)]) {

@@ -78,3 +78,30 @@ pub fn kubernetes_flags() -> Option<[&'static str; 2]> {
     }
     super::docker_available().then_some(["--backend", "kubernetes"])
 }
+
+/// Pods of a job dir's job still in the namespace (the job label is `<name>-<digest>`), as
+/// `name job` lines.
+pub fn pods_of(job_dir: &Path) -> Vec<String> {
+    let name = job_dir
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let out = kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        "arbiter.managed=true",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.arbiter\\.job}{\"\\n\"}{end}",
+    ]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .nth(1)
+                .is_some_and(|j| j.starts_with(&format!("{name}-")))
+        })
+        .map(str::to_string)
+        .collect()
+}
