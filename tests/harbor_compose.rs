@@ -55,7 +55,7 @@ fn job_containers(job_dir: &Path) -> Vec<String> {
         .expect("docker");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.starts_with(&format!("{name}-")))
+        .filter(|l| l.split(' ').next().is_some_and(|j| is_job_label(j, &name)))
         .map(str::to_string)
         .collect()
 }

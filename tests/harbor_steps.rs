@@ -1,7 +1,7 @@
 //! Harbor multi-step tasks (`[[steps]]`) through the real binary on the real engine
-//! (offline): each step's instruction, setup and tests in order in one container; the oracle
-//! passes every step, nop none, and an agent that only does the first step gets Harbor's
-//! partial reward (the mean of the steps' rewards).
+//! (offline), and the same job on the Kubernetes test cluster: each step's instruction, setup
+//! and tests in order in one container; the oracle passes every step, nop none, and an agent
+//! that only does the first step gets Harbor's partial reward (the mean of the steps' rewards).
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use common::*;
 use serde_json::Value;
 
-fn task() -> PathBuf {
+fn fixture() -> PathBuf {
     repo().join("tests/fixtures/harbor-run/two-step")
 }
 
@@ -35,7 +35,7 @@ fn reward(rec: &Value) -> Option<f64> {
     rec["verifier"]["reward"]["reward"].as_f64()
 }
 
-fn write_config(dir: &Path) -> PathBuf {
+fn write_config(dir: &Path, task: &Path) -> PathBuf {
     let config = dir.join("job.yaml");
     std::fs::write(
         &config,
@@ -48,7 +48,7 @@ agents:
     kind: command
     run: [bash, -c, "cat /arbiter/instruction.md >> /logs/agent/instructions.log; echo hello > /app/greet.txt"]
 "#,
-            task().display()
+            task.display()
         ),
     )
     .expect("job.yaml");
@@ -57,12 +57,35 @@ agents:
 
 #[test]
 fn oracle_passes_both_steps_nop_neither_and_a_first_step_solver_gets_half() {
-    if !docker_available() {
-        return;
+    if docker_available() {
+        two_steps(&fixture(), &[]);
     }
+}
+
+/// The same job on the Kubernetes test cluster: the same steps, rewards, files and reports.
+/// The task is a copy of the fixture built from a Dockerfile, so its image is in the
+/// registry the nodes pull from.
+#[test]
+fn the_two_step_task_on_kubernetes() {
+    if let Some(backend) = common::k8s::kubernetes_flags() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let task = common::k8s::built_copy(&fixture(), tmp.path(), "arbiter/debian:bookworm");
+        let (job_dir, _guard) = two_steps(&task, &backend);
+        for agent in ["oracle", "nop", "first-only"] {
+            let rec = result(&job_dir, &format!("{TRIAL}__{agent}__default__1"));
+            assert_eq!(rec["sandbox"]["backend"], "kubernetes", "{rec:#}");
+        }
+        assert_eq!(common::k8s::pods_of(&job_dir), Vec::<String>::new());
+    }
+}
+
+/// Run the job and check every record and report; the job dir (kept until the caller ends).
+fn two_steps(task: &Path, backend: &[&str]) -> (PathBuf, tempfile::TempDir) {
     let tmp = tempfile::tempdir().expect("tmp");
-    let config = write_config(tmp.path());
-    let (out, job_dir, _guard) = run_job(&["-c", config.to_str().expect("utf8")]);
+    let config = write_config(tmp.path(), task);
+    let mut args = vec!["-c", config.to_str().expect("utf8")];
+    args.extend_from_slice(backend);
+    let (out, job_dir, guard) = run_job(&args);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
 
     let oracle = result(&job_dir, &format!("{TRIAL}__oracle__default__1"));
@@ -171,4 +194,5 @@ fn oracle_passes_both_steps_nop_neither_and_a_first_step_solver_gets_half() {
         "{}",
         stdout(&md)
     );
+    (job_dir, guard)
 }

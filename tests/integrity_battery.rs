@@ -186,19 +186,6 @@ fn pytest_site() -> Option<PathBuf> {
     Some(site)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let entry = entry.expect("entry");
-        let dest = to.join(entry.file_name());
-        if entry.file_type().expect("type").is_dir() {
-            copy_dir(&entry.path(), &dest);
-        } else {
-            std::fs::copy(entry.path(), &dest).expect("copy");
-        }
-    }
-}
-
 /// Write the three tasks for `mode` under `root`: `bash-check`, `unittest-check`, `pytest-check`.
 fn write_tasks(root: &Path, mode: Mode, site: &Path) -> Vec<PathBuf> {
     let checks: [(&str, &str, Option<&str>); 3] = [
@@ -369,7 +356,10 @@ fn judge(
                 failures.push(format!("{at}: the verifier itself must fail"));
             }
             if r["retries"] != 0 {
-                failures.push(format!("{at}: an attack is never retried"));
+                failures.push(format!(
+                    "{at}: an attack is never retried (earlier attempts: {})",
+                    r["previous_errors"]
+                ));
             }
         } else if r["verifier"]["status"] != "passed" || r["integrity"]["status"] != "clean" {
             failures.push(format!(
@@ -861,11 +851,7 @@ fn assert_no_pods_left(job_dir: &Path) {
         .expect("kubectl");
     let left: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| {
-            l.split(' ')
-                .nth(1)
-                .is_some_and(|j| j.starts_with(&format!("{name}-")))
-        })
+        .filter(|l| l.split(' ').nth(1).is_some_and(|j| is_job_label(j, &name)))
         .map(str::to_string)
         .collect();
     assert!(left.is_empty(), "pods left: {left:?}");

@@ -110,7 +110,7 @@ fn run_on_cluster(config: &Path) -> Watched {
     let of_job = |v: &Value| {
         v["metadata"]["labels"]["arbiter.job"]
             .as_str()
-            .is_some_and(|j| j.starts_with(&format!("{name}-")))
+            .is_some_and(|j| is_job_label(j, &name))
     };
     let mut objects = BTreeMap::new();
     let mut pods = 0;

@@ -99,7 +99,7 @@ fn run_watched(config: &Path) -> Watched {
             let (Some(id), Some(job)) = (parts.next(), parts.next()) else {
                 continue;
             };
-            if job.starts_with(&format!("{name}-")) && seen.insert(id.to_string()) {
+            if is_job_label(job, &name) && seen.insert(id.to_string()) {
                 let env = Command::new("docker")
                     .args(["inspect", "--format", "{{json .Config.Env}}", id])
                     .output()

@@ -12,29 +12,34 @@ pub fn kubectl(args: &[&str]) -> std::process::Output {
         .expect("kubectl")
 }
 
+/// A copy of the task at `src` under `dir` whose image is built from `environment/Dockerfile`
+/// (`FROM base`, with `/app`), so it lands in the registry the cluster pulls from: an image
+/// only named in task.toml (`arbiter/…`) is not pullable by a node (the kubelet goes to
+/// docker.io once its image GC pruned the local copy).
+pub fn built_copy(src: &Path, dir: &Path, base: &str) -> PathBuf {
+    let name = src.file_name().expect("task dir name").to_string_lossy();
+    let task = dir.join(format!("{name}-k8s"));
+    super::copy_dir(src, &task);
+    let toml = std::fs::read_to_string(task.join("task.toml")).expect("task.toml");
+    let toml: String = toml
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("docker_image"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(task.join("task.toml"), toml).expect("task.toml");
+    std::fs::create_dir_all(task.join("environment")).expect("mkdir");
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        format!("FROM {base}\nRUN mkdir -p /app\n"),
+    )
+    .expect("Dockerfile");
+    task
+}
+
 /// A copy of the `quick` fixture whose image is built (so it lands in the registry) rather
 /// than named.
 pub fn quick_built(dir: &Path) -> PathBuf {
-    let task = dir.join("quick-k8s");
-    let src = super::fixture("quick");
-    for sub in ["tests", "solution"] {
-        std::fs::create_dir_all(task.join(sub)).unwrap();
-        for entry in std::fs::read_dir(src.join(sub)).unwrap().flatten() {
-            std::fs::copy(entry.path(), task.join(sub).join(entry.file_name())).unwrap();
-        }
-    }
-    std::fs::copy(src.join("instruction.md"), task.join("instruction.md")).unwrap();
-    let toml = std::fs::read_to_string(src.join("task.toml"))
-        .unwrap()
-        .replace("docker_image = \"arbiter/busybox:latest\"\n", "");
-    std::fs::write(task.join("task.toml"), toml).unwrap();
-    std::fs::create_dir_all(task.join("environment")).unwrap();
-    std::fs::write(
-        task.join("environment/Dockerfile"),
-        "FROM arbiter/busybox\nRUN mkdir -p /app\n",
-    )
-    .unwrap();
-    task
+    built_copy(&super::fixture("quick"), dir, "arbiter/busybox")
 }
 
 pub fn required() -> bool {
@@ -100,7 +105,7 @@ pub fn pods_of(job_dir: &Path) -> Vec<String> {
         .filter(|l| {
             l.split(' ')
                 .nth(1)
-                .is_some_and(|j| j.starts_with(&format!("{name}-")))
+                .is_some_and(|label| super::is_job_label(label, &name))
         })
         .map(str::to_string)
         .collect()

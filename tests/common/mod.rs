@@ -18,6 +18,20 @@ pub fn fixture(name: &str) -> PathBuf {
     repo().join("tests/fixtures/tasks").join(name)
 }
 
+/// Copy the tree `from` to `to` (regular files and directories).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let dest = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_dir(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), &dest).expect("copy");
+        }
+    }
+}
+
 /// Whether a Docker engine answers. With `ARBITER_REQUIRE_DOCKER=1` a missing engine is a
 /// test failure, not a skip.
 pub fn docker_available() -> bool {
@@ -77,6 +91,16 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Whether `label` (an `arbiter.job` label value) is that of the job named `name`:
+/// `<name>-<12 hex of its dir>`, `.kept` on kept snapshots. Another job named `<name>-flood`
+/// running beside this one is not ours.
+pub fn is_job_label(label: &str, name: &str) -> bool {
+    label
+        .strip_prefix(&format!("{name}-"))
+        .map(|rest| rest.trim_end_matches(".kept"))
+        .is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// No container or image labelled with this job may remain on the engine.
 pub fn assert_no_leftovers(job_dir: &Path) {
     let name = job_dir
@@ -101,7 +125,7 @@ pub fn assert_no_leftovers(job_dir: &Path) {
             .filter(|l| {
                 l.split(' ')
                     .nth(1)
-                    .is_some_and(|j| j.starts_with(&format!("{name}-")))
+                    .is_some_and(|label| is_job_label(label, &name))
             })
             .collect();
         assert!(ours.is_empty(), "leftover {kind:?} of job {name}: {ours:?}");

@@ -23,6 +23,10 @@ use crate::sandbox::{
 
 /// How long a pod may take to run (scheduling, pulls, init containers).
 const START_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The pause before a pod watch that failed is polled again (the watcher then re-lists).
+const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
 /// How long an image's ENTRYPOINT may take to hand over to the keep-alive.
 const HANDOVER_WAIT: Duration = Duration::from_secs(30);
 
@@ -319,6 +323,10 @@ impl KubernetesSandbox {
         let stream = super::starting::watch_pod(self.pods(), pod);
         let mut stream = std::pin::pin!(stream);
         let mut last: Option<Pod> = None;
+        // A watch error (a dropped connection, a resource version too old under a burst) is
+        // the apiserver's, not the pod's: the watcher re-lists on the next poll. Only the
+        // deadline ends the wait; its message quotes the last such error.
+        let mut watch_error: Option<String> = None;
         let why = loop {
             let placed = last.as_ref().is_some_and(super::starting::scheduled);
             let until = if placed { running_by } else { placed_by };
@@ -339,12 +347,21 @@ impl KubernetesSandbox {
                     .into());
                 }
                 Ok(Ok(None)) => break "the watch ended".to_string(),
-                Ok(Err(e)) => break format!("watch failed: {e}"),
+                Ok(Err(e)) => {
+                    tracing::debug!(pod, error = %e, "pod watch error; watching again");
+                    watch_error = Some(e.to_string());
+                    let pause = tokio::time::Instant::now() + WATCH_RETRY_PAUSE;
+                    tokio::time::sleep_until(pause.min(until)).await;
+                }
                 Err(_) if !placed => {
                     break super::starting::unplaced(last.as_ref(), (placed_by - begun).as_secs());
                 }
                 Err(_) => break format!("not running after {}s", START_DEADLINE.as_secs()),
             }
+        };
+        let why = match watch_error {
+            Some(e) => format!("{why} (last watch error: {e})"),
+            None => why,
         };
         let events = self.events_of(pod).await;
         if let Some(image) = why.strip_prefix("pull:") {
