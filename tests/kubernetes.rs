@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use arbiter::sandbox::{
     Base, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, Fetched, ImageRecipe, ImageRef,
     ImageSpec, KubeSettings, KubernetesSandbox, Network, Owner, Resource, Role, Sandbox, Selector,
-    StartSpec,
+    StartSpec, TarEntry, files_to_tar,
 };
 
 fn required() -> bool {
@@ -268,8 +268,65 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
     let stopped = sb.stop(&id).await.expect("stop");
     assert!(stopped.oom_killed, "{end:?}");
     assert_eq!(end.after_stop(stopped), ExecEnd::Killed { oom: true });
-    // After stop nothing of the agent runs, and a second start only checks PID 1.
+    // After stop nothing of the agent runs, and a second start sends no request.
     sb.start(&id).await.expect("start again");
+
+    // The verifier's files into what the agent left (the snapshot verifier's path, one
+    // exec): planted files are gone, not merged; a symlinked /logs/verifier is replaced,
+    // not followed; a /tests the filesystem will not let go is `Refused`.
+    let planted = sh(
+        "mkdir -p /tests/sub /tmp/forged && echo 'import os' > /tests/conftest.py && touch /tests/sub/x && echo 1 > /tmp/forged/reward.txt && mkdir -p /logs && ln -s /tmp/forged /logs/verifier",
+    );
+    assert_eq!(
+        sb.exec(&id, &planted).await.unwrap().end,
+        ExecEnd::Exited(0)
+    );
+    let verifier_files = files_to_tar(&[
+        TarEntry {
+            path: "logs/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "logs/verifier/",
+            content: None,
+            mode: 0o777,
+        },
+        TarEntry {
+            path: "tests/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "tests/test.sh",
+            content: Some(b"#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"),
+            mode: 0o755,
+        },
+    ])
+    .unwrap();
+    sb.upload_replacing(&id, &["/tests", "/logs/verifier"], verifier_files.clone())
+        .await
+        .expect("replace");
+    let (spec, out, _) = logged(
+        tmp.path(),
+        sh(
+            "cd / && find tests logs/verifier | sort && stat -c '%a %F' logs/verifier && cat /tmp/forged/reward.txt",
+        ),
+    );
+    assert_eq!(sb.exec(&id, &spec).await.unwrap().end, ExecEnd::Exited(0));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "logs/verifier\ntests\ntests/test.sh\n777 directory\n1\n"
+    );
+    // A path the filesystem will not let go (the kernel's here; an agent's would be a
+    // read-only mount it made): the replace is refused, nothing unpacked.
+    let refused = sb
+        .upload_replacing(&id, &["/proc/1/environ"], verifier_files)
+        .await;
+    assert!(
+        matches!(refused, Err(arbiter::sandbox::SandboxError::Refused { .. })),
+        "{refused:?}"
+    );
 
     let listed = sb
         .list(&Selector::Trial {

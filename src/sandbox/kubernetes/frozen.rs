@@ -340,7 +340,7 @@ impl KubernetesSandbox {
                 let tar = tokio::fs::read(&path)
                     .await
                     .map_err(SandboxError::io(&path))?;
-                self.upload_tar(pod, "/", &tar).await?;
+                self.upload_tar(pod, "/", &tar, &[]).await?;
             }
         }
         let walk = self.walk(pod).await?;

@@ -1,4 +1,5 @@
-//! A pod's life: create (with its deny-all policy for network `none`), start (a watch until
+//! A pod's life: create (the namespace's deny-all policy for network `none` in place first),
+//! start (a watch until
 //! Running, failing with the pod's events), the proofs before the agent starts, stop (every
 //! process but PID 1 killed; the OOM verdict), status, remove, list.
 
@@ -14,7 +15,7 @@ use super::ended::{Ended, ended};
 use super::error::{KubeError, api_status};
 use super::exec::RawEnd;
 use super::names::{ANNOTATION_LABELS, label_selector, pod_name, random_suffix};
-use super::pod::{ANNOTATION_USER, KEEPALIVE_MARKER, MAIN, PodPlan, deny_all, pod_for};
+use super::pod::{ANNOTATION_USER, KEEPALIVE_MARKER, MAIN, PodPlan, no_network_policy, pod_for};
 use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
 use crate::sandbox::{
     Base, ContainerId, ContainerSpec, ContainerStatus, FrozenId, Listed, Lost, Mount, Network,
@@ -179,14 +180,16 @@ impl KubernetesSandbox {
                 main.args = None;
             }
         }
-        let deny = spec.network == Network::None && self.policies_allowed();
+        if spec.network == Network::None && self.policies_allowed() {
+            self.ensure_no_network_policy().await;
+        }
         // A warm pod of the same spec, claimed (warm.rs): no slot, it was created already.
         if self.warm.enabled()
             && node.is_none()
             && replay.is_none()
             && spec.mounts.is_empty()
             && spec.owner.role == crate::sandbox::Role::Agent
-            && let Some((name, _)) = self.warm.claim(&pod, deny).await
+            && let Some((name, _)) = self.warm.claim(&pod).await
         {
             self.states.lock().await.insert(
                 name.clone(),
@@ -204,8 +207,7 @@ impl KubernetesSandbox {
         }
         // A start slot first (the start-rate cap): held until the pod runs or is removed.
         let slot = self.slots.take().await;
-        let created = self
-            .pods()
+        self.pods()
             .create(&PostParams::default(), &pod)
             .await
             .map_err(KubeError::api("pod create"))?;
@@ -220,18 +222,39 @@ impl KubernetesSandbox {
             facts: None,
         };
         self.states.lock().await.insert(name.clone(), state);
-        if deny {
-            let uid = created.metadata.uid.clone().unwrap_or_default();
-            let labels = created.metadata.labels.clone().unwrap_or_default();
-            let policy = deny_all(&name, &uid, &labels);
-            let api: Api<NetworkPolicy> =
-                Api::namespaced(self.client.clone(), &self.resolved.namespace);
-            if let Err(e) = api.create(&PostParams::default(), &policy).await {
-                // The interfaces are down either way; the policy is the second wall only.
-                tracing::warn!(pod = name, "deny-all NetworkPolicy not created: {e}");
-            }
-        }
         Ok(ContainerId::new(name))
+    }
+
+    /// The namespace's deny-all policy of network-`none` pods ([`no_network_policy`]), made
+    /// or set right once per process, before its first such pod. The pods' interfaces are
+    /// down either way: a policy that cannot be made is warned about, not fatal.
+    async fn ensure_no_network_policy(&self) {
+        self.no_network_policy
+            .get_or_init(|| async {
+                let api: Api<NetworkPolicy> =
+                    Api::namespaced(self.client.clone(), &self.resolved.namespace);
+                let want = no_network_policy();
+                let name = super::names::NO_NETWORK_POLICY;
+                let done = match api.create(&PostParams::default(), &want).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if api_status(&e) == Some(409) => match api.get(name).await {
+                        Ok(have) if have.spec == want.spec => Ok(()),
+                        // Someone changed what it allows: arbiter's own again.
+                        Ok(mut have) => {
+                            have.spec = want.spec;
+                            api.replace(name, &PostParams::default(), &have)
+                                .await
+                                .map(|_| ())
+                        }
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = done {
+                    tracing::warn!(policy = name, "deny-all NetworkPolicy not in place: {e}");
+                }
+            })
+            .await;
     }
 
     /// [`Sandbox::start`](crate::sandbox::Sandbox::start).
@@ -245,18 +268,11 @@ impl KubernetesSandbox {
             .cloned()
             .unwrap_or_default();
         if state.started {
-            // The snapshot verifier in the agent's own pod: `stop` left PID 1 and the
-            // filesystem; nothing of the agent runs. PID 1 must still run.
-            return match self.main_state(pod).await? {
-                Some(ContainerState {
-                    running: Some(_), ..
-                }) => Ok(()),
-                _ => Err(KubeError::PodGone {
-                    pod: pod.to_string(),
-                    why: "its container is no longer running".to_string(),
-                }
-                .into()),
-            };
+            // The snapshot verifier in the agent's own pod: `stop` left PID 1 (it found it
+            // running) and the filesystem; nothing of the agent runs. No request: a pod the
+            // cluster ended since is found by the verifier's first exec, whose failure asks
+            // the pod how it ended (`exec_error`).
+            return Ok(());
         }
         let running = self.await_running(pod).await?;
         // Running: its start slot goes to the next pod. (A pod that never ran keeps it until

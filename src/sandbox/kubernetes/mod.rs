@@ -81,6 +81,8 @@ pub struct KubernetesSandbox {
     net_admin: AtomicBool,
     /// NetworkPolicies may be created (preflight).
     policies: AtomicBool,
+    /// The namespace's deny-all policy of network-`none` pods is in place (or was tried).
+    no_network_policy: OnceCell<()>,
     builds: AtomicU64,
     pushes: AtomicU64,
     /// Warm pods per agent pod spec (`warm_pods`).
@@ -180,6 +182,7 @@ impl KubernetesSandbox {
             integrity: changes::Integrity::default(),
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
+            no_network_policy: OnceCell::new(),
             builds: AtomicU64::new(0),
             pushes: AtomicU64::new(0),
             warm,
@@ -266,7 +269,16 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
-        self.upload_tar(id.as_str(), dest, &tar).await
+        self.upload_tar(id.as_str(), dest, &tar, &[]).await
+    }
+
+    async fn upload_replacing(
+        &self,
+        id: &ContainerId,
+        paths: &[&str],
+        tar: Vec<u8>,
+    ) -> Result<(), SandboxError> {
+        self.upload_tar(id.as_str(), "/", &tar, paths).await
     }
 
     async fn download(

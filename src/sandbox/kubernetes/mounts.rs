@@ -331,7 +331,7 @@ impl KubernetesSandbox {
     ) -> Result<(), SandboxError> {
         for m in mounts.iter().filter(|m| !m.read_only) {
             let tar = dir_to_tar(&m.host, ".").map_err(SandboxError::io(&m.host))?;
-            self.upload_tar(pod, &m.container, &tar).await?;
+            self.upload_tar(pod, &m.container, &tar, &[]).await?;
         }
         Ok(())
     }

@@ -38,8 +38,14 @@ pub(super) fn is_sidecar(id: &str) -> bool {
 
 /// Annotation holding an object's owner labels exactly (JSON object).
 pub(crate) const ANNOTATION_LABELS: &str = "arbiter.labels";
-/// Label naming the pod itself (what a pod's NetworkPolicy selects).
+/// Label naming the pod itself.
 pub(crate) const LABEL_POD: &str = "arbiter.pod";
+/// Label of a pod with network `none` (value [`NETWORK_NONE`]): what the namespace's
+/// deny-all NetworkPolicy selects.
+pub(crate) const LABEL_NETWORK: &str = "arbiter.network";
+pub(crate) const NETWORK_NONE: &str = "none";
+/// The namespace's deny-all NetworkPolicy of the pods labelled network `none`.
+pub(crate) const NO_NETWORK_POLICY: &str = "arbiter-no-network";
 
 /// A label value the API accepts that stands for `value`: the value itself when valid, else
 /// `h-` and 40 hex digits of its sha256.

@@ -23,10 +23,12 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::config::Resolved;
-use super::names::{ANNOTATION_LABELS, LABEL_POD, object_labels};
+use super::names::{
+    ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, NETWORK_NONE, NO_NETWORK_POLICY, object_labels,
+};
 use crate::sandbox::toolbox::{TOOLBOX_MOUNT, keepalive_argv};
 use crate::sandbox::{
     Base, ContainerLimits, ContainerSpec, Network, Process, SandboxError, StartSpec,
@@ -100,6 +102,9 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
     };
     let mut labels = object_labels(&spec.owner.labels());
     labels.insert(LABEL_POD.to_string(), plan.name.to_string());
+    if spec.network == Network::None {
+        labels.insert(LABEL_NETWORK.to_string(), NETWORK_NONE.to_string());
+    }
     let mut annotations = BTreeMap::from([(
         ANNOTATION_LABELS.to_string(),
         serde_json::to_string(&spec.owner.labels()).unwrap_or_default(),
@@ -344,31 +349,41 @@ const STORAGE_HEADROOM_MB: u64 = 256;
 /// Ephemeral storage a pod asks the scheduler for.
 const STORAGE_REQUEST_MB: u64 = 64;
 
-/// A NetworkPolicy denying all ingress and egress of one pod (the second wall of network
-/// `none` where the cluster enforces policies), removed with its pod (owner reference).
-pub(crate) fn deny_all(pod: &str, uid: &str, labels: &BTreeMap<String, String>) -> NetworkPolicy {
+/// The namespace's NetworkPolicy denying all ingress and egress of every arbiter pod with
+/// network `none` (the second wall where the cluster enforces policies; the first is the pod's
+/// interfaces, taken down before anything of the task runs). One per namespace, shared by
+/// every job there and created before the first such pod, so no pod runs a moment without
+/// it; it selects nothing else and stays (a pod per trial saved a request per trial).
+pub(crate) fn no_network_policy() -> NetworkPolicy {
     NetworkPolicy {
         metadata: ObjectMeta {
-            name: Some(format!("{pod}-deny")),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".to_string(),
-                kind: "Pod".to_string(),
-                name: pod.to_string(),
-                uid: uid.to_string(),
-                ..Default::default()
-            }]),
+            name: Some(NO_NETWORK_POLICY.to_string()),
+            labels: Some(BTreeMap::from([(
+                crate::sandbox::LABEL_MANAGED.to_string(),
+                "true".to_string(),
+            )])),
             ..Default::default()
         },
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([(LABEL_POD.to_string(), pod.to_string())])),
-                ..Default::default()
-            }),
-            policy_types: Some(vec!["Ingress".to_string(), "Egress".to_string()]),
-            ingress: None,
-            egress: None,
+        spec: Some(no_network_policy_spec()),
+    }
+}
+
+/// What [`no_network_policy`] says: its pods, no rule either way.
+pub(crate) fn no_network_policy_spec() -> NetworkPolicySpec {
+    NetworkPolicySpec {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([
+                (
+                    crate::sandbox::LABEL_MANAGED.to_string(),
+                    "true".to_string(),
+                ),
+                (LABEL_NETWORK.to_string(), NETWORK_NONE.to_string()),
+            ])),
+            ..Default::default()
         }),
+        policy_types: Some(vec!["Ingress".to_string(), "Egress".to_string()]),
+        ingress: None,
+        egress: None,
     }
 }
 
@@ -565,15 +580,34 @@ mod tests {
     }
 
     #[test]
-    fn deny_all_selects_its_pod_and_allows_nothing() {
-        let policy = deny_all("p", "uid-1", &BTreeMap::new());
-        let spec = policy.spec.unwrap();
-        assert_eq!(
-            spec.pod_selector.unwrap().match_labels.unwrap()[LABEL_POD],
-            "p"
-        );
-        assert_eq!(spec.policy_types.unwrap(), ["Ingress", "Egress"]);
-        assert!(spec.ingress.is_none() && spec.egress.is_none());
-        assert_eq!(policy.metadata.owner_references.unwrap()[0].uid, "uid-1");
+    fn the_no_network_policy_selects_network_none_pods_and_allows_nothing() {
+        let policy = no_network_policy();
+        assert_eq!(policy.metadata.name.as_deref(), Some(NO_NETWORK_POLICY));
+        let rules = policy.spec.unwrap();
+        let selects = rules.pod_selector.unwrap().match_labels.unwrap();
+        assert_eq!(selects[LABEL_NETWORK], NETWORK_NONE);
+        assert_eq!(selects[crate::sandbox::LABEL_MANAGED], "true");
+        assert_eq!(rules.policy_types.unwrap(), ["Ingress", "Egress"]);
+        assert!(rules.ingress.is_none() && rules.egress.is_none());
+        // Which pods carry the label: network none only.
+        let resolved = resolved();
+        let labels = |network| {
+            let spec = spec(network);
+            pod_for(&PodPlan {
+                name: "p",
+                image: "i",
+                toolbox_image: "t",
+                spec: &spec,
+                resolved: &resolved,
+                default_user: None,
+                mounts: &[],
+            })
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap()
+        };
+        assert_eq!(labels(Network::None)[LABEL_NETWORK], NETWORK_NONE);
+        assert!(!labels(Network::Bridge).contains_key(LABEL_NETWORK));
     }
 }

@@ -25,10 +25,14 @@ const TRANSFER_DEADLINE: Duration = Duration::from_secs(600);
 /// Exit code of the download script when the path does not exist.
 const NOT_FOUND: i64 = 44;
 
+/// Exit code of the upload script when the paths to replace could not be removed.
+const NOT_REMOVED: i64 = 95;
+
 /// Upload script: `$1` mode (`new`, `append`: stdin into the file, then its size checked;
 /// `one`: both, then checked and unpacked; `finish`: checked and unpacked), `$2` file, `$3`
-/// its size after this step, `$4` sha256 of the whole, `$5` the directory to unpack into.
-const UPLOAD: &str = r#"B=/.arbiter/toolbox/busybox; m=$1 f=$2 n=$3 h=$4 d=$5
+/// its size after this step, `$4` sha256 of the whole, `$5` the directory to unpack into,
+/// then the paths removed right before unpacking (`upload_replacing`: one exec, not two).
+const UPLOAD: &str = r#"B=/.arbiter/toolbox/busybox; m=$1 f=$2 n=$3 h=$4 d=$5; shift 5
 case $m in new|one) $B cat > "$f" || exit 97;; append) $B cat >> "$f" || exit 97;; esac
 got=$($B wc -c < "$f"); got=$((got+0))
 [ "$got" = "$n" ] || { $B rm -f "$f"; echo "the pod received $got bytes of $n" >&2; exit 98; }
@@ -36,6 +40,7 @@ case $m in new|append) exit 0;; esac
 sum=$($B sha256sum "$f"); sum=${sum%% *}
 [ "$sum" = "$h" ] || { $B rm -f "$f"; echo "the pod received sha256 $sum, sent $h" >&2; exit 98; }
 [ -d "$d" ] || { $B rm -f "$f"; echo "$d is not a directory" >&2; exit 96; }
+[ $# = 0 ] || $B rm -rf -- "$@" || { $B rm -f "$f"; echo "removing $* failed" >&2; exit 95; }
 $B tar -x --numeric-owner -f "$f" -C "$d"; r=$?; $B rm -f "$f"; exit $r"#;
 
 /// Download script: `$1` the path, `$2` extra tar flags (`--no-recursion` or empty). The
@@ -58,30 +63,36 @@ set -o pipefail
 { $B tar -c -f - -C "$dir" $f "$@" | $B tee /dev/fd/3 | $B wc -c >&2; } 3>&1"#;
 
 impl KubernetesSandbox {
-    /// [`Sandbox::upload`](crate::sandbox::Sandbox::upload).
+    /// [`Sandbox::upload`](crate::sandbox::Sandbox::upload), and with `replacing`
+    /// [`Sandbox::upload_replacing`](crate::sandbox::Sandbox::upload_replacing): those paths
+    /// removed (as root, by the toolbox) in the exec that unpacks, once the archive arrived
+    /// whole.
     pub(super) async fn upload_tar(
         &self,
         pod: &str,
         dest: &str,
         tar: &[u8],
+        replacing: &[&str],
     ) -> Result<(), SandboxError> {
         let file = format!("{SCRATCH}/upload-{}.tar", super::names::random_suffix());
         let total = tar.len().to_string();
         let sum = sha256_hex(tar);
         let step = |mode: &str, size: usize| {
-            toolbox_argv(
-                "sh",
-                &[
-                    "-c",
-                    UPLOAD,
-                    "arbiter-upload",
-                    mode,
-                    &file,
-                    &size.to_string(),
-                    &sum,
-                    dest,
-                ],
-            )
+            let size = size.to_string();
+            let mut args = vec![
+                "-c",
+                UPLOAD,
+                "arbiter-upload",
+                mode,
+                &file,
+                &size,
+                &sum,
+                dest,
+            ];
+            if matches!(mode, "one" | "finish") {
+                args.extend_from_slice(replacing);
+            }
+            toolbox_argv("sh", &args)
         };
         if tar.len() <= CHUNK {
             return self
@@ -109,6 +120,15 @@ impl KubernetesSandbox {
         let (end, _, err) = self.harness(pod, argv, stdin, TRANSFER_DEADLINE).await?;
         match end {
             RawEnd::Exited(0) => Ok(()),
+            // The container's own filesystem would not let them go: the agent's doing.
+            RawEnd::Exited(NOT_REMOVED) => Err(SandboxError::Refused {
+                op: "replace",
+                message: String::from_utf8_lossy(&err)
+                    .trim()
+                    .chars()
+                    .take(400)
+                    .collect(),
+            }),
             other => Err(KubeError::Transfer {
                 op: "upload",
                 pod: pod.to_string(),

@@ -27,14 +27,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use super::error::api_status;
-use super::names::{ANNOTATION_LABELS, LABEL_POD, object_labels, random_suffix};
-use super::pod::deny_all;
+use super::names::{ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, object_labels, random_suffix};
 use crate::digest::sha256_hex;
 use crate::sandbox::{LABEL_ROLE, LABEL_TRIAL};
 
@@ -76,6 +74,14 @@ pub(crate) fn warm_pod_of(trial_pod: &Pod, key: &str) -> Pod {
     owner.insert(LABEL_WARM.to_string(), key.to_string());
     let mut labels = object_labels(&owner);
     labels.insert(LABEL_POD.to_string(), name.clone());
+    if let Some(network) = trial_pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_NETWORK))
+    {
+        labels.insert(LABEL_NETWORK.to_string(), network.clone());
+    }
     let annotations = pod.metadata.annotations.get_or_insert_default();
     annotations.insert(
         ANNOTATION_LABELS.to_string(),
@@ -122,7 +128,6 @@ pub(crate) struct WarmPools {
     /// Warm pods kept per spec (0: none).
     target: usize,
     pods: Api<Pod>,
-    policies: Api<NetworkPolicy>,
     shared: Arc<Mutex<Shared>>,
     /// Warm pods claimed (for tests and benches).
     claimed: AtomicU64,
@@ -132,8 +137,7 @@ impl WarmPools {
     pub(crate) fn new(target: u32, client: kube::Client, namespace: &str) -> WarmPools {
         WarmPools {
             target: target as usize,
-            pods: Api::namespaced(client.clone(), namespace),
-            policies: Api::namespaced(client, namespace),
+            pods: Api::namespaced(client, namespace),
             shared: Arc::new(Mutex::new(Shared::default())),
             claimed: AtomicU64::new(0),
         }
@@ -150,7 +154,7 @@ impl WarmPools {
     /// Claim a warm pod for `trial_pod` (the pod the trial would create): its name and the
     /// claimed object, or `None` (none free: the trial creates its own). The pool of this
     /// spec is started on first sight and topped up after each claim.
-    pub(crate) async fn claim(&self, trial_pod: &Pod, deny: bool) -> Option<(String, Pod)> {
+    pub(crate) async fn claim(&self, trial_pod: &Pod) -> Option<(String, Pod)> {
         let key = spec_key(trial_pod);
         loop {
             let name = {
@@ -166,7 +170,7 @@ impl WarmPools {
                 pool.free.pop_front()
             };
             // One taken (or none free): keep the pool at its size.
-            self.top_up(&key, deny).await;
+            self.top_up(&key).await;
             let name = name?;
             let patch = claim_patch(trial_pod, &name, &key);
             let patch: json_patch::Patch = match serde_json::from_value(patch) {
@@ -207,7 +211,7 @@ impl WarmPools {
     }
 
     /// Start warm pods of `key` until free and starting ones make the target.
-    async fn top_up(&self, key: &str, deny: bool) {
+    async fn top_up(&self, key: &str) {
         let mut shared = self.shared.lock().await;
         if shared.closed {
             return;
@@ -223,11 +227,9 @@ impl WarmPools {
             let pod = warm_pod_of(&template, key);
             let task = tokio::spawn(create_warm(
                 self.pods.clone(),
-                self.policies.clone(),
                 Arc::clone(&self.shared),
                 key.to_string(),
                 pod,
-                deny,
             ));
             shared.tasks.push(task);
         }
@@ -277,16 +279,10 @@ async fn delete(pods: &Api<Pod>, name: &str) -> bool {
     }
 }
 
-/// Create one warm pod (and its deny-all policy) and offer it, or delete it when the pools
-/// closed meanwhile.
-async fn create_warm(
-    pods: Api<Pod>,
-    policies: Api<NetworkPolicy>,
-    shared: Arc<Mutex<Shared>>,
-    key: String,
-    pod: Pod,
-    deny: bool,
-) {
+/// Create one warm pod and offer it, or delete it when the pools closed meanwhile. (A warm
+/// pod with network `none` is under the namespace's deny-all policy from its creation: the
+/// trial whose pod it copies put the policy in place first.)
+async fn create_warm(pods: Api<Pod>, shared: Arc<Mutex<Shared>>, key: String, pod: Pod) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let created = pods.create(&PostParams::default(), &pod).await;
     let created = match created {
@@ -296,16 +292,6 @@ async fn create_warm(
             None
         }
     };
-    if let (Some(created), true) = (&created, deny) {
-        let uid = created.metadata.uid.clone().unwrap_or_default();
-        let labels = created.metadata.labels.clone().unwrap_or_default();
-        if let Err(e) = policies
-            .create(&PostParams::default(), &deny_all(&name, &uid, &labels))
-            .await
-        {
-            tracing::warn!(pod = name, "deny-all NetworkPolicy not created: {e}");
-        }
-    }
     let mut guard = shared.lock().await;
     let open = !guard.closed;
     if let Some(pool) = guard.pools.get_mut(&key) {
@@ -337,6 +323,7 @@ mod tests {
         ]);
         let mut labels = object_labels(&owner);
         labels.insert(LABEL_POD.to_string(), format!("arb-{trial}"));
+        labels.insert(LABEL_NETWORK.to_string(), "none".to_string());
         Pod {
             metadata: ObjectMeta {
                 name: Some(format!("arb-{trial}")),
@@ -380,6 +367,10 @@ mod tests {
         assert_eq!(labels[LABEL_WARM], spec_key(&a));
         assert_eq!(labels[LABEL_ROLE], ROLE_WARM);
         assert_eq!(labels[LABEL_POD], warm.metadata.name.clone().unwrap());
+        assert_eq!(
+            labels[LABEL_NETWORK], "none",
+            "under the no-network policy from its creation"
+        );
         assert!(labels.contains_key("arbiter.owner"), "gc finds it by owner");
         let exact: BTreeMap<String, String> =
             serde_json::from_str(&warm.metadata.annotations.as_ref().unwrap()[ANNOTATION_LABELS])
