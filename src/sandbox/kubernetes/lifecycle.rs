@@ -1,7 +1,6 @@
 //! A pod's life: create (the namespace's deny-all policy for network `none` in place first),
-//! start (a watch until
-//! Running, failing with the pod's events), the proofs before the agent starts, stop (every
-//! process but PID 1 killed; the OOM verdict), status, remove, list.
+//! start (a watch until Running, failing with the pod's events), the proofs before the agent
+//! starts, stop (every process but PID 1 killed; the OOM verdict), status, remove, list.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

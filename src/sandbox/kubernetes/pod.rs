@@ -353,7 +353,7 @@ const STORAGE_REQUEST_MB: u64 = 64;
 /// network `none` (the second wall where the cluster enforces policies; the first is the pod's
 /// interfaces, taken down before anything of the task runs). One per namespace, shared by
 /// every job there and created before the first such pod, so no pod runs a moment without
-/// it; it selects nothing else and stays (a pod per trial saved a request per trial).
+/// it; it selects nothing else and stays (one per pod cost a request per trial).
 pub(crate) fn no_network_policy() -> NetworkPolicy {
     NetworkPolicy {
         metadata: ObjectMeta {
