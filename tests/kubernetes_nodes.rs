@@ -10,18 +10,15 @@
 
 mod common;
 
-use common::k8s::quick_built;
+use common::k8s::{PodObserver, PodWatch, quick_built};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
-use kube::runtime::watcher;
 
 /// The tests of this file stop nodes and count pending pods: one at a time.
 static CLUSTER: Mutex<()> = Mutex::new(());
@@ -105,7 +102,6 @@ struct Observed {
     starting: BTreeSet<String>,
     /// The most pods pending or starting at once, in the API's order of events.
     max_starting: usize,
-    synced: bool,
 }
 
 fn main_running(pod: &Pod) -> bool {
@@ -117,90 +113,11 @@ fn main_running(pod: &Pod) -> bool {
         .is_some_and(|s| s.running.is_some())
 }
 
-/// Watches the pods of one job (its job label starts with the job dir's name) until dropped.
-struct Watch {
-    seen: Arc<Mutex<Observed>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+type Watch = PodWatch<Observed>;
 
-impl Watch {
-    fn start(job_dir: &Path) -> Watch {
-        let prefix = format!("{}-", job_dir.file_name().unwrap().to_string_lossy());
-        let seen = Arc::new(Mutex::new(Observed::default()));
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let shared = Arc::clone(&seen);
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let client = kube::Client::try_default().await.expect("kube client");
-                let pods: Api<Pod> = match std::env::var("ARBITER_K8S_NAMESPACE") {
-                    Ok(ns) if !ns.is_empty() => Api::namespaced(client, &ns),
-                    _ => Api::default_namespaced(client),
-                };
-                let config = watcher::Config::default().labels("arbiter.managed=true");
-                let mut stream = watcher(pods, config).boxed();
-                loop {
-                    let event = tokio::select! {
-                        _ = &mut stopped => return,
-                        e = stream.next() => e,
-                    };
-                    let Some(event) = event else { return };
-                    let Ok(event) = event else { continue };
-                    let mut o = shared.lock().unwrap();
-                    match event {
-                        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                            o.apply(&p, &prefix)
-                        }
-                        watcher::Event::Delete(p) => {
-                            if let Some(name) = p.metadata.name {
-                                o.starting.remove(&name);
-                            }
-                        }
-                        watcher::Event::Init => {}
-                        watcher::Event::InitDone => o.synced = true,
-                    }
-                }
-            });
-        });
-        let watch = Watch {
-            seen,
-            stop: Some(stop),
-            thread: Some(thread),
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !watch.seen.lock().unwrap().synced {
-            assert!(Instant::now() < deadline, "the pod watch never synced");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        watch
-    }
-
-    fn observed(&self) -> MutexGuard<'_, Observed> {
-        self.seen.lock().unwrap()
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Observed {
-    fn apply(&mut self, pod: &Pod, prefix: &str) {
+impl PodObserver for Observed {
+    fn apply(&mut self, pod: &Pod) {
         let labels = pod.metadata.labels.clone().unwrap_or_default();
-        if !labels
-            .get("arbiter.job")
-            .is_some_and(|j| j.starts_with(prefix))
-        {
-            return;
-        }
         let Some(name) = pod.metadata.name.clone() else {
             return;
         };
@@ -218,6 +135,12 @@ impl Observed {
         } else {
             self.starting.insert(name);
             self.max_starting = self.max_starting.max(self.starting.len());
+        }
+    }
+
+    fn delete(&mut self, pod: &Pod) {
+        if let Some(name) = &pod.metadata.name {
+            self.starting.remove(name);
         }
     }
 }

@@ -7,18 +7,14 @@
 
 mod common;
 
-use common::k8s::quick_built;
+use common::k8s::{PodObserver, PodWatch, pods_api, quick_built};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
-use kube::runtime::watcher;
+use kube::api::ListParams;
 
 fn required() -> bool {
     std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
@@ -33,14 +29,6 @@ fn have_cluster() -> bool {
         return false;
     }
     true
-}
-
-async fn pods_api() -> Api<Pod> {
-    let client = kube::Client::try_default().await.expect("kube client");
-    match std::env::var("ARBITER_K8S_NAMESPACE") {
-        Ok(ns) if !ns.is_empty() => Api::namespaced(client, &ns),
-        _ => Api::default_namespaced(client),
-    }
 }
 
 /// One pod of the job as the watch saw it.
@@ -58,82 +46,18 @@ struct Seen {
 #[derive(Default)]
 struct Observed {
     by_uid: BTreeMap<String, Seen>,
-    synced: bool,
 }
 
-/// Watches the pods whose job label starts with the job dir's name until dropped.
-struct Watch {
-    seen: Arc<Mutex<Observed>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+type Watch = PodWatch<Observed>;
 
-impl Watch {
-    fn start(job_dir: &Path) -> Watch {
-        let prefix = format!("{}-", job_dir.file_name().unwrap().to_string_lossy());
-        let seen = Arc::new(Mutex::new(Observed::default()));
-        let shared = Arc::clone(&seen);
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let pods = pods_api().await;
-                let config = watcher::Config::default().labels("arbiter.managed=true");
-                let mut stream = watcher(pods, config).boxed();
-                loop {
-                    let event = tokio::select! {
-                        _ = &mut stopped => return,
-                        e = stream.next() => e,
-                    };
-                    let Some(event) = event else { return };
-                    let Ok(event) = event else { continue };
-                    let mut o = shared.lock().unwrap();
-                    match event {
-                        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                            apply(&mut o, &p, &prefix)
-                        }
-                        watcher::Event::InitDone => o.synced = true,
-                        watcher::Event::Init | watcher::Event::Delete(_) => {}
-                    }
-                }
-            });
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !seen.lock().unwrap().synced {
-            assert!(Instant::now() < deadline, "the pod watch never synced");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Watch {
-            seen,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-
-    fn pods(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().by_uid.values().cloned().collect()
+impl PodObserver for Observed {
+    fn apply(&mut self, pod: &Pod) {
+        apply(self, pod)
     }
 }
 
-impl Drop for Watch {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn apply(o: &mut Observed, pod: &Pod, prefix: &str) {
+fn apply(o: &mut Observed, pod: &Pod) {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
-    if !labels
-        .get("arbiter.job")
-        .is_some_and(|j| j.starts_with(prefix))
-    {
-        return;
-    }
     let Some(uid) = pod.metadata.uid.clone() else {
         return;
     };
@@ -226,7 +150,7 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
             .list(&ListParams::default().labels("arbiter.managed=true"))
             .await
             .expect("pod list");
-        let prefix = format!("{}-", job_dir.file_name().unwrap().to_string_lossy());
+        let name = job_dir.file_name().unwrap().to_string_lossy().into_owned();
         list.items
             .into_iter()
             .filter(|p| {
@@ -234,13 +158,13 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
                     .labels
                     .as_ref()
                     .and_then(|l| l.get("arbiter.job"))
-                    .is_some_and(|j| j.starts_with(&prefix))
+                    .is_some_and(|j| common::is_job_label(j, &name))
                     && p.metadata.deletion_timestamp.is_none()
             })
             .filter_map(|p| p.metadata.name)
             .collect()
     });
-    let pods = watch.pods();
+    let pods: Vec<Seen> = watch.observed().by_uid.values().cloned().collect();
     drop(watch);
     assert!(left.is_empty(), "pods of the job left: {left:?}");
 

@@ -110,3 +110,101 @@ pub fn pods_of(job_dir: &Path) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The pods API of the test namespace (`$ARBITER_K8S_NAMESPACE`, else the context's).
+pub async fn pods_api() -> kube::Api<k8s_openapi::api::core::v1::Pod> {
+    let client = kube::Client::try_default().await.expect("kube client");
+    match std::env::var("ARBITER_K8S_NAMESPACE") {
+        Ok(ns) if !ns.is_empty() => kube::Api::namespaced(client, &ns),
+        _ => kube::Api::default_namespaced(client),
+    }
+}
+
+/// What a test keeps of the pods of one job as a [`PodWatch`] sees them.
+pub trait PodObserver: Default + Send + 'static {
+    /// A pod of the job as it is now (created, changed, or listed when the watch began).
+    fn apply(&mut self, pod: &k8s_openapi::api::core::v1::Pod);
+    /// A pod of the job, deleted.
+    fn delete(&mut self, _pod: &k8s_openapi::api::core::v1::Pod) {}
+}
+
+/// Watches the pods of one job (its exact job label, from the job dir's name) on a thread of
+/// its own until dropped; `start` returns once the watch's initial list is in.
+pub struct PodWatch<O: PodObserver> {
+    seen: std::sync::Arc<std::sync::Mutex<O>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<O: PodObserver> PodWatch<O> {
+    pub fn start(job_dir: &Path) -> PodWatch<O> {
+        use futures_util::StreamExt;
+        use kube::runtime::watcher;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let name = job_dir.file_name().unwrap().to_string_lossy().into_owned();
+        let of_job = move |pod: &k8s_openapi::api::core::v1::Pod| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("arbiter.job"))
+                .is_some_and(|j| super::is_job_label(j, &name))
+        };
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(O::default()));
+        let synced = std::sync::Arc::new(AtomicBool::new(false));
+        let (shared, in_sync) = (std::sync::Arc::clone(&seen), std::sync::Arc::clone(&synced));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let config = watcher::Config::default().labels("arbiter.managed=true");
+                let mut stream = watcher(pods_api().await, config).boxed();
+                loop {
+                    let event = tokio::select! {
+                        _ = &mut stopped => return,
+                        e = stream.next() => e,
+                    };
+                    let Some(event) = event else { return };
+                    let Ok(event) = event else { continue };
+                    let mut o = shared.lock().unwrap();
+                    match event {
+                        watcher::Event::Apply(p) | watcher::Event::InitApply(p) if of_job(&p) => {
+                            o.apply(&p)
+                        }
+                        watcher::Event::Delete(p) if of_job(&p) => o.delete(&p),
+                        watcher::Event::InitDone => in_sync.store(true, Ordering::SeqCst),
+                        _ => {}
+                    }
+                }
+            });
+        });
+        let watch = PodWatch {
+            seen,
+            stop: Some(stop),
+            thread: Some(thread),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !synced.load(Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pod watch never synced"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        watch
+    }
+
+    pub fn observed(&self) -> std::sync::MutexGuard<'_, O> {
+        self.seen.lock().unwrap()
+    }
+}
+
+impl<O: PodObserver> Drop for PodWatch<O> {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
