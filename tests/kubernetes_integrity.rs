@@ -46,7 +46,9 @@ async fn docker() -> DockerSandbox {
 }
 
 fn owner(trial: &str) -> Owner {
-    let job = if trial.starts_with("frozen") {
+    let job = if trial.starts_with("many") {
+        "k8s-many-test"
+    } else if trial.starts_with("frozen") {
         "k8s-frozen-test"
     } else {
         "k8s-integrity-test"
@@ -430,4 +432,70 @@ async fn frozen_replays(k8s: &KubernetesSandbox) {
             .await
             .expect("remove frozen");
     }
+}
+
+/// 40,000 files of the image, each rewritten by the agent (a `git checkout` of another commit
+/// in a SWE-style image does this): their paths are ~3 MB, more than one exec's argument list
+/// holds (ARG_MAX, 2 MB here). The freeze and its replay still carry every one.
+const MANY: &str = r#"FROM arbiter/debian:bookworm
+RUN mkdir -p /opt/many && cd /opt/many && for i in $(seq 40000); do echo x > "a-file-name-long-enough-to-fill-the-argument-list-of-one-exec-$i"; done
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_freeze_of_more_paths_than_one_argument_list_holds_replays_them_all() {
+    let Some(k8s) = cluster().await else { return };
+    swept(&k8s, "k8s-many-test", many_replayed(&k8s)).await;
+}
+
+async fn many_replayed(k8s: &KubernetesSandbox) {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = build_spec(&tmp.path().join("ctx"), "k8s-many", MANY);
+    let image = k8s.prepare_image(&spec).await.expect("prepare");
+    let p = k8s
+        .create(&container(Base::Image(image), "many-a", Network::None))
+        .await
+        .expect("create");
+    k8s.start(&p).await.expect("start");
+    let rewrite = sh("cd /opt/many && for f in *; do echo y > \"$f\"; done");
+    assert_eq!(
+        k8s.exec(&p, &rewrite).await.expect("rewrite").end,
+        ExecEnd::Exited(0)
+    );
+    k8s.stop(&p).await.expect("stop");
+    let t = Instant::now();
+    let frozen = k8s.freeze(&p, &owner("many-a")).await.expect("freeze");
+    eprintln!(
+        "freeze of 40,000 changed files: {:.2}s",
+        t.elapsed().as_secs_f64()
+    );
+    k8s.remove(&Resource::Container(p)).await.expect("remove");
+    let q = k8s
+        .create(&container(
+            Base::Frozen(frozen.clone()),
+            "many-b",
+            Network::None,
+        ))
+        .await
+        .expect("create from frozen");
+    k8s.start(&q).await.expect("start from frozen");
+    let out = tmp.path().join("count");
+    let count = ExecSpec {
+        stdout: Some(out.clone()),
+        ..sh("cd /opt/many && ls | wc -l && find . -type f -exec cat {} + | sort | uniq -c")
+    };
+    assert_eq!(
+        k8s.exec(&q, &count).await.expect("count").end,
+        ExecEnd::Exited(0)
+    );
+    let seen = std::fs::read_to_string(&out).unwrap();
+    let seen: Vec<&str> = seen.split_whitespace().collect();
+    assert_eq!(
+        seen,
+        ["40000", "40000", "y"],
+        "every file replayed, rewritten"
+    );
+    k8s.remove(&Resource::Container(q)).await.expect("remove");
+    k8s.remove(&Resource::Frozen(frozen))
+        .await
+        .expect("remove frozen");
 }
