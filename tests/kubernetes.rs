@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use arbiter::sandbox::{
     Base, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, Fetched, ImageRecipe, ImageRef,
     ImageSpec, KubeSettings, KubernetesSandbox, Network, Owner, Resource, Role, Sandbox, Selector,
-    StartSpec, TarEntry, files_to_tar,
+    StartSpec,
 };
 
 fn required() -> bool {
@@ -281,29 +281,7 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
         sb.exec(&id, &planted).await.unwrap().end,
         ExecEnd::Exited(0)
     );
-    let verifier_files = files_to_tar(&[
-        TarEntry {
-            path: "logs/",
-            content: None,
-            mode: 0o755,
-        },
-        TarEntry {
-            path: "logs/verifier/",
-            content: None,
-            mode: 0o777,
-        },
-        TarEntry {
-            path: "tests/",
-            content: None,
-            mode: 0o755,
-        },
-        TarEntry {
-            path: "tests/test.sh",
-            content: Some(b"#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"),
-            mode: 0o755,
-        },
-    ])
-    .unwrap();
+    let verifier_files = common::verifier_files_tar();
     sb.upload_replacing(&id, &["/tests", "/logs/verifier"], verifier_files.clone())
         .await
         .expect("replace");

@@ -548,29 +548,7 @@ async fn upload_replacing_removes_what_the_agent_left_without_following_it() {
     let Some((_serial, sb)) = engine().await else {
         return;
     };
-    let tests = files_to_tar(&[
-        TarEntry {
-            path: "logs/",
-            content: None,
-            mode: 0o755,
-        },
-        TarEntry {
-            path: "logs/verifier/",
-            content: None,
-            mode: 0o777,
-        },
-        TarEntry {
-            path: "tests/",
-            content: None,
-            mode: 0o755,
-        },
-        TarEntry {
-            path: "tests/test.sh",
-            content: Some(b"#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"),
-            mode: 0o755,
-        },
-    ])
-    .expect("tar");
+    let tests = common::verifier_files_tar();
     // What an agent may leave: planted files and directories in /tests, /logs/verifier a
     // symlink to a directory holding a forged reward; or /logs itself a file.
     let layouts = [

@@ -32,6 +32,35 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// What the verifier's files look like to `Sandbox::upload_replacing`, unpacked at `/`: an
+/// empty `/logs/verifier` (mode 777) and `/tests/test.sh` writing reward 1.
+pub fn verifier_files_tar() -> Vec<u8> {
+    use arbiter::sandbox::{TarEntry, files_to_tar};
+    files_to_tar(&[
+        TarEntry {
+            path: "logs/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "logs/verifier/",
+            content: None,
+            mode: 0o777,
+        },
+        TarEntry {
+            path: "tests/",
+            content: None,
+            mode: 0o755,
+        },
+        TarEntry {
+            path: "tests/test.sh",
+            content: Some(b"#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n"),
+            mode: 0o755,
+        },
+    ])
+    .expect("tar")
+}
+
 /// Whether a Docker engine answers. With `ARBITER_REQUIRE_DOCKER=1` a missing engine is a
 /// test failure, not a skip.
 pub fn docker_available() -> bool {
