@@ -303,14 +303,17 @@ fn one_deadline_bounds_every_attempt() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    // 15 s for the agent phase; each attempt sleeps 6 s (40%): the third is stopped by the
-    // trial's deadline.
-    let task = goal_task(tmp.path(), None, 15);
+    // 20 s for the agent phase; each attempt sleeps 6 s and up to 10 are allowed (60 s of
+    // sleep): the trial's one deadline, not the attempt limit, must stop the goal. How many
+    // attempts fit before it depends on the machine's load (the gap between attempts is
+    // validation and saving), so the test asserts the bound, not a count.
+    const MAX: u64 = 10;
+    let task = goal_task(tmp.path(), None, 20);
     let config = write_job(
         tmp.path(),
         &job_yaml(
             &[&task],
-            &[goal_agent("sleepy", "sleepy", 3, ", GOAL_SLEEP: \"6\"")],
+            &[goal_agent("sleepy", "sleepy", MAX as u32, ", GOAL_SLEEP: \"6\"")],
             "",
         ),
     );
@@ -318,18 +321,35 @@ fn one_deadline_bounds_every_attempt() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rec = result(&job_dir, "goal__sleepy__default__1");
     assert_eq!(rec["termination"]["kind"], "timeout", "{rec:#}");
-    assert_eq!(rec["continuation"]["attempts_used"], 3, "{rec:#}");
     assert_eq!(rec["continuation"]["status"], "stopped", "{rec:#}");
+    let used = rec["continuation"]["attempts_used"].as_u64().expect("used");
+    assert!((2..MAX).contains(&used), "{rec:#}");
+    assert_eq!(
+        rec["continuation"]["detail"],
+        format!("attempt {used}: the trial's agent deadline was reached"),
+        "{rec:#}"
+    );
     let attempts = rec["attempts"].as_array().expect("attempts");
-    assert_eq!(attempts[2]["termination"]["kind"], "timeout");
+    assert_eq!(attempts.len() as u64, used);
+    // Every attempt but the last ran to its own end; the last was stopped by the deadline.
+    for a in &attempts[..attempts.len() - 1] {
+        assert_eq!(a["termination"]["kind"], "exited", "{a:#}");
+    }
+    assert_eq!(attempts[attempts.len() - 1]["termination"]["kind"], "timeout");
     let remaining: Vec<f64> = attempts
         .iter()
         .map(|a| a["remaining_seconds"].as_f64().expect("remaining"))
         .collect();
-    assert!(
-        remaining[0] > remaining[1] && remaining[1] > remaining[2] && remaining[0] <= 15.0,
-        "{remaining:?}"
-    );
+    assert!(remaining[0] <= 20.0, "{remaining:?}");
+    assert!(remaining.windows(2).all(|w| w[0] > w[1]), "{remaining:?}");
+    // Each attempt got only what was left of the one deadline (plus the kill grace).
+    for a in attempts {
+        let (secs, left) = (
+            a["seconds"].as_f64().expect("seconds"),
+            a["remaining_seconds"].as_f64().expect("remaining"),
+        );
+        assert!(secs <= left + 5.0, "{a:#}");
+    }
     // The verifier ran once, on what the attempts left.
     assert_eq!(rec["verifier"]["status"], "failed");
 }
