@@ -34,12 +34,15 @@ fn agent_past_its_timeout_is_a_timeout_and_the_verifier_still_runs() {
         return;
     };
     assert_eq!(r["termination"]["kind"], "timeout", "{r:#}");
-    // 2 s limit + 3 s grace (the agent ignores SIGTERM) + engine slack.
+    // 2 s limit + 3 s grace (the agent ignores SIGTERM) + the engine's time for the exec, the
+    // SIGTERM broadcast and the kill (each an engine request: 1-3 s apiece on a loaded
+    // machine). An exec whose stream outlived the kill would be waited on for 10 s more, so
+    // under 15 s the kill ended it; and the agent's 300 s sleep was cut short.
     let agent_secs = r["phases"]["agent"]["seconds"]
         .as_f64()
         .expect("agent seconds");
     assert!(
-        (2.0..9.0).contains(&agent_secs),
+        (2.0..15.0).contains(&agent_secs),
         "agent phase took {agent_secs}s"
     );
     assert_eq!(
