@@ -856,7 +856,9 @@ async fn refused_credentials_are_model_unavailable_and_never_echoed() {
 async fn max_concurrency_bounds_calls_to_one_provider() {
     let (url, fake) = fake_upstream(|_, _| {
         let mut r = reply(200, "application/json", anthropic_body(1, 1, 0, 0));
-        r.delay = Duration::from_millis(50);
+        // Long enough that the calls overlap upstream however slowly a loaded machine
+        // delivers them (the bound must be reached, not only kept).
+        r.delay = Duration::from_millis(300);
         r
     })
     .await;
@@ -1295,12 +1297,14 @@ async fn an_agent_that_hangs_up_still_gets_its_ledger_line() {
         .post(format!("{}/v1/messages", rig.base))
         .header("x-api-key", t.as_str())
         .json(&json!({"messages": []}))
-        .timeout(Duration::from_millis(200))
+        // Long enough for the request to reach the gateway on a loaded machine, well short of
+        // the upstream's 5 s.
+        .timeout(Duration::from_secs(1))
         .send()
         .await;
     assert!(r.is_err());
-    // The gateway notices the hang-up when the connection closes.
-    for _ in 0..100 {
+    // The gateway notices the hang-up when the connection closes (waited for up to 20 s).
+    for _ in 0..1000 {
         let text = std::fs::read_to_string(rig.ledger_path("t")).unwrap_or_default();
         if !text.is_empty() {
             break;
