@@ -29,6 +29,20 @@ fn quick_task() -> String {
     fixture("quick").display().to_string()
 }
 
+/// An agent that solves the quick task after 5 s: long enough that an engine fault injected
+/// once it runs lands in its agent phase, however slowly a loaded machine gets there.
+const SLOW_AGENT: &str = "agents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 5; echo ok > /app/out']\n";
+
+/// Whether some trial of the job has its agent running: the agent's stdout log is opened once
+/// its exec has started (the container alone exists from the environment phase on).
+fn an_agent_runs(job_dir: &Path) -> bool {
+    std::fs::read_dir(job_dir.join("trials"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|t| t.path().join("agent/stdout.log").is_file())
+}
+
 /// A dockerd of our own in a temp dir.
 struct PrivateEngine {
     dir: tempfile::TempDir,
@@ -203,7 +217,7 @@ impl Drop for PrivateEngine {
 }
 
 /// `arbiter run -c config` into `job` on the private engine, which is stopped and started
-/// again while trials are in their agent phase (the oracle's solve.sh sleeps 1 s); its output.
+/// again while a trial is in its agent phase (`SLOW_AGENT` sleeps 5 s); its output.
 fn run_through_an_outage(engine: &mut PrivateEngine, config: &Path, job: &str) -> Output {
     let mut child = engine.spawn_arbiter(&[
         "run",
@@ -213,24 +227,17 @@ fn run_through_an_outage(engine: &mut PrivateEngine, config: &Path, job: &str) -
         "-c",
         config.to_str().expect("utf8"),
     ]);
+    // Not once the agent's container exists (a fixed wait after that lands in the environment
+    // phase on a loaded machine) but once its agent's exec has started.
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let running = engine
-            .docker()
-            .args(["ps", "-q", "--filter", "label=arbiter.role=agent"])
-            .output()
-            .expect("docker ps");
-        if !String::from_utf8_lossy(&running.stdout).trim().is_empty() {
-            break;
-        }
+    while !an_agent_runs(Path::new(job)) {
         assert!(
             child.try_wait().expect("wait").is_none(),
             "arbiter ended early"
         );
-        assert!(Instant::now() < deadline, "no agent container after 120 s");
+        assert!(Instant::now() < deadline, "no agent running after 120 s");
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(400));
     engine.stop();
     engine.launch();
     wait_output(child, Duration::from_secs(240))
@@ -278,7 +285,7 @@ fn engine_stopped_mid_job_and_started_again_trials_are_retried_and_the_job_compl
     let config = write_job(
         tmp.path(),
         &format!(
-            "tasks: [{}]\nagents: [oracle]\nattempts: 4\nconcurrency: 2\nretries: {{max: 4, backoff_sec: 3}}\n",
+            "tasks: [{}]\n{SLOW_AGENT}attempts: 4\nconcurrency: 2\nretries: {{max: 4, backoff_sec: 3}}\n",
             quick_task()
         ),
     );
@@ -566,9 +573,10 @@ fn container_removed_behind_arbiters_back_is_an_infra_error_and_retried() {
             .expect("docker ps");
         let ids = String::from_utf8_lossy(&ps.stdout).trim().to_string();
         let ours = ids.lines().next().map(str::to_string);
-        if let Some(id) = ours {
-            // Only once the agent runs (its exec is in flight).
-            std::thread::sleep(Duration::from_millis(1000));
+        // Only once the agent runs (its exec is in flight, 3 s of sleep): its stdout log is
+        // opened when the exec has started. A fixed wait after the container appears could
+        // land in the environment phase on a loaded machine.
+        if let Some(id) = ours.filter(|_| an_agent_runs(&job_dir)) {
             let rm = Command::new("docker")
                 .args(["rm", "-f", &id])
                 .output()
@@ -620,7 +628,7 @@ fn after_an_outage_resume_with_retry_infra_runs_only_the_unscored_trials_again()
     let config = write_job(
         tmp.path(),
         &format!(
-            "tasks: [{}]\nagents: [oracle]\nattempts: 4\nconcurrency: 2\nretries: {{max: 0}}\n",
+            "tasks: [{}]\n{SLOW_AGENT}attempts: 4\nconcurrency: 2\nretries: {{max: 0}}\n",
             quick_task()
         ),
     );
