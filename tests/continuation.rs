@@ -313,7 +313,12 @@ fn one_deadline_bounds_every_attempt() {
         tmp.path(),
         &job_yaml(
             &[&task],
-            &[goal_agent("sleepy", "sleepy", MAX as u32, ", GOAL_SLEEP: \"6\"")],
+            &[goal_agent(
+                "sleepy",
+                "sleepy",
+                MAX as u32,
+                ", GOAL_SLEEP: \"6\"",
+            )],
             "",
         ),
     );
@@ -335,7 +340,10 @@ fn one_deadline_bounds_every_attempt() {
     for a in &attempts[..attempts.len() - 1] {
         assert_eq!(a["termination"]["kind"], "exited", "{a:#}");
     }
-    assert_eq!(attempts[attempts.len() - 1]["termination"]["kind"], "timeout");
+    assert_eq!(
+        attempts[attempts.len() - 1]["termination"]["kind"],
+        "timeout"
+    );
     let remaining: Vec<f64> = attempts
         .iter()
         .map(|a| a["remaining_seconds"].as_f64().expect("remaining"))
