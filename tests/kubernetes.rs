@@ -661,9 +661,21 @@ fn a_pod_deleted_behind_arbiters_back_is_an_infra_error_and_retried() {
         .join(format!("job-k8s-vanish-{}", std::process::id()));
     let child = spawn_job(&config, &job_dir);
     let trial = "quick-k8s__slow__default__1";
-    let pod = agent_pod(trial, Instant::now() + Duration::from_secs(180));
-    // Only once the agent runs (its exec is in flight).
-    std::thread::sleep(Duration::from_millis(1500));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let pod = agent_pod(trial, deadline);
+    // Only once the agent runs (its exec is in flight): its stdout log is opened when the
+    // agent's exec begins. A fixed wait after the pod runs could land in the environment phase
+    // on a loaded cluster (then the error's phase is neither agent nor collect).
+    let live = job_dir.join("trials").join(trial).join("agent/stdout.log");
+    while !live.is_file() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent of {trial} never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its exec connected (the agent sleeps 4 s from then).
+    std::thread::sleep(Duration::from_millis(1000));
     let deleted = kubectl(&[
         "delete",
         "pod",
