@@ -408,6 +408,50 @@ fn the_start_cap_holds_under_a_burst() {
     }
 }
 
+/// Warm pods start under the same cap: `max_starting: 1` with `warm_pods: 2` at concurrency
+/// 2 (six trials in waves, the agent sleeping so that warm pods are started while a wave
+/// runs): never more than one of the job's pods — trial, warm or probe — pending or starting
+/// at once; later waves claim warm pods; every trial passes.
+#[test]
+fn warm_pods_start_under_the_start_cap() {
+    let Some(_cluster) = three_nodes() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let task = quick_built(tmp.path());
+    let config = common::write_job(
+        tmp.path(),
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: quick\n    kind: command\n    run: [sh, -c, 'sleep 3; echo ok > /app/out']\nattempts: 6\nconcurrency: 2\n{}",
+            task.display(),
+            on_extra_nodes("  max_starting: 1\n  warm_pods: 2\n")
+        ),
+    );
+    let job_dir = tmp
+        .path()
+        .join(format!("job-k8s-warmcap-{}", std::process::id()));
+    let watch = Watch::start(&job_dir);
+    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let (max, claimed, all) = {
+        let o = watch.observed();
+        let claimed = o
+            .pods
+            .iter()
+            .filter(|(n, p)| n.starts_with("arb-warm-") && !p.trial.is_empty())
+            .count();
+        (o.max_starting, claimed, o.pods.len())
+    };
+    drop(watch);
+    eprintln!("{all} pods, {claimed} warm pods claimed, at most {max} pending or starting");
+    assert!(max <= 1, "{max} pods pending or starting at once");
+    assert!(claimed >= 1, "no trial claimed a warm pod");
+    for i in 1..=6 {
+        let r = common::result(&job_dir, &trial(i, "quick"));
+        assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
+    }
+}
+
 /// A trial no node can take (a node selector no node has) gives its start slot back after
 /// `schedule_timeout_sec` and ends as an `infra_error` naming the scheduler's reason; with
 /// one slot, the second trial could start only because the first gave it back.

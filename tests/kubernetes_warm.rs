@@ -3,7 +3,8 @@
 //! when `ARBITER_REQUIRE_K8S=1`.
 //!
 //! What each pod was is read from a watch the test holds while the job runs (its uid, when
-//! it was created, every trial label it carried, its memory limit), never from timing.
+//! it was created, every trial label it carried, its memory limit, whether it ran when it
+//! was claimed), never from timing.
 
 mod common;
 
@@ -41,6 +42,9 @@ struct Seen {
     /// The main container's memory limit.
     memory: String,
     ran: bool,
+    /// Whether its main container ran in the first state that named a trial (a warm pod:
+    /// the state its claim left).
+    running_when_claimed: Option<bool>,
 }
 
 #[derive(Default)]
@@ -61,10 +65,20 @@ fn apply(o: &mut Observed, pod: &Pod) {
     let Some(uid) = pod.metadata.uid.clone() else {
         return;
     };
+    let running = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "main"))
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|s| s.running.is_some());
     let entry = o.by_uid.entry(uid).or_default();
     entry.name = pod.metadata.name.clone().unwrap_or_default();
     entry.created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
     if let Some(trial) = labels.get("arbiter.trial") {
+        if entry.trials.is_empty() {
+            entry.running_when_claimed = Some(running);
+        }
         entry.trials.insert(trial.clone());
     }
     let main = pod
@@ -77,13 +91,6 @@ fn apply(o: &mut Observed, pod: &Pod) {
         .and_then(|l| l.get("memory"))
         .map(|q| q.0.clone())
         .unwrap_or_default();
-    let running = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == "main"))
-        .and_then(|c| c.state.as_ref())
-        .is_some_and(|s| s.running.is_some());
     entry.ran |= running;
 }
 
@@ -209,6 +216,12 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
                     continue;
                 }
                 warm_claims += 1;
+                // Offered only once running: a claim never waits for a start.
+                assert_eq!(
+                    pod.running_when_claimed,
+                    Some(true),
+                    "{trial} claimed a warm pod that was not running yet: {pod:?}"
+                );
                 let started: k8s_openapi::jiff::Timestamp =
                     record["started_at"].as_str().unwrap().parse().unwrap();
                 let created = pod.created.expect("creation time");

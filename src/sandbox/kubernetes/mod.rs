@@ -74,7 +74,7 @@ pub struct KubernetesSandbox {
     /// Compose sidecars (ephemeral containers) by their `pod/container` id.
     sidecars: Mutex<HashMap<String, sidecar::SidecarState>>,
     /// The start-rate cap (`max_starting`).
-    slots: starting::StartSlots,
+    slots: Arc<starting::StartSlots>,
     /// Image walks, replayed pods and frozen filesystems (the change set, `freeze`).
     integrity: changes::Integrity,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
@@ -149,7 +149,7 @@ impl KubernetesSandbox {
         let requests = Arc::new(AtomicU64::new(0));
         let client = client::nodelay_client(&config, Arc::clone(&requests))
             .map_err(|e| failed(e.to_string()))?;
-        let slots = starting::StartSlots::new(settings.max_starting);
+        let slots = Arc::new(starting::StartSlots::new(settings.max_starting));
         let warm_pods = match settings.warm_pods {
             Some(n) => n,
             None => match config::env_value(WARM_PODS_ENV) {
@@ -159,7 +159,7 @@ impl KubernetesSandbox {
                 None => 0,
             },
         };
-        let warm = warm::WarmPools::new(warm_pods, client.clone(), &namespace);
+        let warm = warm::WarmPools::new(warm_pods, client.clone(), &namespace, Arc::clone(&slots));
         Ok(KubernetesSandbox {
             client,
             resolved: config::Resolved {

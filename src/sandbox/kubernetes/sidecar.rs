@@ -321,6 +321,7 @@ impl KubernetesSandbox {
                 mounts: Vec::new(),
                 replay: None,
                 facts: None,
+                running: false,
             },
         );
         self.sidecars.lock().await.insert(

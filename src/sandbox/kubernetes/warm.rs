@@ -11,13 +11,20 @@
 //!   operation tests the `arbiter.warm` label: two claims of one pod cannot both succeed
 //!   (the apiserver applies the patch atomically), and a claimed pod has no `arbiter.warm`
 //!   label left. A claimed pod is the trial's: deleted at its end, never offered again.
+//! - **Offered once running.** A warm pod is offered only once its watch saw its main
+//!   container running: a claim never waits for the scheduler, an image pull or a container
+//!   start (a trial that finds no running warm pod creates its own rather than wait for one
+//!   still starting). A warm pod that does not run within the start deadline is deleted.
+//!   Starting warm pods hold start slots like any other (`max_starting` counts every pod
+//!   pending or starting, warm or not).
 //! - **Nothing before the claim.** A warm pod runs only what a cold one runs before its
 //!   start (the harness init, the image's ENTRYPOINT handing over to the keep-alive): no exec
-//!   reaches it until a trial claimed it; the proofs of the start and the trial's uploads
-//!   come after the claim.
+//!   reaches it until a trial claimed it; the proofs of the start (the handover, network
+//!   `none`) and the trial's uploads come after the claim.
 //! - **Topped up, then gone.** Each claim starts a replacement; at the job's end
-//!   ([`KubernetesSandbox::drain_warm`]) the pools close and their unclaimed pods are deleted;
-//!   `arbiter gc` removes those of a dead job (they carry its owner labels).
+//!   ([`KubernetesSandbox::drain_warm`]) the pools close, warm pods still starting stop
+//!   waiting, and every unclaimed pod is deleted; `arbiter gc` removes those of a dead job
+//!   (they carry its owner labels).
 //!
 //! The first trial of a spec creates its own pod (and starts the pool); a job whose trials
 //! all start at once gains nothing, a job whose trials come in waves gains from the second.
@@ -28,11 +35,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
 use super::error::api_status;
 use super::names::{ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, object_labels, random_suffix};
+use super::starting::StartSlots;
 use crate::digest::sha256_hex;
 use crate::sandbox::{LABEL_ROLE, LABEL_TRIAL};
 
@@ -110,9 +118,9 @@ pub(crate) fn claim_patch(trial_pod: &Pod, name: &str, key: &str) -> serde_json:
 struct Pool {
     /// A trial pod of the spec (the warm pods are made from it).
     template: Pod,
-    /// Unclaimed warm pods, oldest first.
+    /// Unclaimed running warm pods, oldest first.
     free: VecDeque<String>,
-    /// Warm pods being created.
+    /// Warm pods being created or started.
     creating: usize,
 }
 
@@ -129,16 +137,27 @@ pub(crate) struct WarmPools {
     target: usize,
     pods: Api<Pod>,
     shared: Arc<Mutex<Shared>>,
+    /// The backend's start slots (the start-rate cap).
+    slots: Arc<StartSlots>,
+    /// `true` once the pools closed: warm pods still starting stop waiting.
+    closing: watch::Sender<bool>,
     /// Warm pods claimed (for tests and benches).
     claimed: AtomicU64,
 }
 
 impl WarmPools {
-    pub(crate) fn new(target: u32, client: kube::Client, namespace: &str) -> WarmPools {
+    pub(crate) fn new(
+        target: u32,
+        client: kube::Client,
+        namespace: &str,
+        slots: Arc<StartSlots>,
+    ) -> WarmPools {
         WarmPools {
             target: target as usize,
             pods: Api::namespaced(client, namespace),
             shared: Arc::new(Mutex::new(Shared::default())),
+            slots,
+            closing: watch::Sender::new(false),
             claimed: AtomicU64::new(0),
         }
     }
@@ -151,8 +170,9 @@ impl WarmPools {
         self.claimed.load(Ordering::SeqCst)
     }
 
-    /// Claim a warm pod for `trial_pod` (the pod the trial would create): its name and the
-    /// claimed object, or `None` (none free: the trial creates its own). The pool of this
+    /// Claim a running warm pod for `trial_pod` (the pod the trial would create): its name and
+    /// the claimed object as the patch returned it, or `None` (none free: the trial creates
+    /// its own). The pool of this
     /// spec is started on first sight and topped up after each claim.
     pub(crate) async fn claim(&self, trial_pod: &Pod) -> Option<(String, Pod)> {
         let key = spec_key(trial_pod);
@@ -226,8 +246,12 @@ impl WarmPools {
         for _ in 0..missing {
             let pod = warm_pod_of(&template, key);
             let task = tokio::spawn(create_warm(
-                self.pods.clone(),
-                Arc::clone(&self.shared),
+                Warming {
+                    pods: self.pods.clone(),
+                    shared: Arc::clone(&self.shared),
+                    slots: Arc::clone(&self.slots),
+                    closing: self.closing.subscribe(),
+                },
                 key.to_string(),
                 pod,
             ));
@@ -235,14 +259,16 @@ impl WarmPools {
         }
     }
 
-    /// The job's end: no more warm pods; the unclaimed ones are deleted (after those being
-    /// created are). Returns how many were deleted.
+    /// The job's end: no more warm pods; the unclaimed ones are deleted (those still
+    /// starting stop waiting and delete themselves first). Returns how many were deleted
+    /// here.
     pub(crate) async fn drain(&self) -> usize {
         let tasks = {
             let mut shared = self.shared.lock().await;
             shared.closed = true;
             std::mem::take(&mut shared.tasks)
         };
+        self.closing.send_replace(true);
         for task in tasks {
             let _ = task.await;
         }
@@ -279,31 +305,94 @@ async fn delete(pods: &Api<Pod>, name: &str) -> bool {
     }
 }
 
-/// Create one warm pod and offer it, or delete it when the pools closed meanwhile. (A warm
-/// pod with network `none` is under the namespace's deny-all policy from its creation: the
-/// trial whose pod it copies put the policy in place first.)
-async fn create_warm(pods: Api<Pod>, shared: Arc<Mutex<Shared>>, key: String, pod: Pod) {
+/// What a warm pod's start needs of its pools.
+struct Warming {
+    pods: Api<Pod>,
+    shared: Arc<Mutex<Shared>>,
+    slots: Arc<StartSlots>,
+    closing: watch::Receiver<bool>,
+}
+
+/// Create one warm pod (under a start slot), wait until it runs, and offer it; delete it
+/// when it does not run, or when the pools closed meanwhile. (A warm pod with network `none`
+/// is under the namespace's deny-all policy from its creation: the trial whose pod it copies
+/// put the policy in place first.)
+async fn create_warm(w: Warming, key: String, pod: Pod) {
     let name = pod.metadata.name.clone().unwrap_or_default();
-    let created = pods.create(&PostParams::default(), &pod).await;
-    let created = match created {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::warn!(pod = name, "warm pod not created: {e}");
-            None
-        }
+    let mut closing = w.closing;
+    let closed = async move {
+        let _ = closing.wait_for(|c| *c).await;
     };
-    let mut guard = shared.lock().await;
+    let mut closed = std::pin::pin!(closed);
+    // The start slot: held until the pod runs or is deleted.
+    let slot = tokio::select! {
+        slot = w.slots.take() => Some(slot),
+        () = &mut closed => None,
+    };
+    let created = match slot {
+        None => false,
+        Some(_) => match w.pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(pod = name, "warm pod not created: {e}");
+                false
+            }
+        },
+    };
+    let running = created
+        && tokio::select! {
+            running = runs(&w.pods, &name) => match running {
+                Ok(()) => true,
+                Err(why) => {
+                    tracing::warn!(pod = name, "warm pod not running: {why}");
+                    false
+                }
+            },
+            () = &mut closed => false,
+        };
+    drop(slot);
+    let mut guard = w.shared.lock().await;
     let open = !guard.closed;
     if let Some(pool) = guard.pools.get_mut(&key) {
         pool.creating = pool.creating.saturating_sub(1);
-        if open && created.is_some() {
+        if open && running {
             pool.free.push_back(name.clone());
             return;
         }
     }
     drop(guard);
-    if created.is_some() {
-        delete(&pods, &name).await;
+    if created {
+        delete(&w.pods, &name).await;
+    }
+}
+
+/// Wait until warm pod `name`'s main container runs, at most the start deadline; why not.
+async fn runs(pods: &Api<Pod>, name: &str) -> Result<(), String> {
+    use futures_util::TryStreamExt;
+    let until = tokio::time::Instant::now() + super::lifecycle::START_DEADLINE;
+    let mut stream = std::pin::pin!(super::starting::watch_pod(pods.clone(), name));
+    loop {
+        match tokio::time::timeout_at(until, stream.try_next()).await {
+            Ok(Ok(Some(Some(p)))) => {
+                if let Some(verdict) = super::lifecycle::start_verdict(&p) {
+                    return verdict;
+                }
+            }
+            Ok(Ok(Some(None))) => return Err("deleted while starting".to_string()),
+            Ok(Ok(None)) => return Err("the watch ended".to_string()),
+            // The apiserver's (a dropped connection, a too-old version): the watcher
+            // re-lists on the next poll.
+            Ok(Err(e)) => {
+                tracing::debug!(pod = name, error = %e, "warm pod watch error; watching again");
+                tokio::time::sleep(super::lifecycle::WATCH_RETRY_PAUSE).await;
+            }
+            Err(_) => {
+                return Err(format!(
+                    "not running after {}s",
+                    super::lifecycle::START_DEADLINE.as_secs()
+                ));
+            }
+        }
     }
 }
 
