@@ -411,7 +411,8 @@ fn the_start_cap_holds_under_a_burst() {
 /// Warm pods start under the same cap: `max_starting: 1` with `warm_pods: 2` at concurrency
 /// 2 (six trials in waves, the agent sleeping so that warm pods are started while a wave
 /// runs): never more than one of the job's pods — trial, warm or probe — pending or starting
-/// at once; later waves claim warm pods; every trial passes.
+/// at once; later waves claim warm pods, and no more are started than trials are left to
+/// claim them; every trial passes.
 #[test]
 fn warm_pods_start_under_the_start_cap() {
     let Some(_cluster) = three_nodes() else {
@@ -433,19 +434,27 @@ fn warm_pods_start_under_the_start_cap() {
     let watch = Watch::start(&job_dir);
     let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
-    let (max, claimed, all) = {
+    let (max, claimed, warm, all) = {
         let o = watch.observed();
-        let claimed = o
+        let warm: Vec<&Seen> = o
             .pods
             .iter()
-            .filter(|(n, p)| n.starts_with("arb-warm-") && !p.trial.is_empty())
-            .count();
-        (o.max_starting, claimed, o.pods.len())
+            .filter(|(n, _)| n.starts_with("arb-warm-"))
+            .map(|(_, p)| p)
+            .collect();
+        let claimed = warm.iter().filter(|p| !p.trial.is_empty()).count();
+        (o.max_starting, claimed, warm.len(), o.pods.len())
     };
     drop(watch);
-    eprintln!("{all} pods, {claimed} warm pods claimed, at most {max} pending or starting");
+    eprintln!("{all} pods, {warm} warm, {claimed} claimed, at most {max} pending or starting");
     assert!(max <= 1, "{max} pods pending or starting at once");
     assert!(claimed >= 1, "no trial claimed a warm pod");
+    // No more warm pods than trials left to claim them: two for the second wave, then as
+    // many as the third wave can still claim (the third's claims start none).
+    assert!(
+        warm <= 4,
+        "{warm} warm pods started for four trials after the first wave"
+    );
     for i in 1..=6 {
         let r = common::result(&job_dir, &trial(i, "quick"));
         assert_eq!(r["verifier"]["status"], "passed", "{r:#}");

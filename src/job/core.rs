@@ -136,6 +136,15 @@ impl JobState {
         self.waiting.iter().map(|(at, _)| *at).min()
     }
 
+    /// Trials that will still start: queued, or waiting for their retry (none once the job
+    /// is stopping).
+    pub(crate) fn waiting_to_start(&self) -> usize {
+        if self.cancel.is_some() {
+            return 0;
+        }
+        self.queue.len() + self.waiting.len()
+    }
+
     /// Nothing runs and nothing more will start.
     pub(crate) fn is_done(&self) -> bool {
         self.cancel == Some(CancelReason::HardInterrupt)
@@ -315,6 +324,10 @@ mod tests {
         assert_eq!(spawned(&next).len(), 1);
         assert_eq!(spawned(&next)[0].plan.id, job.plans[2].id);
         assert!(!state.is_done());
+        // Five trials, three started: two will still start (what warm pods are sized by).
+        assert_eq!(state.waiting_to_start(), 2);
+        state.handle(Input::Cancel(CancelReason::Interrupt), now);
+        assert_eq!(state.waiting_to_start(), 0, "nothing starts once stopping");
     }
 
     #[test]

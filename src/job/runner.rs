@@ -112,6 +112,9 @@ pub(crate) async fn run<S: Sandbox>(
     };
     loop {
         let actions = state.handle(input, tokio::time::Instant::now());
+        // Before the trials just let go start: a backend starting containers ahead knows how
+        // many more can still be claimed.
+        sandbox.trials_waiting(state.waiting_to_start());
         for action in actions {
             match action {
                 Action::Spawn(queued) => {

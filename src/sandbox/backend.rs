@@ -171,6 +171,13 @@ impl Sandbox for Backend {
         }
     }
 
+    fn trials_waiting(&self, waiting: usize) {
+        match self {
+            Backend::Docker(b) => b.trials_waiting(waiting),
+            Backend::Kubernetes(b) => b.trials_waiting(waiting),
+        }
+    }
+
     async fn gpus(&self) -> Result<u32, SandboxError> {
         match self {
             Backend::Docker(b) => b.gpus().await,

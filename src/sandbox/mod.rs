@@ -697,6 +697,10 @@ pub trait Sandbox: Send + Sync + 'static {
     /// backend cannot say how many). Asked once per job, before any trial starts, when a task
     /// wants GPUs.
     fn gpus(&self) -> impl Future<Output = Result<u32, SandboxError>> + Send;
+    /// How many trials of the job wait to start (queued or waiting for a retry), told by the
+    /// job as it changes: a backend that starts containers ahead of its trials (Kubernetes'
+    /// warm pods) starts no more than can still be claimed. By default nothing.
+    fn trials_waiting(&self, _waiting: usize) {}
     /// Whether containers can be attached to `network` here (Docker: [`Network::Bridge`]
     /// needs the engine's default bridge, which an engine started with `--bridge=none` lacks).
     /// Asked once per job and network, before any trial starts, so a task is never run with

@@ -342,6 +342,10 @@ impl Sandbox for KubernetesSandbox {
         self.list_pods(selector).await
     }
 
+    fn trials_waiting(&self, waiting: usize) {
+        self.warm.set_demand(waiting);
+    }
+
     /// The most `nvidia.com/gpu` any node can allocate.
     async fn gpus(&self) -> Result<u32, SandboxError> {
         let nodes: Api<Node> = Api::all(self.client.clone());

@@ -21,7 +21,9 @@
 //!   start (the harness init, the image's ENTRYPOINT handing over to the keep-alive): no exec
 //!   reaches it until a trial claimed it; the proofs of the start (the handover, network
 //!   `none`) and the trial's uploads come after the claim.
-//! - **Topped up, then gone.** Each claim starts a replacement; at the job's end
+//! - **Topped up, then gone.** Each claim starts a replacement while trials are still to
+//!   start (the job tells the backend how many: a pool keeps no more pods, free or
+//!   starting, than that, so the last wave's claims start none); at the job's end
 //!   ([`KubernetesSandbox::drain_warm`]) the pools close, warm pods still starting stop
 //!   waiting, and every unclaimed pod is deleted; `arbiter gc` removes those of a dead job
 //!   (they carry its owner labels).
@@ -31,7 +33,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -141,6 +143,9 @@ pub(crate) struct WarmPools {
     slots: Arc<StartSlots>,
     /// `true` once the pools closed: warm pods still starting stop waiting.
     closing: watch::Sender<bool>,
+    /// Trials of the job that will still start (`usize::MAX`: not told): no more warm pods
+    /// are started than can still be claimed.
+    demand: AtomicUsize,
     /// Warm pods claimed (for tests and benches).
     claimed: AtomicU64,
 }
@@ -158,12 +163,18 @@ impl WarmPools {
             shared: Arc::new(Mutex::new(Shared::default())),
             slots,
             closing: watch::Sender::new(false),
+            demand: AtomicUsize::new(usize::MAX),
             claimed: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn enabled(&self) -> bool {
         self.target > 0
+    }
+
+    /// How many trials will still start ([`crate::sandbox::Sandbox::trials_waiting`]).
+    pub(crate) fn set_demand(&self, waiting: usize) {
+        self.demand.store(waiting, Ordering::SeqCst);
     }
 
     pub(crate) fn claimed(&self) -> u64 {
@@ -230,7 +241,8 @@ impl WarmPools {
         }
     }
 
-    /// Start warm pods of `key` until free and starting ones make the target.
+    /// Start warm pods of `key` until free and starting ones make the target, or as many as
+    /// trials will still start if fewer (the last wave's claims start none).
     async fn top_up(&self, key: &str) {
         let mut shared = self.shared.lock().await;
         if shared.closed {
@@ -240,7 +252,8 @@ impl WarmPools {
         let Some(pool) = shared.pools.get_mut(key) else {
             return;
         };
-        let missing = self.target.saturating_sub(pool.free.len() + pool.creating);
+        let want = self.target.min(self.demand.load(Ordering::SeqCst));
+        let missing = want.saturating_sub(pool.free.len() + pool.creating);
         pool.creating += missing;
         let template = pool.template.clone();
         for _ in 0..missing {
