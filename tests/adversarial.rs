@@ -696,7 +696,9 @@ fn secrets_reach_no_file_no_log_line_at_trace_level_and_no_host_argv() {
                     "a secret in a host argv: {line}"
                 );
             }
-            saw_agent |= line.contains("exfiltrate") || line.contains("docker-init");
+            // The agent's own process (it lingers 3 s), not any container's init: another
+            // test binary's containers run beside this one.
+            saw_agent |= line.contains("/opt/hostile/exfiltrate.sh");
         }
         scans += 1;
         if let Some(status) = child.try_wait().expect("wait") {

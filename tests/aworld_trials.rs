@@ -520,8 +520,10 @@ fn llm_api_key_reaches_the_agent_but_no_file_and_no_argv() {
     let tmp = tempfile::tempdir().expect("tmp");
     let secret = format!("sk-arbiter-test-{}", std::process::id());
     let literal = format!("tok-literal-{}", std::process::id());
+    // In this agent's argv only (other tests of this binary run aworld-cli beside it).
+    let marker = format!("Secretive{}", std::process::id());
     let mut agent = format!(
-        "  - name: secretive\n    kind: aworld\n    binary: /opt/aworld-standin/aworld-cli\n    mounts:\n      - host: {}\n        container: /opt/aworld-standin\n    model:\n      name: test-model\n      api_key: ${{ARBITER_TEST_LLM_KEY}}\n",
+        "  - name: secretive\n    kind: aworld\n    binary: /opt/aworld-standin/aworld-cli\n    run_args: [--non-interactive, --agent, {marker}]\n    mounts:\n      - host: {}\n        container: /opt/aworld-standin\n    model:\n      name: test-model\n      api_key: ${{ARBITER_TEST_LLM_KEY}}\n",
         standin_dir().display()
     );
     agent.push_str(&format!(
@@ -546,7 +548,10 @@ fn llm_api_key_reaches_the_agent_but_no_file_and_no_argv() {
                 !line.contains(&secret) && !line.contains(&literal),
                 "a secret is in a host process argv: {line}"
             );
-            if line.contains("aworld-cli") && line.contains("--outcome-output") {
+            if line.contains("aworld-cli")
+                && line.contains("--outcome-output")
+                && line.contains(&marker)
+            {
                 saw_agent = true;
             }
         }
