@@ -37,6 +37,11 @@ pub enum SandboxError {
     },
     #[error("cancelled")]
     Cancelled,
+    /// A transfer whose command in the container ended well but whose bytes did not all
+    /// arrive (the stream between arbiter and the container lost them): the harness's
+    /// failure, never a fact about what the container holds.
+    #[error("{op}: {message}")]
+    Lost { op: String, message: String },
     /// The backend cannot do this (yet): a typed refusal, never a silent downgrade; the
     /// caller decides whether the trial goes on without it (the change set on Kubernetes).
     #[error("{op} is not supported by the {backend} backend")]
@@ -57,6 +62,17 @@ pub enum SandboxError {
 impl SandboxError {
     pub(crate) fn engine(op: &'static str) -> impl FnOnce(bollard::errors::Error) -> SandboxError {
         move |source| SandboxError::Engine { op, source }
+    }
+
+    /// The connection to the container failed, not anything in it: bytes lost in transport,
+    /// or a command over Kubernetes' pods/exec whose end never arrived. Whatever was being
+    /// read says nothing about the agent's work.
+    pub(crate) fn is_transport(&self) -> bool {
+        matches!(
+            self,
+            SandboxError::Lost { .. }
+                | SandboxError::Kubernetes(super::kubernetes::KubeError::Exec { .. })
+        )
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SandboxError {

@@ -163,6 +163,8 @@ struct State {
     failures: Vec<(Op, usize, String)>,
     delays: HashMap<Op, Duration>,
     vanish: Vec<(Op, usize)>,
+    /// Paths whose next download loses its bytes in transport ([`SandboxError::Lost`]).
+    lost_downloads: Vec<String>,
     execs: Vec<(String, FakeExec)>,
     /// Every exec's argv (joined by spaces) and env, in call order.
     exec_envs: Vec<(String, Vec<(String, String)>)>,
@@ -200,6 +202,12 @@ impl FakeSandbox {
     /// last wins; an exec matching none exits 0 at once.
     pub fn on_exec(&self, pattern: &str, exec: FakeExec) {
         self.lock().execs.insert(0, (pattern.to_string(), exec));
+    }
+
+    /// The next download of `path` loses its bytes on the way ([`SandboxError::Lost`]: the
+    /// transport's failure, not the container's).
+    pub fn lose_download(&self, path: &str) {
+        self.lock().lost_downloads.push(path.to_string());
     }
 
     /// The `nth` call (1-based) of `op` fails with an engine error.
@@ -591,6 +599,16 @@ impl Sandbox for FakeSandbox {
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
         self.enter(Op::Download, path).await?;
+        {
+            let mut state = self.lock();
+            if let Some(i) = state.lost_downloads.iter().position(|p| p == path) {
+                state.lost_downloads.remove(i);
+                return Err(SandboxError::Lost {
+                    op: "fake download".to_string(),
+                    message: format!("{path}: received 0 bytes, the container sent 512"),
+                });
+            }
+        }
         let packed = {
             let state = self.lock();
             let container = state

@@ -240,6 +240,45 @@ async fn a_failure_of_any_backend_call_is_a_typed_infra_error_and_leaves_nothing
     assert!(tried >= 15, "only {tried} calls in a trial?");
 }
 
+/// A read with its bytes lost on the way (seen on Kubernetes under a
+/// burst of execs: the archive command exited 0, nothing arrived): the connection's failure,
+/// not the filesystem's — an infrastructure error of the verify phase, never "the verifier
+/// wrote no reward". An engine refusal of the same read stays the agent's result (above).
+#[tokio::test(start_paused = true)]
+async fn bytes_lost_in_transport_are_an_infra_error_not_the_agents_result() {
+    let (_root, plan, fake) = solving_in("");
+    fake.lose_download("/logs/verifier");
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    let infra = rec
+        .infra_error
+        .as_ref()
+        .unwrap_or_else(|| panic!("no infra error: {rec:#?}"));
+    assert_eq!(infra.phase, Phase::Verify, "{rec:#?}");
+    assert!(infra.message.contains("received 0 bytes"), "{infra:?}");
+    assert!(rec.is_infra());
+    assert!(rec.audit.is_none(), "an infra error is not scored");
+    assert!(fake.live().is_empty(), "left {:?}", fake.live());
+    // The agent's artifacts and logs read the same way: the collect phase's infra error.
+    for path in ["/logs/agent", "/app/out.txt"] {
+        let (_root, plan, fake) = solving_in("[[artifacts]]\nsource = \"/app/out.txt\"\n");
+        fake.lose_download(path);
+        let rec = record(run_on(&fake, &plan, None).await.run);
+        let infra = rec
+            .infra_error
+            .as_ref()
+            .unwrap_or_else(|| panic!("{path}: no infra error: {rec:#?}"));
+        assert!(
+            infra.message.contains("received 0 bytes"),
+            "{path}: {infra:?}"
+        );
+        assert!(fake.live().is_empty(), "{path}: left {:?}", fake.live());
+    }
+    // The same trial with the read intact passes: only the lost bytes made the difference.
+    let (_root, plan, fake) = solving_in("");
+    let rec = record(run_on(&fake, &plan, None).await.run);
+    assert_eq!(rec.verifier.status, VerifierStatus::Passed, "{rec:#?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancellation_at_any_phase_records_nothing_and_removes_everything() {
     for phase in [

@@ -329,6 +329,8 @@ pub(crate) async fn verify<S: Sandbox>(
     let scratch = input.path(".fetch.tar");
     // What the verifier left is in a filesystem the agent shaped: an engine error reading it
     // (a path replaced by something unreadable) means no reward, not an infrastructure failure.
+    // A read whose bytes were lost on the way (the connection's failure, not the path's) is
+    // the harness's: an infrastructure error, retried.
     match fetch(
         sb,
         &id,
@@ -345,6 +347,7 @@ pub(crate) async fn verify<S: Sandbox>(
         Ok(_) => {}
         // Cancellation, and the job dir failing on the host, are the harness's.
         Err(e @ (SandboxError::Cancelled | SandboxError::Io { .. })) => return Err(e.into()),
+        Err(e) if e.is_transport() => return Err(e.into()),
         Err(e) => tracing::warn!(task = task.name, "verifier logs not collected: {e}"),
     }
     let read = |name: &str| -> Option<Vec<u8>> {

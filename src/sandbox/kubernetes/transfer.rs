@@ -221,12 +221,18 @@ impl KubernetesSandbox {
             RawEnd::Exited(0) if counted == Some(written) => {
                 Ok(Fetched::Archive { bytes: written })
             }
+            // The archive command ended well: the bytes were lost between the pod and here
+            // (seen under a burst of execs on a loaded node: exit 0, nothing on either
+            // stream), the harness's failure.
             RawEnd::Exited(0) => {
                 discard(to);
-                Err(failed(format!(
-                    "{path}: received {written} bytes, the pod sent {}",
-                    counted.map_or("an unknown number".to_string(), |c| c.to_string())
-                )))
+                Err(SandboxError::Lost {
+                    op: format!("download in pod {pod}"),
+                    message: format!(
+                        "{path}: received {written} bytes, the pod sent {}",
+                        counted.map_or("an unknown number".to_string(), |c| c.to_string())
+                    ),
+                })
             }
             RawEnd::Exited(NOT_FOUND) => {
                 discard(to);

@@ -98,7 +98,9 @@ impl<S: Sandbox> Ctx<'_, S> {
     /// Fetch a path of the agent's filesystem. The agent shaped that filesystem, so an engine
     /// error reading a path (replaced by a file, made unreadable) is its doing — `Failed`, not
     /// an infrastructure error (SPEC §5, abstention); an engine that is really gone fails the
-    /// next call (the freeze, or the verifier's container) instead.
+    /// next call (the freeze, or the verifier's container) instead. Bytes lost on the way
+    /// ([`SandboxError::is_transport`]) are the connection's, not the path's: the error is
+    /// returned (an infrastructure error of the caller's phase).
     pub(crate) async fn fetch(
         &self,
         id: &ContainerId,
@@ -110,6 +112,7 @@ impl<S: Sandbox> Ctx<'_, S> {
         {
             Err(SandboxError::Cancelled) => Err(SandboxError::Cancelled),
             Err(SandboxError::Io { path, source }) => Err(SandboxError::Io { path, source }),
+            Err(e) if e.is_transport() => Err(e),
             Err(e) => {
                 tracing::debug!(trial = self.plan.id, path, "fetch: {e}");
                 Ok(FetchResult::Failed(format!("not readable: {e}")))
