@@ -35,31 +35,6 @@ fn run_in(tmp: &Path, extra: &[&str]) -> (Output, PathBuf) {
     (out, job_dir)
 }
 
-/// Containers labelled with this job's label (any state), by role.
-fn job_containers(job_dir: &Path) -> Vec<String> {
-    let name = job_dir
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .into_owned();
-    let out = Command::new("docker")
-        .args([
-            "ps",
-            "-a",
-            "--filter",
-            "label=arbiter.managed=true",
-            "--format",
-            "{{.Label \"arbiter.job\"}} {{.Label \"arbiter.role\"}}",
-        ])
-        .output()
-        .expect("docker");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.split(' ').next().is_some_and(|j| is_job_label(j, &name)))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn an_image_entrypoint_prepares_the_agent_and_verifier_containers() {
     if !docker_available() {
@@ -130,7 +105,10 @@ fn a_compose_sidecar_serves_the_agent_and_is_gone_after_the_job() {
             "nop",
         ],
     );
-    assert_eq!(job_containers(&job_dir), Vec::<String>::new());
+    assert_eq!(
+        job_containers(&job_dir, "{{.Label \"arbiter.role\"}}"),
+        Vec::<String>::new()
+    );
     assert_no_leftovers(&job_dir);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let oracle = result(&job_dir, "compose-http__oracle__default__1");

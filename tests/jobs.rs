@@ -29,32 +29,6 @@ fn finished(job_dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
-/// Ids of the containers (any state) labelled with the job of `job_dir`, by its exact label.
-fn job_containers(job_dir: &Path) -> Vec<String> {
-    let name = job_dir
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .into_owned();
-    let out = Command::new("docker")
-        .args([
-            "ps",
-            "-a",
-            "--filter",
-            "label=arbiter.managed=true",
-            "--format",
-            "{{.ID}} {{.Label \"arbiter.job\"}}",
-        ])
-        .output()
-        .expect("docker ps");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(_, job)| is_job_label(job, &name))
-        .map(|(id, _)| id.to_string())
-        .collect()
-}
-
 fn wait_for_records(job_dir: &Path, n: usize, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while finished(job_dir) < n {
@@ -310,7 +284,7 @@ fn gc_never_touches_a_live_job() {
     // beside this one), so the job's own containers are looked for by its exact label.
     let deadline = Instant::now() + Duration::from_secs(60);
     let kept = loop {
-        if !job_containers(&job_dir).is_empty() {
+        if !job_containers(&job_dir, "{{.ID}}").is_empty() {
             let gc = arbiter(&["gc", "--dry-run"]);
             let text = stdout(&gc);
             let live: usize = text

@@ -130,6 +130,33 @@ pub fn is_job_label(label: &str, name: &str) -> bool {
         .is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// `field` (a `docker ps --format` template, e.g. `{{.ID}}`) of every container (any state)
+/// labelled with the job of `job_dir`, matched by its exact label.
+pub fn job_containers(job_dir: &Path, field: &str) -> Vec<String> {
+    let name = job_dir
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            "label=arbiter.managed=true",
+            "--format",
+            &format!("{{{{.Label \"arbiter.job\"}}}} {field}"),
+        ])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(job, _)| is_job_label(job, &name))
+        .map(|(_, value)| value.to_string())
+        .collect()
+}
+
 /// No container or image labelled with this job may remain on the engine.
 pub fn assert_no_leftovers(job_dir: &Path) {
     let name = job_dir
