@@ -13,7 +13,7 @@ mod common;
 use common::k8s::{PodObserver, PodWatch, quick_built};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -182,6 +182,32 @@ fn strip(value: &mut serde_json::Value, prefix: &str) {
     }
 }
 
+/// A job of the quick task on the extra nodes (`backend`: more backend settings), its agent
+/// `(name, shell command)`, `(attempts, concurrency)`, run to its end (exit 0) under a pod
+/// watch: its dir and the watch.
+fn watched_quick_job(
+    tmp: &Path,
+    label: &str,
+    (agent, run): (&str, &str),
+    (attempts, concurrency): (u32, u32),
+    backend: &str,
+) -> (PathBuf, Watch) {
+    let task = quick_built(tmp);
+    let config = common::write_job(
+        tmp,
+        &format!(
+            "tasks: [{}]\nagents:\n  - name: {agent}\n    kind: command\n    run: [sh, -c, '{run}']\nattempts: {attempts}\nconcurrency: {concurrency}\n{}",
+            task.display(),
+            on_extra_nodes(backend)
+        ),
+    );
+    let job_dir = tmp.join(format!("job-k8s-{label}-{}", std::process::id()));
+    let watch = Watch::start(&job_dir);
+    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    (job_dir, watch)
+}
+
 fn trial(i: u32, agent: &str) -> String {
     format!("quick-k8s__{agent}__default__{i}")
 }
@@ -196,21 +222,13 @@ fn a_jobs_trials_spread_over_two_nodes_with_identical_records() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let task = quick_built(tmp.path());
-    let config = common::write_job(
+    let (job_dir, watch) = watched_quick_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 3; echo ok > /app/out']\nattempts: 6\nconcurrency: 6\n{}",
-            task.display(),
-            on_extra_nodes("")
-        ),
+        "spread",
+        ("slow", "sleep 3; echo ok > /app/out"),
+        (6, 6),
+        "",
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-spread-{}", std::process::id()));
-    let watch = Watch::start(&job_dir);
-    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     let seen = watch.observed().pods.clone();
     drop(watch);
     let mut nodes_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -375,21 +393,13 @@ fn the_start_cap_holds_under_a_burst() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let task = quick_built(tmp.path());
-    let config = common::write_job(
+    let (job_dir, watch) = watched_quick_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents:\n  - name: quick\n    kind: command\n    run: [sh, -c, 'echo ok > /app/out']\nattempts: 6\nconcurrency: 6\n{}",
-            task.display(),
-            on_extra_nodes("  max_starting: 2\n")
-        ),
+        "cap",
+        ("quick", "echo ok > /app/out"),
+        (6, 6),
+        "  max_starting: 2\n",
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-cap-{}", std::process::id()));
-    let watch = Watch::start(&job_dir);
-    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     // Besides the trials' pods, the change set's probe pods (one per image and node, role
     // `snapshot`) start under the same cap.
     let (max, pods, all) = {
@@ -419,21 +429,13 @@ fn warm_pods_start_under_the_start_cap() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let task = quick_built(tmp.path());
-    let config = common::write_job(
+    let (job_dir, watch) = watched_quick_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents:\n  - name: quick\n    kind: command\n    run: [sh, -c, 'sleep 3; echo ok > /app/out']\nattempts: 6\nconcurrency: 2\n{}",
-            task.display(),
-            on_extra_nodes("  max_starting: 1\n  warm_pods: 2\n")
-        ),
+        "warmcap",
+        ("quick", "sleep 3; echo ok > /app/out"),
+        (6, 2),
+        "  max_starting: 1\n  warm_pods: 2\n",
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-warmcap-{}", std::process::id()));
-    let watch = Watch::start(&job_dir);
-    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     let (max, claimed, warm, all) = {
         let o = watch.observed();
         let warm: Vec<&Seen> = o
