@@ -240,10 +240,10 @@ async fn a_failure_of_any_backend_call_is_a_typed_infra_error_and_leaves_nothing
     assert!(tried >= 15, "only {tried} calls in a trial?");
 }
 
-/// A read with its bytes lost on the way (seen on Kubernetes under a
-/// burst of execs: the archive command exited 0, nothing arrived): the connection's failure,
-/// not the filesystem's — an infrastructure error of the verify phase, never "the verifier
-/// wrote no reward". An engine refusal of the same read stays the agent's result (above).
+/// A read with its bytes lost on the way (seen under a burst of execs: the archive command
+/// exited 0, nothing arrived): the connection's failure, not the filesystem's — an
+/// infrastructure error of its phase, never "the verifier wrote no reward" or a missing
+/// artifact. An engine refusal of the same read stays the agent's result (above).
 #[tokio::test(start_paused = true)]
 async fn bytes_lost_in_transport_are_an_infra_error_not_the_agents_result() {
     let (_root, plan, fake) = solving_in("");
