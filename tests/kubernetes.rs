@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arbiter::sandbox::kubernetes::KubeSettings;
+use arbiter::sandbox::kubernetes::KubernetesSandbox;
 use arbiter::sandbox::{
     Base, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, Fetched, ImageRecipe, ImageRef,
-    ImageSpec, KubeSettings, KubernetesSandbox, Network, Owner, Resource, Role, Sandbox, Selector,
-    StartSpec,
+    ImageSpec, Network, Owner, Resource, Role, Sandbox, Selector, StartSpec,
 };
 
 fn required() -> bool {

@@ -8,10 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use arbiter::sandbox::docker::DockerSandbox;
+use arbiter::sandbox::kubernetes::KubeSettings;
+use arbiter::sandbox::kubernetes::KubernetesSandbox;
 use arbiter::sandbox::{
-    Base, Change, ChangeKind, ContainerLimits, ContainerSpec, DockerSandbox, ExecEnd, ExecSpec,
-    ImageRecipe, ImageRef, ImageSpec, KubeSettings, KubernetesSandbox, Network, Owner, Resource,
-    Role, Sandbox, Selector, StartSpec,
+    Base, Change, ChangeKind, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, ImageRecipe,
+    ImageRef, ImageSpec, Network, Owner, Resource, Role, Sandbox, Selector, StartSpec,
 };
 
 fn required() -> bool {

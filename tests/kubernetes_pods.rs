@@ -370,9 +370,11 @@ fn an_aworld_control_root_ends_with_the_same_files_as_on_docker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn mount_cost() {
+    use arbiter::sandbox::kubernetes::KubeSettings;
+    use arbiter::sandbox::kubernetes::KubernetesSandbox;
     use arbiter::sandbox::{
-        Base, ContainerLimits, ContainerSpec, ExecSpec, ImageRecipe, ImageSpec, KubeSettings,
-        KubernetesSandbox, Mount, Network, Owner, Resource, Role, Sandbox, StartSpec,
+        Base, ContainerLimits, ContainerSpec, ExecSpec, ImageRecipe, ImageSpec, Mount, Network,
+        Owner, Resource, Role, Sandbox, StartSpec,
     };
     use std::time::{Duration, Instant};
     if !cluster() {

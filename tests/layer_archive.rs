@@ -16,9 +16,11 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 
+use arbiter::sandbox::docker::DockerSandbox;
+use arbiter::sandbox::docker::engine_requests;
 use arbiter::sandbox::{
-    Base, ContainerLimits, ContainerSpec, DockerSandbox, ExecEnd, ExecSpec, Fetched, ImageRef,
-    Mount, Network, Owner, Resource, Role, Sandbox, TarEntry, engine_requests, files_to_tar,
+    Base, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, Fetched, ImageRef, Mount, Network,
+    Owner, Resource, Role, Sandbox, TarEntry, files_to_tar,
 };
 
 const IMAGE: &str = "arbiter/debian:bookworm";

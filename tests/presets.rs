@@ -19,9 +19,10 @@ use arbiter::agent::{
     AdapterReads, Agent, AgentEnd, INSTRUCTION_PATH, ModelWiring, PlanContext, PresetKind,
 };
 use arbiter::outcome::{ClaimSource, ClaimStatus};
+use arbiter::sandbox::docker::DockerSandbox;
 use arbiter::sandbox::{
-    Base, ContainerLimits, ContainerSpec, DockerSandbox, ExecEnd, ExecSpec, Fetched, ImageRef,
-    Mount, Network, Owner, Resource, Role, Sandbox, TarEntry, files_to_tar,
+    Base, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, Fetched, ImageRef, Mount, Network,
+    Owner, Resource, Role, Sandbox, TarEntry, files_to_tar,
 };
 
 const IMAGE: &str = "arbiter/debian:bookworm";

@@ -169,7 +169,7 @@ pub fn existing(
 
 /// Install `kind@version` into `cache` unless a verified entry is there. Python agents need
 /// `sandbox` (a container engine); npm agents never touch it.
-pub async fn install<S: Sandbox>(
+pub async fn install<S: Sandbox + ?Sized>(
     cache: &AgentCache,
     kind: PresetKind,
     version: &str,
@@ -435,7 +435,7 @@ pub(crate) fn venv_script(root: &str, package: &str, version: &str) -> String {
     )
 }
 
-async fn install_pypi<S: Sandbox>(
+async fn install_pypi<S: Sandbox + ?Sized>(
     cache: &AgentCache,
     kind: PresetKind,
     version: &str,

@@ -15,7 +15,7 @@ use crate::agent::cache::{AgentCache, CacheError};
 use crate::agent::install::{
     DEFAULT_PYTHON_IMAGE, InstallError, InstallOptions, Installed, install, parse_spec,
 };
-use crate::sandbox::DockerSandbox;
+use crate::sandbox::choose::{self, BackendConfig};
 
 use super::exit;
 
@@ -126,16 +126,16 @@ async fn run_install(cmd: InstallCmd) -> Result<u8, AgentsError> {
     });
     let sandbox = if needs_engine {
         Some(
-            DockerSandbox::connect()
+            choose::connect(&BackendConfig::default(), None)
                 .await
-                .map_err(InstallError::Engine)?,
+                .map_err(|e| InstallError::Engine(e.source))?,
         )
     } else {
         None
     };
     for (kind, version) in specs {
         eprintln!("{} {version}: checking the cache", kind.name());
-        match install(&cache, kind, &version, &options, sandbox.as_ref()).await? {
+        match install(&cache, kind, &version, &options, sandbox.as_deref()).await? {
             Installed::Present(entry) => println!(
                 "{} {version}: already installed in {} ({})",
                 kind.name(),

@@ -54,7 +54,7 @@ fn judge(labels: &std::collections::BTreeMap<String, String>, report: &mut GcRep
     }
 }
 
-pub(crate) async fn collect<S: Sandbox>(
+pub(crate) async fn collect<S: Sandbox + ?Sized>(
     sandbox: &S,
     dry_run: bool,
 ) -> Result<GcReport, SandboxError> {

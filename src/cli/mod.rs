@@ -20,7 +20,8 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::job::{self, ConfigError, RunArgs, RunError, StoreError};
-use crate::sandbox::{Backend, DockerSandbox, KubernetesSandbox, Sandbox, SandboxError};
+use crate::sandbox::choose::{self, BackendConfig, BackendFlags, BackendKind};
+use crate::sandbox::{Sandbox, SandboxError};
 
 /// Exit codes (SPEC §9).
 pub(crate) mod exit {
@@ -128,7 +129,7 @@ struct RunCmd {
     network: Option<job::PhaseNetwork>,
     /// Where the trials run: docker (default) or kubernetes (SPEC §14; `backend:` in the config).
     #[arg(long = "backend", value_name = "KIND", value_parser = parse_backend)]
-    backend: Option<job::BackendKind>,
+    backend: Option<BackendKind>,
     /// Kubernetes namespace of the trials' pods (default: the context's, or ARBITER_K8S_NAMESPACE).
     #[arg(long = "namespace", value_name = "NS")]
     namespace: Option<String>,
@@ -176,7 +177,7 @@ struct GcCmd {
     dry_run: bool,
     /// Where to collect: docker (default) or kubernetes.
     #[arg(long = "backend", value_name = "KIND", value_parser = parse_backend)]
-    backend: Option<job::BackendKind>,
+    backend: Option<BackendKind>,
     /// Kubernetes namespace (default: the context's, or ARBITER_K8S_NAMESPACE).
     #[arg(long = "namespace", value_name = "NS")]
     namespace: Option<String>,
@@ -190,10 +191,12 @@ struct GcCmd {
 enum CliError {
     #[error("{0}")]
     Config(#[from] ConfigError),
-    #[error(
-        "{0}\nhint: start a Docker engine (scripts/bootstrap does it on Debian) or set DOCKER_HOST"
-    )]
-    Engine(#[source] SandboxError),
+    /// The chosen backend could not be connected (with a hint what to do).
+    #[error("{0}")]
+    Connect(#[from] choose::ConnectError),
+    /// The backend failed while the command asked it something.
+    #[error("{0}")]
+    Sandbox(#[source] SandboxError),
     #[error("{0}")]
     Run(#[from] RunError),
     #[error("{0}")]
@@ -204,21 +207,17 @@ enum CliError {
     Toolbox(#[from] crate::sandbox::toolbox::ToolboxError),
     #[error("{0}")]
     Regrade(#[from] crate::regrade::RegradeError),
-    #[error(
-        "{0}\nhint: start a cluster (scripts/k8s up; eval \"$(scripts/k8s env)\") or set KUBECONFIG"
-    )]
-    Cluster(#[source] SandboxError),
-    /// The cluster is not ready for the job: one line per problem.
-    #[error("{}", .0.join("\n"))]
-    Preflight(Vec<String>),
+    /// The job cannot start on its backend: one line per problem.
+    #[error("{0}")]
+    Preflight(#[from] job::PreflightError),
 }
 
 impl CliError {
     fn code(&self) -> u8 {
         match self {
             CliError::Config(_)
-            | CliError::Engine(_)
-            | CliError::Cluster(_)
+            | CliError::Connect(_)
+            | CliError::Sandbox(_)
             | CliError::Preflight(_)
             | CliError::Run(RunError::Busy { .. }) => exit::USAGE,
             CliError::Run(RunError::Store(_) | RunError::Gateway(_)) | CliError::Store(_) => {
@@ -287,7 +286,7 @@ pub fn main() -> ExitCode {
                     model: cmd.model,
                     network: cmd.network,
                     retry_infra: false,
-                    backend: job::BackendFlags {
+                    backend: BackendFlags {
                         kind: cmd.backend,
                         namespace: cmd.namespace,
                         context: cmd.context,
@@ -316,27 +315,16 @@ pub fn main() -> ExitCode {
                 run(args, cmd.quiet, None, json).await
             }
             Command::Gc(cmd) => {
-                let report = match cmd.backend.unwrap_or_default() {
-                    job::BackendKind::Docker => {
-                        let sandbox = DockerSandbox::connect().await.map_err(CliError::Engine)?;
-                        gc::collect(&sandbox, cmd.dry_run)
-                            .await
-                            .map_err(CliError::Engine)?
-                    }
-                    job::BackendKind::Kubernetes => {
-                        let settings = crate::sandbox::KubeSettings {
-                            namespace: cmd.namespace,
-                            context: cmd.context,
-                            ..Default::default()
-                        };
-                        let sandbox = KubernetesSandbox::connect(settings)
-                            .await
-                            .map_err(|e| CliError::Cluster(e.into()))?;
-                        gc::collect(&sandbox, cmd.dry_run)
-                            .await
-                            .map_err(CliError::Cluster)?
-                    }
-                };
+                let config = BackendConfig::default().with_flags(&BackendFlags {
+                    kind: cmd.backend,
+                    namespace: cmd.namespace,
+                    context: cmd.context,
+                    registry: None,
+                });
+                let sandbox = choose::connect(&config, None).await?;
+                let report = gc::collect(&*sandbox, cmd.dry_run)
+                    .await
+                    .map_err(CliError::Sandbox)?;
                 println!("{report}");
                 Ok(exit::OK)
             }
@@ -392,26 +380,17 @@ async fn run(
         }
     };
     let spec = job::resolve(&args)?;
-    let sandbox = backend_for(&spec).await?;
-    // A phase needing a network the engine cannot give (Harbor's default `public` on an engine
-    // without a bridge) is refused before any trial starts, naming the override.
-    let needs = job::phase_networks(&spec.tasks, &spec.agents, &spec.network);
-    let mut available = Vec::new();
-    for need in &needs {
-        if !available.iter().any(|(n, _)| *n == need.network) {
-            let ok = sandbox
-                .network_available(need.network)
-                .await
-                .map_err(CliError::Engine)?;
-            available.push((need.network, ok));
-        }
-    }
-    job::refuse_unavailable(&needs, |n| available.iter().any(|(m, ok)| *m == n && *ok))?;
-    // A task needing GPUs the engine cannot give is refused before any trial starts.
-    if job::gpus_wanted(&spec.tasks) > 0 {
-        let gpus = sandbox.gpus().await.map_err(CliError::Engine)?;
-        job::check_gpus(&spec.tasks, gpus)?;
-    }
+    // The backend the job chose, connected once; what it cannot give the job (a network, GPUs)
+    // is refused before any trial starts, one line each (exit 2), nothing started.
+    let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
+    let sandbox = choose::connect(&spec.backend, Some(&toolbox)).await?;
+    job::preflight(&spec, &*sandbox)
+        .await
+        .map_err(|e| match e {
+            job::PreflightError::Config(e) => CliError::Config(e),
+            job::PreflightError::Sandbox(e) => CliError::Sandbox(e),
+            not_ready => CliError::Preflight(not_ready),
+        })?;
 
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(watch_signals(cancel_tx));
@@ -421,24 +400,7 @@ async fn run(
 
     let outcome = job::run(&spec, sandbox.clone(), events_tx, cancel_rx).await?;
     let summary = job::summarize(&outcome.records);
-    tracing::info!(
-        requests = crate::sandbox::engine_requests(),
-        trials = outcome.records.len(),
-        "engine requests"
-    );
-    if let Backend::Kubernetes(cluster) = &*sandbox {
-        let unclaimed = cluster.drain_warm().await;
-        let (builds, pushes) = cluster.builds_and_pushes();
-        tracing::info!(
-            requests = cluster.api_requests(),
-            trials = outcome.records.len(),
-            builds,
-            pushes,
-            warm_claimed = cluster.warm_claimed(),
-            warm_unclaimed = unclaimed,
-            "kubernetes api requests"
-        );
-    }
+    sandbox.finish(outcome.records.len()).await;
     let end = |code: u8| {
         if let Some(command) = json {
             let counts = packet::Counts::of_job(&summary, outcome.planned);
@@ -491,8 +453,6 @@ async fn run(
     }))
 }
 
-/// The Docker engine, with the harness toolbox: every command arbiter runs in a container
-/// comes from it (SPEC §5).
 /// `--network MODE`.
 fn parse_network(raw: &str) -> Result<job::PhaseNetwork, String> {
     job::PhaseNetwork::parse(raw)
@@ -500,57 +460,15 @@ fn parse_network(raw: &str) -> Result<job::PhaseNetwork, String> {
 }
 
 /// `--backend kubernetes [--namespace NS --context C --registry R]`, `backend:` in the config.
-fn parse_backend(raw: &str) -> Result<job::BackendKind, String> {
-    job::BackendKind::parse(raw)
-        .ok_or_else(|| format!("expected {} (got {raw:?})", job::BackendKind::NAMES))
+fn parse_backend(raw: &str) -> Result<BackendKind, String> {
+    BackendKind::parse(raw).ok_or_else(|| format!("expected {} (got {raw:?})", BackendKind::NAMES))
 }
 
-/// The job's backend, checked before any trial (SPEC §14): on Kubernetes the cluster's
-/// preflight and the tasks' needs, each failure one line (exit 2), nothing started.
-async fn backend_for(spec: &job::JobSpec) -> Result<Arc<Backend>, CliError> {
-    match spec.backend.kind {
-        job::BackendKind::Docker => {
-            let engine = Arc::try_unwrap(engine_with_toolbox().await?).map_err(|_| {
-                CliError::Engine(SandboxError::Refused {
-                    op: "connect",
-                    message: "the engine is shared".to_string(),
-                })
-            })?;
-            Ok(Arc::new(Backend::Docker(Box::new(engine))))
-        }
-        job::BackendKind::Kubernetes => {
-            let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
-            let cluster = KubernetesSandbox::connect(spec.backend.kube_settings())
-                .await
-                .map_err(|e| CliError::Cluster(e.into()))?
-                .with_toolbox(&toolbox);
-            let problems = cluster.preflight().await;
-            if !problems.is_empty() {
-                return Err(CliError::Preflight(problems));
-            }
-            let no_network = cluster
-                .network_available(crate::sandbox::Network::None)
-                .await
-                .map_err(CliError::Cluster)?;
-            job::refuse_on_kubernetes(spec, no_network)?;
-            tracing::info!(
-                namespace = cluster.namespace(),
-                context = cluster.context(),
-                "running on kubernetes"
-            );
-            Ok(Arc::new(Backend::Kubernetes(Box::new(cluster))))
-        }
-    }
-}
-
-async fn engine_with_toolbox() -> Result<Arc<DockerSandbox>, CliError> {
+/// The local engine (the default backend) with the harness toolbox: every command arbiter
+/// runs in a container comes from it (SPEC §5).
+async fn engine_with_toolbox() -> Result<Arc<dyn Sandbox>, CliError> {
     let toolbox = crate::sandbox::toolbox::locate_toolbox()?;
-    Ok(Arc::new(
-        DockerSandbox::connect()
-            .await
-            .map_err(CliError::Engine)?
-            .with_toolbox(&toolbox),
-    ))
+    Ok(choose::connect(&BackendConfig::default(), Some(&toolbox)).await?)
 }
 
 /// Ctrl-C and SIGTERM, as one stream of interrupts.

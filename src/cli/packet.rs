@@ -255,8 +255,8 @@ impl Packet {
                 };
                 (Phase::Configuration, code, t.field().map(str::to_string))
             }
-            CliError::Engine(_) => (Phase::Environment, "engine_unavailable", None),
-            CliError::Cluster(_) => (Phase::Environment, "cluster_unavailable", None),
+            CliError::Connect(e) => (Phase::Environment, e.code, None),
+            CliError::Sandbox(_) => (Phase::Environment, "engine_unavailable", None),
             CliError::Preflight(_) => (Phase::Environment, "cluster_not_ready", None),
             CliError::Toolbox(_) => (Phase::Environment, "toolbox_missing", None),
             CliError::Run(RunError::Busy { .. }) => (Phase::Environment, "job_busy", None),

@@ -4,11 +4,10 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::sandbox::DockerSandbox;
+use crate::sandbox::choose::{self, BackendConfig};
 use crate::taskcheck::{self, CheckError, CheckOptions, CheckOutcome, CheckReport, CheckResult};
 
 use super::exit;
@@ -122,16 +121,9 @@ async fn check(cmd: CheckCmd) -> Result<u8, (u8, String)> {
         _ => usage(e.to_string()),
     })?;
     let toolbox = crate::sandbox::toolbox::locate_toolbox().map_err(|e| usage(e.to_string()))?;
-    let sandbox = Arc::new(
-        DockerSandbox::connect()
-            .await
-            .map_err(|e| {
-                usage(format!(
-                    "{e}\nhint: start a Docker engine (scripts/bootstrap does it on Debian) or set DOCKER_HOST"
-                ))
-            })?
-            .with_toolbox(&toolbox),
-    );
+    let sandbox = choose::connect(&BackendConfig::default(), Some(&toolbox))
+        .await
+        .map_err(|e| usage(e.to_string()))?;
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(None);
     tokio::spawn(super::watch_signals(cancel_tx));
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();

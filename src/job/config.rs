@@ -55,115 +55,7 @@ pub struct RunArgs {
     /// `--retry-infra`: run again the trials whose final record is an `infra_error`.
     pub retry_infra: bool,
     /// `--backend`, `--namespace`, `--context`, `--registry`: over the config's `backend:`.
-    pub backend: BackendFlags,
-}
-
-/// The backend flags of `arbiter run`.
-#[derive(Debug, Clone, Default)]
-pub struct BackendFlags {
-    pub kind: Option<BackendKind>,
-    pub namespace: Option<String>,
-    pub context: Option<String>,
-    pub registry: Option<String>,
-}
-
-/// Which backend runs a job's containers (SPEC §14).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    #[default]
-    Docker,
-    Kubernetes,
-}
-
-impl BackendKind {
-    pub const NAMES: &'static str = "docker or kubernetes";
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Docker => "docker",
-            BackendKind::Kubernetes => "kubernetes",
-        }
-    }
-
-    pub fn parse(raw: &str) -> Option<BackendKind> {
-        match raw {
-            "docker" => Some(BackendKind::Docker),
-            "kubernetes" | "k8s" => Some(BackendKind::Kubernetes),
-            _ => None,
-        }
-    }
-}
-
-/// `backend:` in job.yaml: the kind and, for Kubernetes, where its pods go. Not part of the
-/// lock: the same job may be continued on the other backend.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackendConfig {
-    #[serde(default)]
-    pub kind: BackendKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub registry: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime_class: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_account: Option<String>,
-    /// At most this many pods pending or starting at once, apart from `concurrency`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_starting: Option<u32>,
-    /// Seconds a pod may wait to be placed before its trial is an infrastructure error.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule_timeout_sec: Option<u64>,
-    /// The share of a pod's CPU limit it requests, in (0, 1].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_request: Option<f64>,
-    /// Warm pods kept per agent pod spec, claimed by trials.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warm_pods: Option<u32>,
-}
-
-impl BackendConfig {
-    /// The config with the flags over it.
-    pub(crate) fn with_flags(mut self, flags: &BackendFlags) -> BackendConfig {
-        if let Some(kind) = flags.kind {
-            self.kind = kind;
-        }
-        for (field, flag) in [
-            (&mut self.namespace, &flags.namespace),
-            (&mut self.context, &flags.context),
-            (&mut self.registry, &flags.registry),
-        ] {
-            if flag.is_some() {
-                *field = flag.clone();
-            }
-        }
-        self
-    }
-
-    /// The Kubernetes backend's settings.
-    pub fn kube_settings(&self) -> crate::sandbox::KubeSettings {
-        crate::sandbox::KubeSettings {
-            context: self.context.clone(),
-            namespace: self.namespace.clone(),
-            registry: self.registry.clone(),
-            runtime_class: self.runtime_class.clone(),
-            node_selector: self.node_selector.clone(),
-            tolerations: self.tolerations.clone(),
-            service_account: self.service_account.clone(),
-            max_starting: self.max_starting,
-            schedule_timeout_sec: self.schedule_timeout_sec,
-            cpu_request: self.cpu_request,
-            warm_pods: self.warm_pods,
-        }
-    }
+    pub backend: crate::sandbox::choose::BackendFlags,
 }
 
 /// `job.yaml`.
@@ -214,7 +106,7 @@ pub struct JobConfig {
     pub network: Option<super::NetworkOverride>,
     /// Which backend runs the job (SPEC §14); default: the Docker engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backend: Option<BackendConfig>,
+    pub backend: Option<crate::sandbox::BackendConfig>,
 }
 
 /// A named set of overrides applied on top of agents (an ablation arm).

@@ -256,7 +256,7 @@ mod tests {
             .map(|i| task_dir(dir.path(), &format!("t{i}"), ""))
             .collect();
         let spec = job_spec(dir.path(), &dirs, &["oracle"], 1);
-        let plans = spec.trials(Default::default());
+        let plans = spec.trials(Default::default(), "fake");
         Job { _dir: dir, plans }
     }
 

@@ -10,7 +10,6 @@
 //!   discarded and the trial re-run;
 //! - on cancellation no new trial starts, running trials clean up and are not recorded.
 
-mod backend;
 mod config;
 mod core;
 mod events;
@@ -19,6 +18,7 @@ mod lock;
 mod network;
 mod owner;
 mod plan;
+mod preflight;
 mod resolve;
 mod runner;
 mod store;
@@ -28,18 +28,15 @@ mod tests;
 #[cfg(test)]
 mod tests_harbor;
 
-pub(crate) use backend::refuse_on_kubernetes;
 pub use config::{
-    AgentEntry, BackendConfig, BackendFlags, BackendKind, ConfigError, JobConfig, RetryPolicy,
-    RunArgs, TimeoutMultipliers, Variant,
+    AgentEntry, ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant,
 };
 pub(crate) use core::CancelReason;
 pub(crate) use events::JobEvent;
-pub(crate) use gpus::{check_gpus, gpus_wanted};
 pub use network::{NetworkOverride, PhaseNetwork};
-pub(crate) use network::{phase_networks, refuse_unavailable};
 pub(crate) use owner::{LABEL_OWNER, Owner};
 pub(crate) use plan::{JobSpec, trial_id};
+pub(crate) use preflight::{PreflightError, preflight};
 pub use resolve::resolve;
 pub(crate) use runner::{RunError, reap_job, run};
 pub(crate) use store::{JobStore, StoreError, write_atomic};

@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::agent::HarnessOverride;
+use crate::sandbox::Availability;
 use crate::task::{NetworkMode, Task};
 
 /// A phase's network as a job may set it. Allowlists stay per task or per agent: they need
@@ -187,9 +188,9 @@ pub(crate) struct PhaseNeed<'a> {
     pub why: String,
 }
 
-/// Every phase of the job that runs with a network of the engine's (`public`, `host`): the
-/// agent phase of each task under each agent that runs it (an agent's own `network:` over the
-/// task's), and each verifier (the task's, its steps').
+/// Every phase of the job and the network its containers get (`allowlist` is `none` with
+/// the egress proxy): the agent phase of each task under each agent that runs it (an agent's
+/// own `network:` over the task's), and each verifier (the task's, its steps').
 pub(crate) fn phase_networks<'a>(
     tasks: &'a [std::sync::Arc<Task>],
     agents: &[std::sync::Arc<crate::agent::Agent>],
@@ -250,7 +251,6 @@ pub(crate) fn phase_networks<'a>(
             });
         }
     }
-    out.retain(|need| need.network != crate::sandbox::Network::None);
     out
 }
 
@@ -262,25 +262,23 @@ fn task_sets_network(task: &Task) -> bool {
         || text.contains("allowed_hosts")
 }
 
-/// The first phase whose network the backend cannot give (`available` answers per network),
-/// as one line naming the task and the override to use.
+/// The first phase whose network the backend cannot give (`available` answers per network,
+/// in the backend's words), as one line naming the task, the phase and the network.
 pub(crate) fn refuse_unavailable(
     needs: &[PhaseNeed<'_>],
-    available: impl Fn(crate::sandbox::Network) -> bool,
+    available: impl Fn(crate::sandbox::Network) -> Availability,
 ) -> Result<(), super::ConfigError> {
-    let Some(need) = needs.iter().find(|n| !available(n.network)) else {
+    let Some((need, reason)) = needs.iter().find_map(|n| match available(n.network) {
+        Availability::Available => None,
+        Availability::Unavailable(reason) => Some((n, reason)),
+    }) else {
         return Ok(());
-    };
-    let lacks = match need.network {
-        crate::sandbox::Network::Bridge => "this Docker engine has no default bridge network",
-        _ => "this backend cannot give it",
     };
     Err(super::config::field(
         need.task.dir.join("task.toml").display().to_string(),
         "environment.network_mode",
         format!(
-            "the {} phase needs network {}, but {lacks}; run offline with --network none \
-             (job config: network: none) or on an engine that has one",
+            "the {} phase needs network {}, but {reason}",
             need.phase, need.why
         ),
     ))
@@ -376,26 +374,48 @@ mod tests {
         let agents = vec![Arc::new(crate::agent::Agent::builtin("nop").expect("nop"))];
         let tasks = vec![offline.clone(), silent.clone()];
         let needs = phase_networks(&tasks, &agents, &NetworkOverride::default());
+        let bridged: Vec<_> = needs
+            .iter()
+            .filter(|n| n.network != Network::None)
+            .collect();
         assert_eq!(
-            needs.len(),
+            bridged.len(),
             2,
             "the silent task's agent and verifier: {needs:?}"
         );
-        assert!(needs.iter().all(|n| n.network == Network::Bridge));
-        let e = refuse_unavailable(&needs, |n| n != Network::Bridge)
+        assert!(bridged.iter().all(|n| n.network == Network::Bridge));
+        assert!(bridged.iter().all(|n| n.task.name == "silent"));
+        let no_bridge = |n| {
+            if n == Network::Bridge {
+                Availability::Unavailable(
+                    "this engine has no bridge; run with --network none".into(),
+                )
+            } else {
+                Availability::Available
+            }
+        };
+        let e = refuse_unavailable(&needs, no_bridge)
             .expect_err("refused")
             .to_string();
         assert!(e.contains("silent/task.toml"), "{e}");
         assert!(e.contains("Harbor's default"), "{e}");
-        assert!(e.contains("--network none"), "{e}");
+        assert!(
+            e.contains("this engine has no bridge; run with --network none"),
+            "{e}"
+        );
         assert!(!e.contains('\n'), "one line: {e}");
-        assert!(refuse_unavailable(&needs, |_| true).is_ok());
+        assert!(refuse_unavailable(&needs, |_| Availability::Available).is_ok());
 
         // With the override applied, nothing needs the bridge.
         let mut t = (*silent).clone();
         NetworkOverride::every_phase(PhaseNetwork::None).apply(&mut t);
         let tasks = vec![Arc::new(t)];
         let o = NetworkOverride::every_phase(PhaseNetwork::None);
-        assert!(phase_networks(&tasks, &agents, &o).is_empty());
+        let needs = phase_networks(&tasks, &agents, &o);
+        assert!(
+            needs.iter().all(|n| n.network == Network::None),
+            "{needs:?}"
+        );
+        assert!(refuse_unavailable(&needs, no_bridge).is_ok());
     }
 }

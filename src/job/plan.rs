@@ -14,8 +14,9 @@ use super::lock::Lock;
 /// A resolved, validated job: everything needed to plan its trials.
 #[derive(Debug, Clone)]
 pub struct JobSpec {
-    /// Which backend runs the trials (not part of the lock).
-    pub backend: super::BackendConfig,
+    /// Which backend runs the trials, as `backend:` and the flags chose it (not part of the
+    /// lock); the CLI connects it ([`crate::sandbox::choose`]).
+    pub backend: crate::sandbox::BackendConfig,
     pub name: String,
     pub dir: PathBuf,
     pub tasks: Vec<Arc<Task>>,
@@ -140,8 +141,16 @@ impl JobSpec {
 
     /// Every trial of the job, interleaved so arms alternate (attempt-major, then task, then
     /// agent × variant): a slow or rate-limited arm never holds up the others for long.
-    pub(crate) fn trials(&self, labels: BTreeMap<String, String>) -> Vec<TrialPlan> {
-        self.trials_with(labels, None)
+    /// `backend`: the name the backend running them gives itself ([`Sandbox::name`]), for
+    /// the records.
+    ///
+    /// [`Sandbox::name`]: crate::sandbox::Sandbox::name
+    pub(crate) fn trials(
+        &self,
+        labels: BTreeMap<String, String>,
+        backend: &'static str,
+    ) -> Vec<TrialPlan> {
+        self.trials_with(labels, None, backend)
     }
 
     /// The job's model gateway, when any agent has a `model:` (once per job, at job start).
@@ -159,6 +168,7 @@ impl JobSpec {
         &self,
         labels: BTreeMap<String, String>,
         gateway: Option<Arc<crate::gateway::Gateway>>,
+        backend: &'static str,
     ) -> Vec<TrialPlan> {
         let secrets: Vec<String> = self
             .models
@@ -166,7 +176,7 @@ impl JobSpec {
             .filter_map(|m| m.secret().map(str::to_string))
             .collect();
         let settings = Arc::new(TrialSettings {
-            backend: self.backend.kind.name(),
+            backend,
             pass_threshold: self.pass_threshold,
             log_cap_bytes: self.log_cap_bytes,
             change_content_cap_bytes: self.change_content_cap_bytes,

@@ -84,7 +84,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         .unwrap_or_default()
         .with_flags(&args.backend);
     let mut saved = saved_config(&name, &tasks, &agents, &variants, &knobs, &config, network);
-    saved.backend = (backend != super::BackendConfig::default()).then(|| backend.clone());
+    saved.backend = (backend != crate::sandbox::BackendConfig::default()).then(|| backend.clone());
     let config_yaml =
         serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
     let lock = Lock::new(

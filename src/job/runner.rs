@@ -40,7 +40,7 @@ pub(crate) enum RunError {
 
 /// Run every unfinished trial of `spec`, at most `spec.concurrency` at a time. `cancel`
 /// carries the user's stop requests, strongest last.
-pub(crate) async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox + ?Sized>(
     spec: &JobSpec,
     sandbox: Arc<S>,
     events: mpsc::UnboundedSender<JobEvent>,
@@ -62,7 +62,7 @@ pub(crate) async fn run<S: Sandbox>(
     // One gateway per job, shared by its trials (each opens its own listener on its container's
     // loopback).
     let gateway = spec.start_gateway()?;
-    let plans = spec.trials_with(Owner::current().labels(), gateway);
+    let plans = spec.trials_with(Owner::current().labels(), gateway, sandbox.name());
     let planned = plans.len();
     let mut records = Vec::new();
     let mut pending = Vec::new();
@@ -188,7 +188,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-async fn run_one<S: Sandbox>(
+async fn run_one<S: Sandbox + ?Sized>(
     queued: Box<Queued>,
     sandbox: Arc<S>,
     cancel: watch::Receiver<bool>,
@@ -209,7 +209,7 @@ async fn run_one<S: Sandbox>(
 /// same job dir, or everything at once after a second interrupt): containers first, then the
 /// frozen filesystems they may have started from. Failures are logged: they must not stop
 /// the job.
-pub(crate) async fn reap_job<S: Sandbox>(sandbox: &S, job_label: &str) -> usize {
+pub(crate) async fn reap_job<S: Sandbox + ?Sized>(sandbox: &S, job_label: &str) -> usize {
     let mut found: Vec<Listed> = match sandbox.list(&Selector::Job(job_label.to_string())).await {
         Ok(found) => found,
         Err(e) => {

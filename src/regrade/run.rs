@@ -167,7 +167,7 @@ struct Verifier {
 }
 
 /// Regrade the finished trials of `spec` (the job as resolved from its `job.yaml`).
-pub(crate) async fn regrade<S: Sandbox>(
+pub(crate) async fn regrade<S: Sandbox + ?Sized>(
     spec: &JobSpec,
     args: &RegradeArgs,
     sandbox: Arc<S>,
@@ -186,7 +186,7 @@ pub(crate) async fn regrade<S: Sandbox>(
     let store = JobStore::open(&spec.dir)?;
     let labels = crate::job::Owner::current().labels();
     let mut finished: Vec<(TrialPlan, TrialRecord)> = spec
-        .trials(labels.clone())
+        .trials(labels.clone(), sandbox.name())
         .into_iter()
         .filter_map(|plan| store.load(&plan.id).map(|rec| (plan, rec)))
         .collect();
@@ -370,7 +370,7 @@ pub(crate) async fn regrade<S: Sandbox>(
 
     // trials.jsonl from the records (one line per finished trial, temp file + rename).
     let ids: Vec<String> = spec
-        .trials(BTreeMap::new())
+        .trials(BTreeMap::new(), sandbox.name())
         .into_iter()
         .map(|p| p.id)
         .filter(|id| store.trial_dir(id).join("result.json").is_file())
@@ -497,7 +497,7 @@ fn completion_record(trial_dir: &Path) -> Option<CompletionRecord> {
 
 /// Regrade one trial: `repeat` verifier runs, each in a fresh container of `image` with the
 /// change set applied; gives the updated record.
-async fn regrade_one<S: Sandbox>(
+async fn regrade_one<S: Sandbox + ?Sized>(
     sb: &Cancellable<S>,
     raw: &S,
     plan: &TrialPlan,

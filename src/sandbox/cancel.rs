@@ -14,17 +14,17 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{
-    Change, ContainerId, ContainerSpec, DiskUsage, ExecOutcome, ExecSpec, Fetched, FrozenId,
-    ImageConfig, ImageRef, ImageSpec, Listed, Network, Owner, Resource, Sandbox, SandboxError,
-    Selector, Stopped,
+    Availability, Change, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecOutcome,
+    ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Network, Owner,
+    Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
-pub struct Cancellable<S> {
+pub struct Cancellable<S: ?Sized> {
     inner: Arc<S>,
     cancel: watch::Receiver<bool>,
 }
 
-impl<S: Sandbox> Cancellable<S> {
+impl<S: Sandbox + ?Sized> Cancellable<S> {
     pub fn new(inner: Arc<S>, cancel: watch::Receiver<bool>) -> Self {
         Cancellable { inner, cancel }
     }
@@ -49,7 +49,76 @@ pub async fn cancelled(mut cancel: watch::Receiver<bool>) {
     }
 }
 
-impl<S: Sandbox> Sandbox for Cancellable<S> {
+/// The wrapper's every trait method, generated: the `refused` ones are refused once the job
+/// is cancelled, the `passed` ones always reach the backend (what cleans up after a cancel,
+/// and what the job asks of the backend itself); the long waits are written out below them.
+/// The unit test below fails when a trait method is in neither list, so no method is left
+/// to the trait's default behind the wrapper's back.
+macro_rules! cancellable {
+    (
+        refused { $( fn $r:ident(&self $(, $ra:ident: $rt:ty)*) -> $rr:ty; )* }
+        passed { $( fn $p:ident(&self $(, $pa:ident: $pt:ty)*) -> $pr:ty; )* }
+        $($special:tt)*
+    ) => {
+        #[async_trait::async_trait]
+        impl<S: Sandbox + ?Sized> Sandbox for Cancellable<S> {
+            $(
+                async fn $r(&self $(, $ra: $rt)*) -> $rr {
+                    self.check()?;
+                    self.inner.$r($($ra),*).await
+                }
+            )*
+            $(
+                async fn $p(&self $(, $pa: $pt)*) -> $pr {
+                    self.inner.$p($($pa),*).await
+                }
+            )*
+            $($special)*
+        }
+    };
+}
+
+cancellable! {
+    refused {
+        fn create(&self, spec: &ContainerSpec) -> Result<ContainerId, SandboxError>;
+        fn start(&self, id: &ContainerId) -> Result<(), SandboxError>;
+        fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError>;
+        fn upload_replacing(&self, id: &ContainerId, paths: &[&str], tar: Vec<u8>) -> Result<(), SandboxError>;
+        fn upload_before_start(&self, id: &ContainerId, tar: &[u8]) -> Result<bool, SandboxError>;
+        fn download(&self, id: &ContainerId, path: &str, to: &Path, limit: u64) -> Result<Fetched, SandboxError>;
+        fn download_entry(&self, id: &ContainerId, path: &str, to: &Path, limit: u64) -> Result<Fetched, SandboxError>;
+        fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError>;
+        fn halt(&self, id: &ContainerId) -> Result<(), SandboxError>;
+        fn disk_usage(&self, id: &ContainerId, count_files_to: u64) -> Result<Option<DiskUsage>, SandboxError>;
+        fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError>;
+        fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError>;
+        fn status(&self, id: &ContainerId) -> Result<ContainerStatus, SandboxError>;
+        fn gpus(&self) -> Result<u32, SandboxError>;
+        fn network_available(&self, network: Network) -> Result<Availability, SandboxError>;
+        fn image_config(&self, image: &ImageRef) -> Result<ImageConfig, SandboxError>;
+        fn image_id(&self, image: &ImageRef) -> Result<Option<String>, SandboxError>;
+        fn loopback_listener(&self, id: &ContainerId, port: u16) -> Result<std::net::TcpListener, SandboxError>;
+    }
+    passed {
+        fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError>;
+        fn remove(&self, resource: &Resource) -> Result<(), SandboxError>;
+        fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError>;
+        fn preflight(&self) -> Vec<String>;
+        fn finish(&self, trials: usize) -> ();
+    }
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn trials_waiting(&self, waiting: usize) {
+        self.inner.trials_waiting(waiting)
+    }
+
+    fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
+        self.inner.harness_argv(applet, args)
+    }
+
     async fn prepare_image(&self, spec: &ImageSpec) -> Result<ImageRef, SandboxError> {
         self.check()?;
         tokio::select! {
@@ -57,16 +126,6 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
             // Abandoning a build creates no container; a finished image is only a cache entry.
             _ = cancelled(self.cancel.clone()) => Err(SandboxError::Cancelled),
         }
-    }
-
-    async fn create(&self, spec: &ContainerSpec) -> Result<ContainerId, SandboxError> {
-        self.check()?;
-        self.inner.create(spec).await
-    }
-
-    async fn start(&self, id: &ContainerId) -> Result<(), SandboxError> {
-        self.check()?;
-        self.inner.start(id).await
     }
 
     async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
@@ -85,129 +144,53 @@ impl<S: Sandbox> Sandbox for Cancellable<S> {
             }
         }
     }
+}
 
-    async fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
-        self.check()?;
-        self.inner.upload(id, dest, tar).await
+#[cfg(test)]
+mod tests {
+    /// The names of the `fn`s declared between `from` and the next line that is `to`.
+    fn fns_in(source: &str, from: &str, to: &str) -> Vec<String> {
+        let start = source.find(from).expect("block start");
+        let rest = &source[start..];
+        let end = rest.find(to).expect("block end");
+        rest[..end]
+            .split("fn ")
+            .skip(1)
+            .filter_map(|tail| {
+                let name: String = tail
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                (!name.is_empty() && tail[name.len()..].starts_with('(')).then_some(name)
+            })
+            .collect()
     }
 
-    async fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError> {
-        self.check()?;
-        self.inner.collect_mounts(id).await
+    #[test]
+    fn the_wrapper_handles_every_trait_method() {
+        let seam = include_str!("mod.rs");
+        let trait_fns = fns_in(seam, "pub trait Sandbox:", "\n}\n");
+        assert!(trait_fns.len() >= 25, "{trait_fns:?}");
+        let wrapper = include_str!("cancel.rs");
+        let handled = fns_in(wrapper, "cancellable! {", "\n}\n");
+        for name in &trait_fns {
+            assert!(
+                handled.contains(name),
+                "Cancellable does not handle Sandbox::{name}: add it to cancellable! in sandbox/cancel.rs"
+            );
+        }
+        // And nothing it handles is unknown to the trait (a stale name would not compile).
+        for name in &handled {
+            assert!(trait_fns.contains(name), "{name} is not a trait method");
+        }
     }
 
-    async fn download_entry(
-        &self,
-        id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
-    ) -> Result<Fetched, SandboxError> {
-        self.check()?;
-        self.inner.download_entry(id, path, to, limit).await
-    }
-
-    async fn upload_replacing(
-        &self,
-        id: &ContainerId,
-        paths: &[&str],
-        tar: Vec<u8>,
-    ) -> Result<(), SandboxError> {
-        self.check()?;
-        self.inner.upload_replacing(id, paths, tar).await
-    }
-
-    async fn download(
-        &self,
-        id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
-    ) -> Result<Fetched, SandboxError> {
-        self.check()?;
-        self.inner.download(id, path, to, limit).await
-    }
-
-    async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
-        self.inner.stop(id).await
-    }
-
-    async fn upload_before_start(
-        &self,
-        id: &ContainerId,
-        tar: &[u8],
-    ) -> Result<bool, SandboxError> {
-        self.check()?;
-        self.inner.upload_before_start(id, tar).await
-    }
-
-    async fn halt(&self, id: &ContainerId) -> Result<(), SandboxError> {
-        self.check()?;
-        self.inner.halt(id).await
-    }
-
-    async fn disk_usage(
-        &self,
-        id: &ContainerId,
-        count_files_to: u64,
-    ) -> Result<Option<DiskUsage>, SandboxError> {
-        self.check()?;
-        self.inner.disk_usage(id, count_files_to).await
-    }
-
-    async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {
-        self.check()?;
-        self.inner.freeze(id, owner).await
-    }
-
-    async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
-        self.check()?;
-        self.inner.changes(id).await
-    }
-
-    async fn remove(&self, resource: &Resource) -> Result<(), SandboxError> {
-        self.inner.remove(resource).await
-    }
-
-    async fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError> {
-        self.inner.list(selector).await
-    }
-
-    async fn status(&self, id: &ContainerId) -> Result<super::ContainerStatus, SandboxError> {
-        self.check()?;
-        self.inner.status(id).await
-    }
-
-    async fn gpus(&self) -> Result<u32, SandboxError> {
-        self.check()?;
-        self.inner.gpus().await
-    }
-
-    async fn network_available(&self, network: Network) -> Result<bool, SandboxError> {
-        self.check()?;
-        self.inner.network_available(network).await
-    }
-
-    async fn image_config(&self, image: &ImageRef) -> Result<ImageConfig, SandboxError> {
-        self.check()?;
-        self.inner.image_config(image).await
-    }
-
-    async fn image_id(&self, image: &ImageRef) -> Result<Option<String>, SandboxError> {
-        self.check()?;
-        self.inner.image_id(image).await
-    }
-
-    async fn loopback_listener(
-        &self,
-        id: &ContainerId,
-        port: u16,
-    ) -> Result<std::net::TcpListener, SandboxError> {
-        self.check()?;
-        self.inner.loopback_listener(id, port).await
-    }
-
-    fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
-        self.inner.harness_argv(applet, args)
+    #[test]
+    fn the_method_lister_sees_a_missing_method() {
+        let trait_src = "pub trait Sandbox: Send {\n    fn a(&self);\n    async fn b(&self) -> u8 {\n        0\n    }\n}\n";
+        assert_eq!(
+            super::tests::fns_in(trait_src, "pub trait Sandbox:", "\n}\n"),
+            ["a", "b"]
+        );
     }
 }

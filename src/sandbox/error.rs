@@ -1,28 +1,45 @@
+//! The seam's one error type. It names no backend: each wing describes its own failures in
+//! its own error type (`docker::DockerError`, `kubernetes::KubeError`) and converts them into
+//! [`SandboxError::Backend`] with the [`Fault`] that tells the layers above what kind of
+//! failure it was, so a user reads the right backend's words and nobody above the seam needs
+//! to know which one it was.
+
 use std::path::PathBuf;
 
-/// Failures of the container engine or of talking to it. All of them are infrastructure
-/// failures from the point of view of a trial: none is the agent's doing.
+/// What kind of failure a backend's own error was, as far as the layers above care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The backend could not be reached at all (no engine, no cluster, bad credentials).
+    Unreachable,
+    /// The connection to a container failed, not anything in it: bytes or the end of a
+    /// command lost between arbiter and the container.
+    Transport,
+    /// The backend refused the request (bad input, a conflict, a permission).
+    Refused,
+    /// What the request was about is gone (a container removed behind arbiter's back).
+    Gone,
+    /// Any other failure of the backend.
+    Failed,
+}
+
+/// Failures of the backend or of talking to it. All of them are infrastructure failures
+/// from the point of view of a trial: none is the agent's doing.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("cannot reach the Docker engine ({hint}): {source}")]
-    Connect {
-        hint: String,
+    /// A failure the backend's wing describes in its own words.
+    #[error("{source}")]
+    Backend {
+        fault: Fault,
         #[source]
-        source: bollard::errors::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("docker {op} failed: {source}")]
-    Engine {
-        op: &'static str,
-        #[source]
-        source: bollard::errors::Error,
-    },
-    #[error("docker {op} failed: {message}")]
+    #[error("{op} failed: {message}")]
     Refused { op: &'static str, message: String },
     #[error("image build {tag} failed: {message}")]
     Build { tag: String, message: String },
     #[error("image {image} not available: {message}")]
     Image { image: String, message: String },
-    #[error("docker {op} did not answer within {seconds}s")]
+    #[error("{op} did not answer within {seconds}s")]
     Timeout { op: &'static str, seconds: u64 },
     /// The image's ENTRYPOINT did not hand over to arbiter's keep-alive (Harbor runs it with
     /// `sh -c 'sleep infinity'` as its arguments; it must end with `exec "$@"`).
@@ -35,6 +52,11 @@ pub enum SandboxError {
         /// ` (last output: …)` or empty.
         logs: String,
     },
+    /// A container cannot be made of a filesystem because its working dir there is not a
+    /// directory (the agent replaced it with a file): the filesystem's fault, decided by the
+    /// backend that found it, which the verifier reports as such.
+    #[error("{message}")]
+    WorkdirUnusable { message: String },
     #[error("cancelled")]
     Cancelled,
     /// A transfer whose command in the container ended well but whose bytes did not all
@@ -49,8 +71,6 @@ pub enum SandboxError {
         op: &'static str,
         backend: &'static str,
     },
-    #[error(transparent)]
-    Kubernetes(#[from] super::kubernetes::KubeError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -60,31 +80,41 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
-    pub(crate) fn engine(op: &'static str) -> impl FnOnce(bollard::errors::Error) -> SandboxError {
-        move |source| SandboxError::Engine { op, source }
+    /// A wing's own error, of the given kind.
+    pub(crate) fn backend(
+        fault: Fault,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> SandboxError {
+        SandboxError::Backend {
+            fault,
+            source: Box::new(source),
+        }
     }
 
     /// The connection to the container failed, not anything in it: bytes lost in transport,
-    /// or a command over Kubernetes' pods/exec whose end never arrived. Whatever was being
-    /// read says nothing about the agent's work.
+    /// or a command whose end never arrived. Whatever was being read says nothing about the
+    /// agent's work.
     pub(crate) fn is_transport(&self) -> bool {
         matches!(
             self,
             SandboxError::Lost { .. }
-                | SandboxError::Kubernetes(super::kubernetes::KubeError::Exec { .. })
+                | SandboxError::Backend {
+                    fault: Fault::Transport,
+                    ..
+                }
         )
+    }
+
+    /// The wing's own error, when this is one of type `E` (for the wing that made it).
+    pub(crate) fn wing_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            SandboxError::Backend { source, .. } => source.downcast_ref::<E>(),
+            _ => None,
+        }
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SandboxError {
         let path = path.into();
         move |source| SandboxError::Io { path, source }
-    }
-}
-
-/// HTTP status of an engine error, when there is one.
-pub(crate) fn status_of(err: &bollard::errors::Error) -> Option<u16> {
-    match err {
-        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
-        _ => None,
     }
 }

@@ -16,9 +16,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{
-    Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecEnd,
-    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Lost,
-    Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
+    Availability, Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, DiskUsage,
+    ExecEnd, ExecOutcome, ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed,
+    Lost, Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// The backend operations, for scripting failures and reading the call log.
@@ -169,8 +169,10 @@ struct State {
     /// Every exec's argv (joined by spaces) and env, in call order.
     exec_envs: Vec<(String, Vec<(String, String)>)>,
     gpus: u32,
-    /// An engine without a default bridge: [`Sandbox::network_available`] says no to it.
-    no_bridge: bool,
+    /// Networks [`Sandbox::network_available`] says no to, with its reason.
+    unavailable: Vec<(Network, String)>,
+    /// What [`Sandbox::preflight`] reports.
+    preflight: Vec<String>,
     /// What [`Sandbox::image_config`] answers, per image reference.
     image_configs: HashMap<String, ImageConfig>,
     image_ids: HashMap<String, String>,
@@ -269,9 +271,14 @@ impl FakeSandbox {
         self.lock().gpus = gpus;
     }
 
-    /// Answer like an engine with no default bridge network.
-    pub fn set_no_bridge(&self) {
-        self.lock().no_bridge = true;
+    /// Say no to `network`, for `reason`.
+    pub fn set_unavailable(&self, network: Network, reason: &str) {
+        self.lock().unavailable.push((network, reason.to_string()));
+    }
+
+    /// Report these problems at [`Sandbox::preflight`].
+    pub fn set_preflight_problems(&self, problems: &[&str]) {
+        self.lock().preflight = problems.iter().map(|p| p.to_string()).collect();
     }
 
     /// How many times `op` was called.
@@ -444,7 +451,16 @@ fn pack(files: &BTreeMap<String, Vec<u8>>, path: &str) -> Option<Vec<u8>> {
     builder.into_inner().ok()
 }
 
+#[async_trait::async_trait]
 impl Sandbox for FakeSandbox {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    async fn preflight(&self) -> Vec<String> {
+        self.lock().preflight.clone()
+    }
+
     async fn prepare_image(&self, spec: &ImageSpec) -> Result<ImageRef, SandboxError> {
         self.enter(Op::PrepareImage, spec.reference()).await?;
         self.lock()
@@ -809,8 +825,14 @@ impl Sandbox for FakeSandbox {
         Ok(self.lock().gpus)
     }
 
-    async fn network_available(&self, network: Network) -> Result<bool, SandboxError> {
-        Ok(network != Network::Bridge || !self.lock().no_bridge)
+    async fn network_available(&self, network: Network) -> Result<Availability, SandboxError> {
+        let state = self.lock();
+        Ok(
+            match state.unavailable.iter().find(|(n, _)| *n == network) {
+                Some((_, reason)) => Availability::Unavailable(reason.clone()),
+                None => Availability::Available,
+            },
+        )
     }
 
     async fn image_config(&self, image: &ImageRef) -> Result<ImageConfig, SandboxError> {

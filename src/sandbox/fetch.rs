@@ -17,7 +17,7 @@ pub(crate) enum FetchResult {
 
 /// Fetch `path` from the container and unpack it under `dest`, at most `limit` bytes
 /// (`scratch` is a temporary archive file, removed afterwards).
-pub(crate) async fn fetch<S: Sandbox>(
+pub(crate) async fn fetch<S: Sandbox + ?Sized>(
     sb: &S,
     id: &ContainerId,
     path: &str,

@@ -1,12 +1,14 @@
-//! The backend seam: the only module that talks to a container engine.
+//! The backend seam: the only module that talks to a container engine or a cluster.
 //!
-//! Everything above this module speaks in terms of [`Sandbox`], a small trait in the terms a
-//! trial needs — an environment image, a container with limits and an owner, exec with a
-//! deadline, files in and out, "freeze this container's filesystem so a verifier can start
-//! from it", the change set, stop, remove, list by owner — never in Docker's (commit, tags,
-//! label filter strings, exit code 137). [`DockerSandbox`] is the real backend; [`FakeSandbox`]
-//! is an in-memory one whose behaviour tests script; docs/architecture.md sketches how a
-//! Kubernetes backend would implement each operation.
+//! Everything above this module speaks in terms of [`Sandbox`], a small, object-safe trait in
+//! the terms a trial needs — an environment image, a container with limits and an owner, exec
+//! with a deadline, files in and out, "freeze this container's filesystem so a verifier can
+//! start from it", the change set, stop, remove, list by owner, what the backend can and
+//! cannot give — never in a backend's (commit, tags, pods, label filter strings, exit code
+//! 137). The backend is chosen and connected once ([`choose`]) and handed on as an
+//! `Arc<dyn Sandbox>`; the two wings implement it (`docker/`: a Docker engine through bollard,
+//! `kubernetes/`: pods on a cluster through kube-rs), [`FakeSandbox`] is an in-memory one
+//! whose behaviour tests script.
 //!
 //! Invariants every backend keeps:
 //! - every resource carries its [`Owner`], so [`Sandbox::list`] can find it again after a crash;
@@ -14,46 +16,39 @@
 //! - an exec's deadline is enforced by the backend (SIGTERM to the container's processes, then
 //!   after the grace period every process is killed) and reported as [`ExecEnd::TimedOut`].
 //!
-//! Over 600 lines only with its unit tests: the trait and its types are ~570.
+//! Over 600 lines only with its unit tests: the trait and its types are ~600.
 
-mod backend;
 mod cancel;
-mod docker;
-mod engine_socket;
+pub mod choose;
+pub mod docker;
 mod error;
 mod fake;
 mod fetch;
-mod gpus;
+pub(crate) mod handover;
 pub mod kubernetes;
-mod layer;
-mod layer_changes;
-mod layer_write;
 mod scope;
 mod sink;
 mod tarball;
 pub mod toolbox;
-mod upper;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use backend::Backend;
 pub(crate) use cancel::Cancellable;
-pub use docker::DockerSandbox;
-pub use engine_socket::engine_requests;
-pub use error::SandboxError;
+pub use choose::{BackendConfig, BackendKind};
+pub use error::{Fault, SandboxError};
 pub use fake::{FakeExec, FakeSandbox, Op};
 pub(crate) use fetch::{FetchResult, fetch, read_capped};
-pub use gpus::GPUS_UNCOUNTED;
-pub use kubernetes::{KubeSettings, KubernetesSandbox};
 pub(crate) use scope::Scope;
 pub use tarball::{
     ExtractLimits, ExtractReport, ExtractedFile, SkippedEntry, TarEntry, concat_archives,
     dir_to_tar, extract_tar_file, files_to_tar,
 };
+
+/// The backend can give containers GPUs but cannot say how many ([`Sandbox::gpus`]).
+pub const GPUS_UNCOUNTED: u32 = u32::MAX;
 
 /// Label carried by every resource arbiter creates.
 pub const LABEL_MANAGED: &str = "arbiter.managed";
@@ -540,42 +535,58 @@ pub struct DiskUsage {
     pub files: Option<u64>,
 }
 
-/// The operations a trial needs from a backend. Implementations must be cheap to share (`Arc`).
+/// Whether the backend can give something a job asks for ([`Sandbox::network_available`]),
+/// and if not, why — in the backend's own words, with what to do instead, so the job's
+/// preflight can refuse it in one line without knowing the backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    Available,
+    /// Not here: the reason, e.g. "this Docker engine has no default bridge network; …".
+    Unavailable(String),
+}
+
+impl Availability {
+    pub fn is_available(&self) -> bool {
+        matches!(self, Availability::Available)
+    }
+}
+
+/// The operations a trial needs from a backend. Object-safe: the backend is chosen once and
+/// erased (`Arc<dyn Sandbox>`); every wrapper ([`Cancellable`]) and backend implements every
+/// method (tests/architecture.rs checks the wrappers).
+#[async_trait::async_trait]
 pub trait Sandbox: Send + Sync + 'static {
+    /// The backend's name, as records give it (`sandbox.backend`).
+    fn name(&self) -> &'static str;
+    /// What must hold before any trial of a job starts (permissions, a registry, the
+    /// toolbox image): one line per problem, none when ready. By default nothing to check.
+    async fn preflight(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The job has ended (`trials` recorded): release what the backend kept for the job's
+    /// trials (Kubernetes' warm pods) and log what it counted. By default nothing.
+    async fn finish(&self, trials: usize) {
+        let _ = trials;
+    }
     /// Make an environment image available (build or fetch it unless it already exists).
-    fn prepare_image(
-        &self,
-        spec: &ImageSpec,
-    ) -> impl Future<Output = Result<ImageRef, SandboxError>> + Send;
-    fn create(
-        &self,
-        spec: &ContainerSpec,
-    ) -> impl Future<Output = Result<ContainerId, SandboxError>> + Send;
-    fn start(&self, id: &ContainerId) -> impl Future<Output = Result<(), SandboxError>> + Send;
-    fn exec(
-        &self,
-        id: &ContainerId,
-        spec: &ExecSpec,
-    ) -> impl Future<Output = Result<ExecOutcome, SandboxError>> + Send;
+    async fn prepare_image(&self, spec: &ImageSpec) -> Result<ImageRef, SandboxError>;
+    async fn create(&self, spec: &ContainerSpec) -> Result<ContainerId, SandboxError>;
+    async fn start(&self, id: &ContainerId) -> Result<(), SandboxError>;
+    async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError>;
     /// Unpack a tar archive at `dest` (a directory that must exist) inside the container.
-    fn upload(
-        &self,
-        id: &ContainerId,
-        dest: &str,
-        tar: Vec<u8>,
-    ) -> impl Future<Output = Result<(), SandboxError>> + Send;
+    async fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError>;
     /// Replace each of `paths` (absolute) by what `tar` unpacked at `/` holds there: whatever
     /// the container had at those paths (a directory with planted files, a symlink, a file)
     /// is gone first, never merged. For the verifier's `/tests` and `/logs/verifier` in a
     /// filesystem the agent shaped. `Refused` when the container's own filesystem would not
     /// let the paths be removed (the agent's doing). By default a harness `rm -rf` (from the
     /// toolbox, as root), then the upload.
-    fn upload_replacing(
+    async fn upload_replacing(
         &self,
         id: &ContainerId,
         paths: &[&str],
         tar: Vec<u8>,
-    ) -> impl Future<Output = Result<(), SandboxError>> + Send {
+    ) -> Result<(), SandboxError> {
         let mut args = vec!["-rf", "--"];
         args.extend(paths.iter().copied());
         let spec = ExecSpec {
@@ -589,60 +600,56 @@ pub trait Sandbox: Send + Sync + 'static {
             timeout: Some(std::time::Duration::from_secs(60)),
             grace: std::time::Duration::from_secs(2),
         };
-        async move {
-            let removed = self.exec(id, &spec).await?;
-            if removed.end != ExecEnd::Exited(0) {
-                return Err(SandboxError::Refused {
-                    op: "replace",
-                    message: format!("removing {} failed ({:?})", paths.join(" "), removed.end),
-                });
-            }
-            self.upload(id, "/", tar).await
+        let removed = self.exec(id, &spec).await?;
+        if removed.end != ExecEnd::Exited(0) {
+            return Err(SandboxError::Refused {
+                op: "replace",
+                message: format!("removing {} failed ({:?})", paths.join(" "), removed.end),
+            });
         }
+        self.upload(id, "/", tar).await
     }
     /// Unpack `tar` at `/` in a container created and never started, so that it is in place
     /// when the container starts, exactly as [`Sandbox::upload`] would leave it once
     /// started; `false` when the backend cannot (nothing is written: the caller uploads
     /// after the start). A backend that says `true` must know that nothing of the
     /// container's own runs at its start (only the harness's keep-alive). By default `false`.
-    fn upload_before_start(
+    async fn upload_before_start(
         &self,
         id: &ContainerId,
         tar: &[u8],
-    ) -> impl Future<Output = Result<bool, SandboxError>> + Send {
+    ) -> Result<bool, SandboxError> {
         let _ = (id, tar);
-        async { Ok(false) }
+        Ok(false)
     }
     /// Write a tar archive of `path` inside the container to `to` on the host, at most `limit`
     /// bytes. A backend may build it without a round trip to the engine once the container is
     /// stopped (the Docker backend reads the container's writable layer on this host when
     /// that alone holds everything at and beneath `path`); the archive is the same.
-    fn download(
+    async fn download(
         &self,
         id: &ContainerId,
         path: &str,
         to: &Path,
         limit: u64,
-    ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send;
+    ) -> Result<Fetched, SandboxError>;
     /// An archive of `path`'s own entry, as [`Sandbox::download`]'s archive of it begins: a
     /// file with its content, a directory without what is beneath it (the change set needs no
     /// more of a modified directory whose content did not change). By default that download,
     /// cut to its first entry.
-    fn download_entry(
+    async fn download_entry(
         &self,
         id: &ContainerId,
         path: &str,
         to: &Path,
         limit: u64,
-    ) -> impl Future<Output = Result<Fetched, SandboxError>> + Send {
-        async move {
-            let got = self.download(id, path, to, limit).await?;
-            first_entry_of(got, to)
-        }
+    ) -> Result<Fetched, SandboxError> {
+        let got = self.download(id, path, to, limit).await?;
+        first_entry_of(got, to)
     }
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
-    fn stop(&self, id: &ContainerId) -> impl Future<Output = Result<Stopped, SandboxError>> + Send;
+    async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError>;
     /// Make each read-write host directory of the container's spec (a [`Mount`] with
     /// `read_only: false`) hold what the container left in it, and the container's side of
     /// it nothing more than the host directory will hold once the caller empties it. A
@@ -650,92 +657,68 @@ pub trait Sandbox: Send + Sync + 'static {
     /// nothing to do, the default; one that copies them in (Kubernetes: a pod gets no host
     /// mounts) copies them back here. Called once the agent's processes are done, before
     /// the host directory is read.
-    fn collect_mounts(
-        &self,
-        id: &ContainerId,
-    ) -> impl Future<Output = Result<(), SandboxError>> + Send {
+    async fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError> {
         let _ = id;
-        async { Ok(()) }
+        Ok(())
     }
     /// Kill every process of a container whose end nobody judges (no OOM verdict: the
     /// verifier's, once its tests have exited), so that what it left is read from a
     /// filesystem nothing writes to any more. By default [`Sandbox::stop`]; a backend may
     /// need fewer round trips for it.
-    fn halt(&self, id: &ContainerId) -> impl Future<Output = Result<(), SandboxError>> + Send {
-        async move { self.stop(id).await.map(drop) }
+    async fn halt(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        self.stop(id).await.map(drop)
     }
     /// What the container has written to its own filesystem, when the backend can tell:
     /// bytes (apparent size: a sparse file counts in full, as it would once frozen) and, when
     /// the backend can count them without listing every change, the paths of its writable
     /// layer (a count may stop early once above `count_files_to`: it is then a lower bound
     /// over that figure).
-    fn disk_usage(
+    async fn disk_usage(
         &self,
         id: &ContainerId,
         count_files_to: u64,
-    ) -> impl Future<Output = Result<Option<DiskUsage>, SandboxError>> + Send;
+    ) -> Result<Option<DiskUsage>, SandboxError>;
     /// Freeze a stopped container's filesystem so that containers can start from it.
-    fn freeze(
-        &self,
-        id: &ContainerId,
-        owner: &Owner,
-    ) -> impl Future<Output = Result<FrozenId, SandboxError>> + Send;
+    async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError>;
     /// What the container changed against its base: added, modified and deleted paths.
-    fn changes(
-        &self,
-        id: &ContainerId,
-    ) -> impl Future<Output = Result<Vec<Change>, SandboxError>> + Send;
+    async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError>;
     /// Remove a container (force) or a frozen filesystem; one already gone counts as removed.
-    fn remove(&self, resource: &Resource) -> impl Future<Output = Result<(), SandboxError>> + Send;
+    async fn remove(&self, resource: &Resource) -> Result<(), SandboxError>;
     /// Every resource (containers in any state, frozen filesystems, cached images with
     /// [`Selector::Managed`]) the selector matches.
-    fn list(
-        &self,
-        selector: &Selector,
-    ) -> impl Future<Output = Result<Vec<Listed>, SandboxError>> + Send;
+    async fn list(&self, selector: &Selector) -> Result<Vec<Listed>, SandboxError>;
     /// How many GPUs a container can be given (0: none; [`GPUS_UNCOUNTED`]: some, the
     /// backend cannot say how many). Asked once per job, before any trial starts, when a task
     /// wants GPUs.
-    fn gpus(&self) -> impl Future<Output = Result<u32, SandboxError>> + Send;
+    async fn gpus(&self) -> Result<u32, SandboxError>;
     /// How many trials of the job wait to start (queued or waiting for a retry), told by the
     /// job as it changes: a backend that starts containers ahead of its trials (Kubernetes'
     /// warm pods) starts no more than can still be claimed. By default nothing.
     fn trials_waiting(&self, _waiting: usize) {}
-    /// Whether containers can be attached to `network` here (Docker: [`Network::Bridge`]
-    /// needs the engine's default bridge, which an engine started with `--bridge=none` lacks).
-    /// Asked once per job and network, before any trial starts, so a task is never run with
-    /// less network than it asked for.
-    fn network_available(
-        &self,
-        network: Network,
-    ) -> impl Future<Output = Result<bool, SandboxError>> + Send;
+    /// Whether containers can be attached to `network` here, and if not why (Docker:
+    /// [`Network::Bridge`] needs the engine's default bridge, which an engine started with
+    /// `--bridge=none` lacks; Kubernetes: `none` needs a namespace that admits arbiter's
+    /// NET_ADMIN init container, `host` is never given). Asked once per job and network,
+    /// before any trial starts, so a task is never run with less network than it asked for.
+    async fn network_available(&self, network: Network) -> Result<Availability, SandboxError>;
     /// What an image gives its containers where task.toml says nothing: its environment
     /// (the integrity classifier reads the image's own `PATH`), the working dir a container
     /// starts in (the Dockerfile's `WORKDIR`) and its user.
-    fn image_config(
-        &self,
-        image: &ImageRef,
-    ) -> impl Future<Output = Result<ImageConfig, SandboxError>> + Send;
+    async fn image_config(&self, image: &ImageRef) -> Result<ImageConfig, SandboxError>;
     /// The image's content identity, when the backend has one: the same id always means the
     /// same files, so what was learnt about an image (the integrity classifier's index of its
     /// files) can be kept between jobs under it. `None`: no such identity.
-    fn image_id(
-        &self,
-        image: &ImageRef,
-    ) -> impl Future<Output = Result<Option<String>, SandboxError>> + Send;
+    async fn image_id(&self, image: &ImageRef) -> Result<Option<String>, SandboxError>;
     /// Whether a container runs (and its healthcheck's verdict) or how it ended.
-    fn status(
-        &self,
-        id: &ContainerId,
-    ) -> impl Future<Output = Result<ContainerStatus, SandboxError>> + Send;
+    async fn status(&self, id: &ContainerId) -> Result<ContainerStatus, SandboxError>;
     /// A listener on `127.0.0.1:port` of the running container's own loopback (its network
     /// namespace), served from the host: how a container with network `none` reaches the
     /// model gateway and nothing else.
-    fn loopback_listener(
+    async fn loopback_listener(
         &self,
         id: &ContainerId,
         port: u16,
-    ) -> impl Future<Output = Result<std::net::TcpListener, SandboxError>> + Send;
+    ) -> Result<std::net::TcpListener, SandboxError>;
     /// The argv of a harness command (a busybox applet such as `sh`, `rm`, `kill`) in this
     /// backend's containers: from the harness-owned, read-only toolbox by absolute path when
     /// the backend has one, so nothing the agent planted runs with the harness's authority and

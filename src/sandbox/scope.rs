@@ -43,7 +43,7 @@ impl Scope {
     }
 
     /// Create and start a container, registered before it is started.
-    pub(crate) async fn launch<S: Sandbox>(
+    pub(crate) async fn launch<S: Sandbox + ?Sized>(
         &self,
         sb: &S,
         spec: &ContainerSpec,
@@ -54,7 +54,7 @@ impl Scope {
     }
 
     /// Create a container without starting it (registered).
-    pub(crate) async fn create<S: Sandbox>(
+    pub(crate) async fn create<S: Sandbox + ?Sized>(
         &self,
         sb: &S,
         spec: &ContainerSpec,
@@ -65,7 +65,7 @@ impl Scope {
     }
 
     /// Freeze a stopped container's filesystem (registered).
-    pub(crate) async fn freeze<S: Sandbox>(
+    pub(crate) async fn freeze<S: Sandbox + ?Sized>(
         &self,
         sb: &S,
         id: &ContainerId,
@@ -77,7 +77,7 @@ impl Scope {
     }
 
     /// Remove one resource now (it is forgotten once removed).
-    pub(crate) async fn remove<S: Sandbox>(
+    pub(crate) async fn remove<S: Sandbox + ?Sized>(
         &self,
         sb: &S,
         resource: Resource,
@@ -92,7 +92,11 @@ impl Scope {
 
     /// Remove everything held; with `sweep`, also anything the backend lists for this trial.
     /// Containers go before the frozen filesystems they may have started from.
-    pub(crate) async fn cleanup<S: Sandbox>(&self, sb: &S, sweep: bool) -> Result<(), String> {
+    pub(crate) async fn cleanup<S: Sandbox + ?Sized>(
+        &self,
+        sb: &S,
+        sweep: bool,
+    ) -> Result<(), String> {
         let mut resources = std::mem::take(
             &mut *self
                 .held

@@ -249,7 +249,7 @@ pub(crate) enum CheckOutcome {
 }
 
 /// Run the checking job, the re-verifications, and judge every task.
-pub(crate) async fn run<S: Sandbox + 'static>(
+pub(crate) async fn run<S: Sandbox + ?Sized + 'static>(
     plan: &CheckPlan,
     sandbox: Arc<S>,
     events: mpsc::UnboundedSender<JobEvent>,
@@ -413,7 +413,7 @@ async fn redo_oracles_without_repeats(plan: &CheckPlan) -> Result<(), CheckError
 }
 
 /// Re-verify the oracle's kept filesystem `repeat - 1` times (or say why not).
-async fn repeats_of<S: Sandbox>(
+async fn repeats_of<S: Sandbox + ?Sized>(
     sb: Arc<S>,
     settings: &RepeatSettings,
     task: &Task,

@@ -26,7 +26,7 @@ pub(crate) fn kept_label(job_label: &str) -> String {
 /// Called by the collect phase right after it froze the agent's container (still there,
 /// stopped): when the trial's agent is in `settings.keep_snapshots`, freeze it once more under
 /// the kept label, outside the trial's scope, so it outlives the trial. No-op otherwise.
-pub(crate) async fn keep_snapshot<S: Sandbox>(
+pub(crate) async fn keep_snapshot<S: Sandbox + ?Sized>(
     sb: &S,
     plan: &TrialPlan,
     scope: &Scope,
@@ -43,7 +43,7 @@ pub(crate) async fn keep_snapshot<S: Sandbox>(
 }
 
 /// The kept snapshot of `trial` in the job labelled `job_label`, if it is still there.
-pub(crate) async fn find_kept<S: Sandbox>(
+pub(crate) async fn find_kept<S: Sandbox + ?Sized>(
     sb: &S,
     job_label: &str,
     trial: &str,
@@ -67,7 +67,7 @@ fn as_frozen(listed: crate::sandbox::Listed) -> Option<FrozenId> {
 }
 
 /// Remove every kept snapshot of the job labelled `job_label`; how many were removed.
-pub(crate) async fn reap_kept<S: Sandbox>(sb: &S, job_label: &str) -> usize {
+pub(crate) async fn reap_kept<S: Sandbox + ?Sized>(sb: &S, job_label: &str) -> usize {
     let found = match sb.list(&Selector::Job(kept_label(job_label))).await {
         Ok(found) => found,
         Err(e) => {
@@ -116,7 +116,7 @@ pub(crate) enum RepeatError {
 ///
 /// Call once per repeat with `dir = <job>/check/repeats/<trial>/<n>`; containers are labelled
 /// with the job and the trial (role `verifier`) and removed before this returns.
-pub(crate) async fn reverify<S: Sandbox>(
+pub(crate) async fn reverify<S: Sandbox + ?Sized>(
     sb: Arc<S>,
     settings: &RepeatSettings,
     task: &Task,

@@ -29,7 +29,7 @@ pub(crate) enum TrialRun {
 
 /// Run one trial to its record (or to cancellation). Never fails: every harness or engine
 /// failure ends up in the record as an `infra_error` with the phase it happened in.
-pub(crate) async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox + ?Sized>(
     sandbox: Arc<S>,
     plan: &TrialPlan,
     cancel: watch::Receiver<bool>,
@@ -114,7 +114,7 @@ pub(crate) async fn run<S: Sandbox>(
 
 /// environment → agent → collect → validate → verify, each phase's outcome written into the
 /// record as it arrives. Gives the agent's completion record (for the audit), when valid.
-async fn phases<S: Sandbox>(
+async fn phases<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     rec: &mut TrialRecord,
     secrets: &mut Vec<String>,
@@ -377,7 +377,7 @@ async fn phases<S: Sandbox>(
 }
 
 /// The `separate` verifier's image, prepared (built once per engine like the environment's).
-async fn separate_image<'t, S: Sandbox>(
+async fn separate_image<'t, S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     task: &'t crate::task::Task,
 ) -> Result<(crate::sandbox::ImageRef, &'t crate::task::EnvironmentSpec), Infra> {
@@ -446,7 +446,7 @@ fn fail(rec: &mut TrialRecord, plan: &TrialPlan, failure: Infra) {
 
 /// Remove what the trial created. With `sweep`, also anything listed for this trial (a create
 /// that was in flight when the trial was cancelled). The control root goes too.
-async fn cleanup<S: Sandbox>(
+async fn cleanup<S: Sandbox + ?Sized>(
     sb: &S,
     plan: &TrialPlan,
     scope: &Scope,

@@ -15,7 +15,7 @@ use super::{TrialPlan, TrialRecord, TrialRun, run};
 pub(super) fn plan_in(root: &std::path::Path, extra_toml: &str) -> TrialPlan {
     let task = task_dir(root, "hello", extra_toml);
     let spec = job_spec(root, &[task], &["oracle"], 1);
-    let plan = spec.trials(Default::default()).remove(0);
+    let plan = spec.trials(Default::default(), "fake").remove(0);
     std::fs::create_dir_all(&plan.dir).expect("trial dir");
     plan
 }

@@ -637,7 +637,7 @@ fn plan_with_toml(root: &std::path::Path, toml: &str) -> TrialPlan {
     let task = task_dir(root, "hello", "");
     std::fs::write(task.join("task.toml"), toml).expect("task.toml");
     let spec = job_spec(root, &[task], &["oracle"], 1);
-    let plan = spec.trials(Default::default()).remove(0);
+    let plan = spec.trials(Default::default(), "fake").remove(0);
     std::fs::create_dir_all(&plan.dir).expect("trial dir");
     plan
 }

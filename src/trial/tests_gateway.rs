@@ -35,7 +35,7 @@ fn plan_with_model(root: &std::path::Path) -> TrialPlan {
     assert!(spec.config_yaml.contains("scripted-model"));
     let gateway = spec.start_gateway().expect("gateway").expect("a gateway");
     let plan = spec
-        .trials_with(Default::default(), Some(gateway))
+        .trials_with(Default::default(), Some(gateway), "fake")
         .remove(0);
     std::fs::create_dir_all(&plan.dir).expect("trial dir");
     plan

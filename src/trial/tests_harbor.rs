@@ -180,7 +180,7 @@ async fn files_left_in_logs_artifacts_are_collected_like_artifacts() {
     )
     .expect("task.toml");
     let spec = job_spec(listed.path(), &[task], &["oracle"], 1);
-    let plan = spec.trials(Default::default()).remove(0);
+    let plan = spec.trials(Default::default(), "fake").remove(0);
     std::fs::create_dir_all(&plan.dir).expect("trial dir");
     let fake = Arc::new(FakeSandbox::new());
     fake.on_exec(

@@ -32,7 +32,7 @@ fn two_steps(root: &std::path::Path, one: &str, two: &str, top: &str) -> TrialPl
         .expect("instruction");
     }
     let spec = job_spec(root, &[task], &["oracle"], 1);
-    let plan = spec.trials(Default::default()).remove(0);
+    let plan = spec.trials(Default::default(), "fake").remove(0);
     std::fs::create_dir_all(&plan.dir).expect("trial dir");
     plan
 }

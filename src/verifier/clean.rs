@@ -30,7 +30,7 @@ pub(crate) struct Replayed {
 /// Copy the subtree at `path` of container `from` to the same place in container `to`, through
 /// the host file `scratch`, at most `budget` bytes. Gives the bytes copied, or `None` when the
 /// path does not exist or is over the budget. The parent of `path` must exist in `to`.
-pub(super) async fn copy_subtree<S: Sandbox>(
+pub(super) async fn copy_subtree<S: Sandbox + ?Sized>(
     sb: &S,
     from: &ContainerId,
     to: &ContainerId,
@@ -68,7 +68,7 @@ pub(crate) fn at_or_under(path: &str, root: &str) -> bool {
 /// changed subtrees; `deleted`, the paths it removed), except everything at, under or above a
 /// path in `findings`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn prepare<S: Sandbox>(
+pub(crate) async fn prepare<S: Sandbox + ?Sized>(
     sb: &S,
     scope: &Scope,
     input: &VerifyInput<'_>,
@@ -118,7 +118,7 @@ pub(crate) fn left_out(root: &str, findings: &[String]) -> bool {
 /// Remove the agent's `deleted` paths (except those at or under a finding) in the started
 /// container `id`, with the harness's `rm`; gives how many. Also used when regrading from a
 /// recorded change set (`crate::regrade`).
-pub(crate) async fn delete_paths<S: Sandbox>(
+pub(crate) async fn delete_paths<S: Sandbox + ?Sized>(
     sb: &S,
     input: &VerifyInput<'_>,
     id: &ContainerId,

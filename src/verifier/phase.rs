@@ -175,7 +175,7 @@ impl<'a> VerifyInput<'a> {
 }
 
 /// Run the task's verifier on `target` and judge its reward.
-pub(crate) async fn verify<S: Sandbox>(
+pub(crate) async fn verify<S: Sandbox + ?Sized>(
     sb: &S,
     scope: &Scope,
     input: &VerifyInput<'_>,
@@ -196,7 +196,7 @@ pub(crate) async fn verify<S: Sandbox>(
         // Found by `tasks check`'s `abstain` exploit: the agent replaced the working dir by a
         // file, so the engine cannot start the container there. That is the agent's doing
         // (SPEC §5, abstention), not an infrastructure failure.
-        Err(e) if workdir_unusable(&e) => {
+        Err(e @ SandboxError::WorkdirUnusable { .. }) => {
             return Ok(VerifierOutcome::error(
                 mode,
                 None,
@@ -388,7 +388,7 @@ pub(crate) async fn verify<S: Sandbox>(
 
 /// The verifier's egress proxy (its allowlist, or the observer) on its container's own
 /// loopback.
-async fn serve_egress<S: Sandbox>(
+async fn serve_egress<S: Sandbox + ?Sized>(
     sb: &S,
     id: &ContainerId,
     policy: &EgressPolicy<'_>,
@@ -409,22 +409,10 @@ async fn serve_egress<S: Sandbox>(
         .map_err(|e| VerifyError::Egress(format!("egress allowlist proxy: {e}")))
 }
 
-/// The engine refused to create a container because the working dir in the agent's
-/// filesystem is not a directory (`Cannot mkdir: /app is not a directory`).
-fn workdir_unusable(e: &SandboxError) -> bool {
-    matches!(
-        e,
-        SandboxError::Engine {
-            source: bollard::errors::Error::DockerResponseServerError { message, .. },
-            ..
-        } if message.contains("not a directory")
-    )
-}
-
 /// The test launcher: `test.sh` under the image's bash at its usual paths (never one found
 /// through `PATH`, where the agent could have put its own), else the image's `/bin/sh`, else
 /// the toolbox shell, so an image without any shell can still be verified.
-fn launcher<S: Sandbox>(sb: &S) -> Vec<String> {
+fn launcher<S: Sandbox + ?Sized>(sb: &S) -> Vec<String> {
     let fallback = sb.harness_argv("sh", &[]).join(" ");
     let script = format!(
         "for b in /bin/bash /usr/bin/bash /bin/sh; do if [ -x \"$b\" ]; then exec \"$b\" /tests/test.sh; fi; done; exec {fallback} /tests/test.sh"

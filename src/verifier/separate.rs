@@ -44,7 +44,7 @@ pub(crate) fn artifact_paths(artifacts: &[String]) -> Vec<String> {
 
 /// A started container of the verifier's `image`, limited as `env` says, holding copies of
 /// `paths` from the agent's `frozen` filesystem.
-pub(crate) async fn prepare<S: Sandbox>(
+pub(crate) async fn prepare<S: Sandbox + ?Sized>(
     sb: &S,
     scope: &Scope,
     input: &VerifyInput<'_>,

@@ -10,7 +10,7 @@ use super::phase::{VerifyError, VerifyInput};
 
 /// Run the task's validation commands one after the other; a command that times out takes its
 /// container down with it (every process in it), and the next command gets a fresh one.
-pub(crate) async fn validate<S: Sandbox>(
+pub(crate) async fn validate<S: Sandbox + ?Sized>(
     sb: &S,
     scope: &Scope,
     input: &VerifyInput<'_>,

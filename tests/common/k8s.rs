@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use arbiter::sandbox::{KubeSettings, KubernetesSandbox};
+use arbiter::sandbox::Sandbox;
+use arbiter::sandbox::kubernetes::{KubeSettings, KubernetesSandbox};
 
 pub fn kubectl(args: &[&str]) -> std::process::Output {
     let bin = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());

@@ -8,9 +8,10 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arbiter::sandbox::kubernetes::KubernetesSandbox;
 use arbiter::sandbox::{
     Base, ContainerId, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, ImageRecipe, ImageRef,
-    ImageSpec, KubernetesSandbox, Network, Owner, Resource, Role, Sandbox, StartSpec,
+    ImageSpec, Network, Owner, Resource, Role, Sandbox, StartSpec,
 };
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Uri};

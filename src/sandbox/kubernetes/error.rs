@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::sandbox::{Fault, SandboxError};
+
 /// What went wrong talking to the cluster, its registry or inside a pod.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
@@ -66,5 +68,23 @@ pub(crate) fn api_status(err: &kube::Error) -> Option<u16> {
     match err {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
+    }
+}
+
+impl From<KubeError> for SandboxError {
+    fn from(e: KubeError) -> SandboxError {
+        let fault = match &e {
+            KubeError::Config { .. } | KubeError::Setup(_) => Fault::Unreachable,
+            KubeError::Api { source, .. } => match api_status(source) {
+                Some(404) => Fault::Gone,
+                Some(400..=499) => Fault::Refused,
+                _ => Fault::Failed,
+            },
+            KubeError::PodGone { .. } => Fault::Gone,
+            // The pods/exec stream ended without the command's end: the connection's failure.
+            KubeError::Exec { .. } => Fault::Transport,
+            _ => Fault::Failed,
+        };
+        SandboxError::backend(fault, e)
     }
 }

@@ -16,9 +16,8 @@ use super::KubernetesSandbox;
 use super::error::KubeError;
 use super::names::{IMAGE_BUSYBOX, IMAGE_RELAY};
 use super::registry::{Reference, Registry};
-use crate::sandbox::{
-    DockerSandbox, ImageConfig, ImageRecipe, ImageRef, ImageSpec, Sandbox, SandboxError,
-};
+use crate::sandbox::docker::DockerSandbox;
+use crate::sandbox::{ImageConfig, ImageRecipe, ImageRef, ImageSpec, Sandbox, SandboxError};
 
 /// Repository of the toolbox image in the registry.
 const TOOLBOX_REPOSITORY: &str = "arbiter-toolbox";

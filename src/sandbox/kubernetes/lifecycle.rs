@@ -14,7 +14,8 @@ use super::ended::{Ended, ended};
 use super::error::{KubeError, api_status};
 use super::exec::RawEnd;
 use super::names::{ANNOTATION_LABELS, label_selector, pod_name, random_suffix};
-use super::pod::{ANNOTATION_USER, KEEPALIVE_MARKER, MAIN, PodPlan, no_network_policy, pod_for};
+use super::pod::{ANNOTATION_USER, MAIN, PodPlan, no_network_policy, pod_for};
+use crate::sandbox::handover::{HANDOVER_WAIT, KEEPALIVE_MARKER};
 use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
 use crate::sandbox::{
     Base, ContainerId, ContainerSpec, ContainerStatus, FrozenId, Listed, Lost, Mount, Network,
@@ -26,9 +27,6 @@ pub(super) const START_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The pause before a pod watch that failed is polled again (the watcher then re-lists).
 pub(super) const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
-
-/// How long an image's ENTRYPOINT may take to hand over to the keep-alive.
-const HANDOVER_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a pod's status may take to report that its container ended.
 const SETTLE_WAIT: Duration = Duration::from_secs(30);
@@ -426,7 +424,7 @@ impl KubernetesSandbox {
         let mut keepalive = keepalive_argv();
         keepalive.push(KEEPALIVE_MARKER.to_string());
         let tool = |applet: &str| toolbox_argv(applet, &[]).join(" ");
-        let mut script = crate::sandbox::docker::handover_probe(&keepalive, tool);
+        let mut script = crate::sandbox::handover::handover_probe(&keepalive, tool);
         if prove_no_network {
             script = format!("( {script} ) || exit {NOT_HANDED_OVER}\n{PROVE_NO_NETWORK}");
         }

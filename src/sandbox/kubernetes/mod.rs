@@ -49,9 +49,12 @@ pub use config::{CPU_REQUEST_ENV, KubeSettings, NAMESPACE_ENV, REGISTRY_ENV};
 pub use error::KubeError;
 pub use warm::WARM_PODS_ENV;
 
+// The one reuse between the wings, downward and declared (tests/architecture.rs): images
+// are built with the local Docker engine before they are pushed to the registry.
+use super::docker::DockerSandbox;
 use super::toolbox::Toolbox;
 use super::{
-    Change, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, DockerSandbox, ExecOutcome,
+    Availability, Change, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecOutcome,
     ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Network, Owner,
     Resource, Sandbox, SandboxError, Selector, Stopped,
 };
@@ -245,7 +248,42 @@ impl KubernetesSandbox {
     }
 }
 
+#[async_trait::async_trait]
 impl Sandbox for KubernetesSandbox {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    /// The namespace, the permissions, the registry and the toolbox image
+    /// (`preflight.rs`), and whether network `none` can be given here.
+    async fn preflight(&self) -> Vec<String> {
+        let problems = self.check_ready().await;
+        if problems.is_empty() {
+            tracing::info!(
+                namespace = self.namespace(),
+                context = self.context(),
+                "running on kubernetes"
+            );
+        }
+        problems
+    }
+
+    /// Warm pods left unclaimed are deleted; the API requests, builds, pushes and warm
+    /// claims of the job are logged (scripts/bench-k8s reads them).
+    async fn finish(&self, trials: usize) {
+        let unclaimed = self.drain_warm().await;
+        let (builds, pushes) = self.builds_and_pushes();
+        tracing::info!(
+            requests = self.api_requests(),
+            trials,
+            builds,
+            pushes,
+            warm_claimed = self.warm_claimed(),
+            warm_unclaimed = unclaimed,
+            "kubernetes api requests"
+        );
+    }
+
     async fn prepare_image(&self, spec: &ImageSpec) -> Result<ImageRef, SandboxError> {
         self.prepare(spec).await
     }
@@ -372,11 +410,17 @@ impl Sandbox for KubernetesSandbox {
 
     /// `none`: the pod's interfaces taken down by a NET_ADMIN init container, where the
     /// namespace admits one; `bridge`: the pod network; `host`: never.
-    async fn network_available(&self, network: Network) -> Result<bool, SandboxError> {
+    async fn network_available(&self, network: Network) -> Result<Availability, SandboxError> {
         Ok(match network {
-            Network::None => self.net_admin.load(Ordering::SeqCst),
-            Network::Bridge => true,
-            Network::Host => false,
+            Network::None if !self.net_admin.load(Ordering::SeqCst) => Availability::Unavailable(format!(
+                "namespace {} does not admit the NET_ADMIN init container that takes a pod's network down (Pod Security baseline forbids it), so the Kubernetes backend cannot give it there; run it with --backend docker",
+                self.namespace()
+            )),
+            Network::None | Network::Bridge => Availability::Available,
+            Network::Host => Availability::Unavailable(
+                "pods on Kubernetes do not share their node's network; run it with --backend docker"
+                    .to_string(),
+            ),
         })
     }
 

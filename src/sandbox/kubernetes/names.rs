@@ -19,8 +19,6 @@ pub(crate) const IMAGE_BUSYBOX: &str = "/toolbox/busybox";
 pub(crate) const IMAGE_RELAY: &str = "/toolbox/relay";
 /// A root-only directory beside the toolbox, for transfers checked before they are unpacked.
 pub(crate) const SCRATCH: &str = "/.arbiter/scratch";
-/// The keep-alive's `$0` (as on Docker): what its command line ends with.
-pub(crate) const KEEPALIVE_MARKER: &str = "arbiter-keepalive";
 /// Annotation with the user execs run as when they name none (the image's `USER`).
 pub(crate) const ANNOTATION_USER: &str = "arbiter.default-user";
 

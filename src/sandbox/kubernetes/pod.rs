@@ -35,8 +35,9 @@ use crate::sandbox::{
 };
 
 pub(super) use super::names::{
-    ANNOTATION_USER, IMAGE_BUSYBOX, IMAGE_RELAY, KEEPALIVE_MARKER, MAIN, SCRATCH, TOOLBOX_VOLUME,
+    ANNOTATION_USER, IMAGE_BUSYBOX, IMAGE_RELAY, MAIN, SCRATCH, TOOLBOX_VOLUME,
 };
+pub(super) use crate::sandbox::handover::KEEPALIVE_MARKER;
 
 const SCRATCH_VOLUME: &str = "arbiter-scratch";
 

@@ -32,7 +32,7 @@ const NEEDED: &[(&str, &str, &str)] = &[
 
 impl KubernetesSandbox {
     /// Check the cluster; the problems found, one line each (empty: ready).
-    pub async fn preflight(&self) -> Vec<String> {
+    pub(crate) async fn check_ready(&self) -> Vec<String> {
         let ns = &self.resolved.namespace;
         let ctx = &self.resolved.context;
         let mut problems = Vec::new();

@@ -586,7 +586,8 @@ impl KubernetesSandbox {
                 self.signal_all(id.as_str(), "-KILL").await;
                 Ok(())
             }
-            Ok(_) | Err(SandboxError::Kubernetes(KubeError::PodGone { .. })) => Ok(()),
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.wing_error(), Some(KubeError::PodGone { .. })) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -61,7 +61,7 @@ impl Storage {
 
     /// Measure the container's writes; note when they are over a bound. Returns what was
     /// measured (`None`: the backend cannot tell, or failed to).
-    pub(crate) async fn measure<S: Sandbox>(
+    pub(crate) async fn measure<S: Sandbox + ?Sized>(
         &mut self,
         sb: &S,
         id: &ContainerId,
@@ -299,7 +299,10 @@ impl AgentDone {
     }
 }
 
-pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady) -> Result<AgentDone, Infra> {
+pub(crate) async fn run<S: Sandbox + ?Sized>(
+    ctx: &Ctx<'_, S>,
+    env: &EnvReady,
+) -> Result<AgentDone, Infra> {
     let id = &env.container;
     let plan = &env.agent;
     let task = &ctx.plan.task;
@@ -412,7 +415,7 @@ pub(crate) async fn run<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady) -> Result<
 /// Run the agent's exec while a watchdog measures what it writes to the container's
 /// filesystem (on [`PollSchedule`]); over the storage or file bound the container is stopped
 /// (which ends the exec).
-async fn exec_watched<S: Sandbox>(
+async fn exec_watched<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     spec: &ExecSpec,

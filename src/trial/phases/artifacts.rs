@@ -17,7 +17,7 @@ pub(crate) const ARTIFACT_LIMIT: u64 = 256 * 1024 * 1024;
 pub(crate) const LOGS_ARTIFACTS: &str = "/logs/artifacts";
 
 /// Fetch `path` into `artifacts/`, describing what was found.
-pub(crate) async fn fetch_artifact<S: Sandbox>(
+pub(crate) async fn fetch_artifact<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     path: &str,
@@ -88,7 +88,7 @@ pub(crate) fn artifact_entry(
 /// anything (or could not be read), `None` when it is empty, gone, or already listed in the
 /// task's `artifacts`. Called by the collect phase after the task's own artifacts.
 /// `prefetched`: what the collect phase already fetched of it (with `/logs/agent`).
-pub(crate) async fn collect_logs_artifacts<S: Sandbox>(
+pub(crate) async fn collect_logs_artifacts<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     prefetched: Option<FetchResult>,

@@ -51,7 +51,7 @@ pub(crate) struct AttemptsRun {
     pub max: u32,
 }
 
-pub(crate) async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
     continuation: Continuation,
@@ -316,7 +316,7 @@ struct Left {
 /// The attempt's claim, read as the collect phase reads the trial's: its outcome record (in
 /// `/logs/agent`, fetched to `attempts/<k>/logs`, or at its own path), else stderr's last
 /// `AWORLD_RUN_OUTCOME=` line, else the preset's native end state.
-async fn read_attempt<S: Sandbox>(
+async fn read_attempt<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
     done: &AgentDone,
@@ -445,7 +445,7 @@ async fn read_attempt<S: Sandbox>(
 
 /// arbiter's own receipts of the task's declared validation commands on a snapshot of the
 /// container as the attempt left it (no network, no agent env), logs under `<dir>/validation/`.
-async fn validate<S: Sandbox>(
+async fn validate<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
     dir: &Path,
@@ -474,7 +474,7 @@ async fn validate<S: Sandbox>(
     receipts.map_err(infra(Phase::Validate))
 }
 
-fn gateway_usage<S>(
+fn gateway_usage<S: ?Sized>(
     ctx: &Ctx<'_, S>,
     token: Option<&crate::gateway::TrialToken>,
 ) -> Option<crate::gateway::Usage> {

@@ -25,7 +25,7 @@ const RECEIPT_MARK: &str = "receipt";
 /// found (`completion_paths`), and the same names anywhere in the control root, found by a
 /// toolbox `find` there. `dir` is the attempt's directory on the host (the list is kept there).
 /// Returns what was removed.
-pub(super) async fn clear_completion_state<S: Sandbox>(
+pub(super) async fn clear_completion_state<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
     dir: &Path,
@@ -79,7 +79,7 @@ pub(super) async fn clear_completion_state<S: Sandbox>(
 }
 
 /// A toolbox command run as root with a minute to finish, its stdout to `stdout`.
-fn harness_spec<S: Sandbox>(
+fn harness_spec<S: Sandbox + ?Sized>(
     argv: Vec<String>,
     stdout: Option<PathBuf>,
     ctx: &Ctx<'_, S>,
@@ -104,7 +104,7 @@ const LIST_CAP: u64 = 1024 * 1024;
 /// Container paths of entries under the control root `root` named like completion state (as
 /// [`named_completion_state`] names them; links are not followed, a directory so named is
 /// listed once), found inside the container by a toolbox `find` as root.
-async fn control_completion_state<S: Sandbox>(
+async fn control_completion_state<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
     root: &str,
@@ -188,7 +188,7 @@ pub(super) fn named_completion_state(root: &Path) -> Vec<PathBuf> {
 /// (Claude Code's `--continue`, Codex's `exec resume --last`), that; and for every preset the instruction again with the
 /// previous attempt's own error after it. `command` and `aworld` agents keep their argv: they
 /// read [`contract::PREVIOUS_ENV`] and their ledger.
-pub(super) fn continue_argv<S>(
+pub(super) fn continue_argv<S: ?Sized>(
     ctx: &Ctx<'_, S>,
     argv: &mut Vec<String>,
     previous: &PreviousAttempt,

@@ -95,7 +95,7 @@ impl Filesystems for Sides<'_> {
 
 /// Record the agent container's change set and classify it. `id` must be stopped (or, in
 /// live mode, the agent's processes are still running and may change more later).
-pub(crate) async fn record<S: Sandbox>(
+pub(crate) async fn record<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     indexes: &ImageIndexes,
     image: &ImageRef,
@@ -223,7 +223,7 @@ type Described = (
 /// Fill in type, size, mode and link target of each entry from the agent's filesystem (and
 /// from the image's index for deleted ones); returns the sha256 of the regular files read
 /// (within the caps) and the small texts the classifier may read.
-async fn describe<S: Sandbox>(
+async fn describe<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     entries: &mut [ChangeEntry],

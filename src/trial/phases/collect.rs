@@ -53,7 +53,7 @@ pub(crate) struct Collected {
 }
 
 /// `steps`: the container ran Harbor steps (this collects after the last one).
-pub(crate) async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
     done: &AgentDone,
@@ -229,7 +229,11 @@ pub(crate) async fn run<S: Sandbox>(
 /// under `integrity = "enforce"`). Either way every agent process is gone (the container was
 /// stopped) and the verifier sees the agent's final filesystem, which nothing of the agent's
 /// can change any more (SPEC §5).
-fn restartable<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady, changes: Option<&ChangeSet>) -> bool {
+fn restartable<S: Sandbox + ?Sized>(
+    ctx: &Ctx<'_, S>,
+    env: &EnvReady,
+    changes: Option<&ChangeSet>,
+) -> bool {
     use crate::task::{IntegrityMode, NetworkMode};
     let task = &ctx.plan.task;
     let agent_network = super::egress::agent_network(ctx.plan).0;
@@ -251,7 +255,7 @@ fn restartable<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady, changes: Option<&Ch
 
 /// Check the task's declared deliverables (saved as artifacts) and any absolute paths the
 /// agent's completion record names.
-async fn check_deliverables<S: Sandbox>(
+async fn check_deliverables<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     out: &mut Collected,
@@ -292,7 +296,7 @@ async fn check_deliverables<S: Sandbox>(
     Ok(())
 }
 
-async fn check_file<S: Sandbox>(
+async fn check_file<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     out: &mut Collected,
@@ -346,7 +350,11 @@ async fn check_file<S: Sandbox>(
 /// Copy the agent's trajectory (already fetched with `/logs/agent`) to `agent/`.
 /// A preset's claim read from its native end state (`claim.source = "adapter"`): its stdout
 /// and stderr as logged, and the file it reads under `/logs/agent/` as collected.
-fn adapter_claim<S: Sandbox>(ctx: &Ctx<'_, S>, adapter: Adapter, done: &AgentDone) -> Claim {
+fn adapter_claim<S: Sandbox + ?Sized>(
+    ctx: &Ctx<'_, S>,
+    adapter: Adapter,
+    done: &AgentDone,
+) -> Claim {
     let cap = ctx.plan.settings.log_cap_bytes;
     let stdout = read_capped(&ctx.path("agent/stdout.log"), cap);
     let file = match adapter.reads() {
@@ -369,7 +377,10 @@ fn adapter_claim<S: Sandbox>(ctx: &Ctx<'_, S>, adapter: Adapter, done: &AgentDon
     adapter.claim(&end)
 }
 
-fn collect_trajectory<S: Sandbox>(ctx: &Ctx<'_, S>, plan: &AgentPlan) -> Option<ArtifactEntry> {
+fn collect_trajectory<S: Sandbox + ?Sized>(
+    ctx: &Ctx<'_, S>,
+    plan: &AgentPlan,
+) -> Option<ArtifactEntry> {
     let path = plan.trajectory_path.clone()?;
     let rel = path
         .strip_prefix("/logs/agent/")
@@ -405,7 +416,7 @@ fn collect_trajectory<S: Sandbox>(ctx: &Ctx<'_, S>, plan: &AgentPlan) -> Option<
 }
 
 /// Read `/logs/agent/completion.json` (fetched with `/logs/agent`), if the agent wrote one.
-fn collect_completion_record<S: Sandbox>(
+fn collect_completion_record<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
 ) -> (Option<CompletionSummary>, Option<CompletionRecord>) {
     let src = ctx.path("agent/logs/completion.json");
@@ -437,7 +448,7 @@ fn collect_completion_record<S: Sandbox>(
 
 /// Save the control root to `agent/control/` and empty it, so that a live verifier finds
 /// nothing there.
-fn save_control_root<S: Sandbox>(
+fn save_control_root<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
 ) -> Result<Option<ControlRootInfo>, Infra> {
@@ -457,7 +468,7 @@ fn save_control_root<S: Sandbox>(
 }
 
 /// The agent's outcome file: `Ok(None)` if absent, `Err` if present but unreadable.
-async fn read_outcome<S: Sandbox>(
+async fn read_outcome<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     path: &str,

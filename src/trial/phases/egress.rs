@@ -87,7 +87,7 @@ pub(crate) fn record(rec: &mut TrialRecord, phase: Phase, events: Vec<EgressEven
 
 /// Serve the proxy for `hosts` on [`PROXY_PORT`] of `container`'s own loopback. `phase` and
 /// `who` only shape the error ("the agent's container").
-pub(crate) async fn start<S: Sandbox>(
+pub(crate) async fn start<S: Sandbox + ?Sized>(
     sb: &S,
     container: &ContainerId,
     hosts: &[String],
@@ -179,7 +179,9 @@ mod tests {
         })
         .expect("job resolves");
         let gateway = spec.start_gateway().expect("gateway");
-        let plan = spec.trials_with(Default::default(), gateway).remove(0);
+        let plan = spec
+            .trials_with(Default::default(), gateway, "fake")
+            .remove(0);
         std::fs::create_dir_all(&plan.dir).expect("trial dir");
         let fake = Arc::new(FakeSandbox::new());
         fake.on_exec("/agent.py", FakeExec::exits(0));

@@ -89,7 +89,7 @@ fn command_model_env(w: &ModelWiring) -> [(&'static str, String); 5] {
     ]
 }
 
-pub(crate) async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     token: Option<&crate::gateway::TrialToken>,
 ) -> Result<EnvReady, Infra> {

@@ -14,7 +14,7 @@ use super::{Ctx, Infra, infra};
 /// Runs `check` as `user` (`None`: the image's user) with `env`. The inner error says why the
 /// check failed (the task's, not the harness's); `phase` names the phase an engine error
 /// belongs to.
-pub(crate) async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     check: &Healthcheck,

@@ -18,7 +18,7 @@ use crate::verifier::integrity::{FileType, OriginalFile};
 /// What reading an image's files needs from the trial: its backend, the owner of the
 /// (never started) container of the image, its limits and a scratch file on the host. A
 /// value, so this module sits below the phases' context.
-pub(crate) struct Reader<'a, S: Sandbox> {
+pub(crate) struct Reader<'a, S: Sandbox + ?Sized> {
     pub sb: &'a S,
     pub owner: Owner,
     pub limits: ContainerLimits,
@@ -138,7 +138,7 @@ impl ImageIndexes {
         self.cache.get_or_init(IndexCache::from_env).as_ref()
     }
 
-    pub(super) async fn get<S: Sandbox>(
+    pub(super) async fn get<S: Sandbox + ?Sized>(
         &self,
         ctx: &Reader<'_, S>,
         image: &ImageRef,
@@ -236,7 +236,7 @@ pub(super) fn link_target(header: &tar::Header) -> Option<String> {
 
 /// The image's index from the host cache when its content id has one, else read from the
 /// image (and kept when the reading was whole).
-async fn cached_or_indexed<S: Sandbox>(
+async fn cached_or_indexed<S: Sandbox + ?Sized>(
     ctx: &Reader<'_, S>,
     image: &ImageRef,
     cache: Option<&IndexCache>,
@@ -261,7 +261,7 @@ async fn cached_or_indexed<S: Sandbox>(
 
 /// Index the image's files from a created (never started) container of it; `true` when the
 /// whole filesystem was read.
-async fn index_image<S: Sandbox>(
+async fn index_image<S: Sandbox + ?Sized>(
     ctx: &Reader<'_, S>,
     image: &ImageRef,
 ) -> Result<(ImageIndex, bool), SandboxError> {

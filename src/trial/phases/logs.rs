@@ -17,7 +17,7 @@ use super::{Ctx, Infra, infra};
 /// byte limit is `Failed` as it would be. Anything but a plain `/logs` directory within the two
 /// limits together (a symlink, an engine error, more than the limits hold) falls back to a
 /// request per path, as before.
-pub(super) async fn fetch_logs<S: Sandbox>(
+pub(super) async fn fetch_logs<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     logs_dir: &Path,
@@ -44,7 +44,7 @@ pub(super) async fn fetch_logs<S: Sandbox>(
 }
 
 /// One archive request of `/logs`, split: `None` when a request per path must decide.
-async fn fetch_logs_together<S: Sandbox>(
+async fn fetch_logs_together<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     logs_dir: &Path,

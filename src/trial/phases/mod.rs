@@ -32,7 +32,7 @@ pub(crate) use agent::AgentDone;
 pub(crate) use environment::EnvReady;
 
 /// What every phase works with.
-pub(crate) struct Ctx<'a, S> {
+pub(crate) struct Ctx<'a, S: ?Sized> {
     pub sb: &'a S,
     pub plan: &'a TrialPlan,
     pub scope: &'a Scope,
@@ -52,7 +52,7 @@ pub(crate) fn infra<E: std::fmt::Display>(phase: Phase) -> impl FnOnce(E) -> Inf
     }
 }
 
-impl<'a, S> Ctx<'a, S> {
+impl<'a, S: ?Sized> Ctx<'a, S> {
     /// The same backend and scope for another view of the trial (a Harbor step's).
     pub(crate) fn with_plan<'b>(&self, plan: &'b TrialPlan) -> Ctx<'b, S>
     where
@@ -66,7 +66,7 @@ impl<'a, S> Ctx<'a, S> {
     }
 }
 
-impl<S: Sandbox> Ctx<'_, S> {
+impl<S: Sandbox + ?Sized> Ctx<'_, S> {
     pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.plan.dir.join(rel)
     }

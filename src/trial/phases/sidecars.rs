@@ -83,7 +83,7 @@ pub(crate) fn hosts(compose: &Compose) -> Vec<(String, String)> {
 /// Start every sidecar in `depends_on` order in `main`'s network namespace, each after the
 /// services it depends on are started, healthy or completed as it asks; then wait on the
 /// main service's own dependencies.
-pub(crate) async fn start<S: Sandbox>(
+pub(crate) async fn start<S: Sandbox + ?Sized>(
     sb: &S,
     scope: &Scope,
     input: &SidecarInput<'_>,
@@ -170,7 +170,7 @@ pub(crate) async fn start<S: Sandbox>(
 /// After the collect phase: stop the sidecars unless the verifier runs `live` in the
 /// agent's container (where it reaches them as the agent did). `trial::run` calls this once,
 /// right after collect; the trial's scope removes the sidecars at cleanup either way.
-pub(crate) async fn before_verify<S: Sandbox>(
+pub(crate) async fn before_verify<S: Sandbox + ?Sized>(
     ctx: &super::Ctx<'_, S>,
     env: &super::EnvReady,
 ) -> Result<(), super::Infra> {
@@ -183,7 +183,10 @@ pub(crate) async fn before_verify<S: Sandbox>(
 }
 
 /// Stop the sidecars (before a verifier that does not run in the agent's container).
-pub(crate) async fn stop<S: Sandbox>(sb: &S, sidecars: &Sidecars) -> Result<(), SidecarError> {
+pub(crate) async fn stop<S: Sandbox + ?Sized>(
+    sb: &S,
+    sidecars: &Sidecars,
+) -> Result<(), SidecarError> {
     for (service, id) in &sidecars.services {
         sb.stop(id).await.map_err(|source| SidecarError::Sandbox {
             service: service.clone(),
@@ -194,7 +197,7 @@ pub(crate) async fn stop<S: Sandbox>(sb: &S, sidecars: &Sidecars) -> Result<(), 
 }
 
 /// Wait until each of `service`'s dependencies meets its condition.
-async fn await_dependencies<S: Sandbox>(
+async fn await_dependencies<S: Sandbox + ?Sized>(
     sb: &S,
     running: &Sidecars,
     name: &str,
@@ -732,7 +735,7 @@ mod tests {
             .expect_err("create fails");
         assert_eq!(
             err.to_string(),
-            "compose service b: docker container create failed: fake Create failure"
+            "compose service b: container create failed: fake Create failure"
         );
         scope.cleanup(&*sb, true).await.expect("cleanup");
         assert_eq!(sb.live(), Vec::<Resource>::new());
@@ -767,7 +770,7 @@ mod tests {
         )
         .expect("compose");
         let spec = crate::testing::job_spec(root.path(), &[task], &["oracle"], 1);
-        let plan = spec.trials(Default::default()).remove(0);
+        let plan = spec.trials(Default::default(), "fake").remove(0);
         std::fs::create_dir_all(&plan.dir).expect("trial dir");
         let sb = Arc::new(FakeSandbox::new());
         sb.on_exec(

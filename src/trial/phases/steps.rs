@@ -143,7 +143,7 @@ pub(crate) struct StepsRun {
 /// the last step or until Harbor's rules stop the remaining ones. `ctx` is the trial's
 /// context for the first view (the container in `env` was made from it); `trial` the trial's
 /// own plan (the task with its steps).
-pub(crate) async fn run<S: Sandbox>(
+pub(crate) async fn run<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     trial: &TrialPlan,
     views: &[TrialPlan],
@@ -425,7 +425,10 @@ fn next_env(first: &TrialPlan, view: &TrialPlan, env: &EnvReady) -> Result<EnvRe
 }
 
 /// A later step's instruction and the agent's uploads (the oracle's solution).
-async fn upload_step_files<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady) -> Result<(), Infra> {
+async fn upload_step_files<S: Sandbox + ?Sized>(
+    ctx: &Ctx<'_, S>,
+    env: &EnvReady,
+) -> Result<(), Infra> {
     let fail = infra(Phase::Agent);
     let tar = files_to_tar(&[TarEntry {
         path: "arbiter/instruction.md",
@@ -448,7 +451,7 @@ async fn upload_step_files<S: Sandbox>(ctx: &Ctx<'_, S>, env: &EnvReady) -> Resu
 
 /// The step's `workdir/` into the working directory, its `setup.sh`, its healthcheck. The
 /// inner error says why the step cannot start (the step's result, not the harness's).
-async fn prepare<S: Sandbox>(
+async fn prepare<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     env: &EnvReady,
     step: &Step,
@@ -512,7 +515,7 @@ async fn prepare<S: Sandbox>(
 
 /// The working directory's absolute path: `[environment] workdir`, else what `pwd` says in
 /// the container (the image's `WORKDIR`), else `/`.
-async fn container_workdir<S: Sandbox>(
+async fn container_workdir<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     step: &Step,
@@ -569,7 +572,7 @@ fn keep_agent_logs(plan: &TrialPlan, step_dir: &Path) {
 /// The step's verifier on a snapshot of the running agent container (or inside it, `live`),
 /// its logs and reward under `steps/<name>/verifier/`. The verifier's container and the
 /// snapshot are removed once it is judged.
-async fn verify_step<S: Sandbox>(
+async fn verify_step<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     step_dir: &Path,
@@ -614,7 +617,7 @@ async fn verify_step<S: Sandbox>(
 
 /// The task's and the step's artifacts, from the running container, into
 /// `steps/<name>/artifacts/`.
-async fn step_artifacts<S: Sandbox>(
+async fn step_artifacts<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     step_dir: &Path,
@@ -635,7 +638,7 @@ async fn step_artifacts<S: Sandbox>(
 }
 
 /// `spec` run in the agent's container with `env`: how it ended.
-async fn exec_with<S: Sandbox>(
+async fn exec_with<S: Sandbox + ?Sized>(
     ctx: &Ctx<'_, S>,
     id: &ContainerId,
     mut spec: ExecSpec,

@@ -31,7 +31,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::Fetched;
+use crate::sandbox::Fetched;
 
 /// A stopped container's layers on this host.
 #[derive(Debug, Clone)]

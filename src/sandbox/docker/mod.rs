@@ -1,6 +1,14 @@
-//! [`Sandbox`] on a Docker engine through bollard.
+//! The Docker wing: [`Sandbox`] on a Docker engine through bollard.
 //!
 //! Over 600 lines: the whole Docker backend (every trait operation and the exec stream's deadline handling) is one implementation against one client.
+
+mod engine_socket;
+mod error;
+mod gpus;
+mod layer;
+mod layer_changes;
+mod layer_write;
+mod upper;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -20,26 +28,23 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Mutex, OnceCell};
 
-use super::error::status_of;
-use super::sink::CappedSink;
-use super::tarball::dir_to_tar;
-use super::{
-    Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, ExecEnd, ExecOutcome,
-    ExecSpec, Fetched, FrozenId, Health, HealthCommand, HealthSpec, ImageConfig, ImageRecipe,
-    ImageRef, ImageSpec, LABEL_MANAGED, Listed, Network, Owner, Process, Resource, Sandbox,
-    SandboxError, Selector, Stopped,
+use crate::sandbox::handover::{HANDOVER_WAIT, KEEPALIVE_MARKER, handover_probe};
+use crate::sandbox::sink::CappedSink;
+use crate::sandbox::tarball::dir_to_tar;
+use crate::sandbox::{
+    Availability, Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, ExecEnd,
+    ExecOutcome, ExecSpec, Fetched, FrozenId, Health, HealthCommand, HealthSpec, ImageConfig,
+    ImageRecipe, ImageRef, ImageSpec, LABEL_MANAGED, Listed, Network, Owner, Process, Resource,
+    Sandbox, SandboxError, Selector, Stopped,
 };
+pub use engine_socket::engine_requests;
+pub use error::DockerError;
+use error::status_of;
 
 /// PID 1's child in every container: sleeps forever and ignores SIGTERM, so that a deadline's
 /// `kill -TERM -1` reaches the agent's processes but not the container's keep-alive. The
 /// container itself always ends with SIGKILL, which nothing survives.
 const KEEPALIVE: &str = "trap '' TERM INT HUP; while :; do sleep 3600; done";
-
-/// The keep-alive's `$0`: what its command line ends with.
-const KEEPALIVE_MARKER: &str = "arbiter-keepalive";
-
-/// How long an image's ENTRYPOINT may take to hand over to the keep-alive (its `exec "$@"`).
-const HANDOVER_WAIT: Duration = Duration::from_secs(30);
 
 /// A Docker engine reached through bollard.
 pub struct DockerSandbox {
@@ -55,7 +60,7 @@ pub struct DockerSandbox {
     image_facts: Mutex<HashMap<String, ImageFacts>>,
     /// Each measured container's writable layer on this host (issue 16: storage is measured
     /// without an engine request each time; see sandbox/upper.rs).
-    upper: super::upper::UpperDirs,
+    upper: upper::UpperDirs,
     /// The ENTRYPOINT each container of this process was created with, as `ImageFacts`
     /// reports it (`None`: none, or arbiter's keep-alive), until it is frozen or removed: a
     /// commit carries its container's config, so this is its frozen filesystem's ENTRYPOINT
@@ -86,12 +91,14 @@ impl DockerSandbox {
     pub async fn connect() -> Result<Self, SandboxError> {
         let hint = std::env::var("DOCKER_HOST")
             .unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string());
-        let connect = |source| SandboxError::Connect {
-            hint: hint.clone(),
-            source,
+        let connect = |source| {
+            SandboxError::from(DockerError::Connect {
+                hint: hint.clone(),
+                source,
+            })
         };
-        let docker = match super::engine_socket::local_socket() {
-            Some(socket) => super::engine_socket::pooled_unix(socket).map_err(connect)?,
+        let docker = match engine_socket::local_socket() {
+            Some(socket) => engine_socket::pooled_unix(socket).map_err(connect)?,
             None => Docker::connect_with_defaults().map_err(connect)?,
         }
         .with_timeout(Duration::from_secs(120));
@@ -100,7 +107,7 @@ impl DockerSandbox {
                 Ok(result) => result.map_err(connect)?,
                 Err(_) => {
                     return Err(SandboxError::Timeout {
-                        op: "version negotiation",
+                        op: "docker version negotiation",
                         seconds: 15,
                     });
                 }
@@ -109,7 +116,7 @@ impl DockerSandbox {
             Ok(result) => result.map_err(connect)?,
             Err(_) => {
                 return Err(SandboxError::Timeout {
-                    op: "ping",
+                    op: "docker ping",
                     seconds: 15,
                 });
             }
@@ -130,7 +137,7 @@ impl DockerSandbox {
     /// Mount this (validated) toolbox read-only into every container and run every harness
     /// command from it: the keep-alive, the deadline's SIGTERM broadcast, the verifier's
     /// preparation and launcher.
-    pub fn with_toolbox(mut self, toolbox: &super::toolbox::Toolbox) -> Self {
+    pub fn with_toolbox(mut self, toolbox: &crate::sandbox::toolbox::Toolbox) -> Self {
         self.toolbox = Some(toolbox.dir.clone());
         self
     }
@@ -149,10 +156,10 @@ impl DockerSandbox {
         match self.docker.inspect_image(name).await {
             Ok(_) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => Ok(false),
-            Err(e) => Err(SandboxError::Engine {
+            Err(e) => Err(SandboxError::from(DockerError::Engine {
                 op: "image inspect",
                 source: e,
-            }),
+            })),
         }
     }
 
@@ -294,15 +301,15 @@ impl DockerSandbox {
             .docker
             .create_exec(id, options)
             .await
-            .map_err(SandboxError::engine("exec create"))?;
+            .map_err(error::engine("exec create"))?;
         let StartExecResults::Attached { mut output, .. } = self
             .docker
             .start_exec(&created.id, None)
             .await
-            .map_err(SandboxError::engine("exec start"))?
+            .map_err(error::engine("exec start"))?
         else {
             return Err(SandboxError::Refused {
-                op: "exec start",
+                op: "docker exec start",
                 message: "engine detached the exec".into(),
             });
         };
@@ -350,10 +357,10 @@ impl DockerSandbox {
                     break;
                 }
                 Some(Err(e)) => {
-                    return Err(SandboxError::Engine {
+                    return Err(SandboxError::from(DockerError::Engine {
                         op: "exec stream",
                         source: e,
-                    });
+                    }));
                 }
             }
         }
@@ -367,10 +374,10 @@ impl DockerSandbox {
                 None
             }
             Err(e) => {
-                return Err(SandboxError::Engine {
+                return Err(SandboxError::from(DockerError::Engine {
                     op: "exec inspect",
                     source: e,
-                });
+                }));
             }
         };
         let end = match (timed_out, exit_code) {
@@ -394,7 +401,7 @@ fn one_line(s: &str) -> String {
 
 /// The engine's label filter for a selector.
 fn selector_filter(selector: &Selector) -> HashMap<String, Vec<String>> {
-    use super::{LABEL_JOB, LABEL_TRIAL};
+    use crate::sandbox::{LABEL_JOB, LABEL_TRIAL};
     let labels = match selector {
         Selector::Managed => vec![format!("{LABEL_MANAGED}=true")],
         Selector::Job(job) => vec![format!("{LABEL_JOB}={job}")],
@@ -438,18 +445,6 @@ fn health_config(spec: &HealthSpec) -> bollard::models::HealthConfig {
     }
 }
 
-/// A shell script that exits 0 when a process of the container runs arbiter's keep-alive
-/// (its command line starts with `keepalive`), 1 otherwise. Its own command line starts
-/// differently, so it never finds itself.
-pub(super) fn handover_probe(keepalive: &[String], tool: impl Fn(&str) -> String) -> String {
-    let prefix = keepalive.join(" ");
-    let quoted = prefix.replace('\'', "'\\''");
-    format!(
-        "for f in /proc/[0-9]*/cmdline; do c=$({tr} '\\000' ' ' < \"$f\" 2>/dev/null) || continue; case \"$c\" in '{quoted}'*) exit 0;; esac; done; exit 1",
-        tr = tool("tr"),
-    )
-}
-
 impl DockerSandbox {
     /// The image's ENTRYPOINT, as one line, when it has one. A frozen filesystem of this
     /// process's own container has its container's, known without asking the engine.
@@ -470,7 +465,7 @@ impl DockerSandbox {
             .docker
             .inspect_image(image)
             .await
-            .map_err(SandboxError::engine("image inspect"))?;
+            .map_err(error::engine("image inspect"))?;
         let config = inspected.config;
         let facts = ImageFacts {
             id: inspected.id.filter(|id| id.starts_with("sha256:")),
@@ -491,7 +486,7 @@ impl DockerSandbox {
                 .filter(|e| !e.iter().all(String::is_empty))
                 // A frozen filesystem of a keep-alive container carries the keep-alive itself.
                 .filter(|e| {
-                    *e != super::toolbox::keepalive_argv()
+                    *e != crate::sandbox::toolbox::keepalive_argv()
                         && e[..] != ["sh".to_string(), "-c".to_string(), KEEPALIVE.to_string()]
                 })
                 .map(|e| format!("{e:?}")),
@@ -510,7 +505,7 @@ impl DockerSandbox {
     /// problem, said in one line with the container's last output.
     async fn await_handover(&self, id: &str, entrypoint: &str) -> Result<(), SandboxError> {
         let keepalive = match &self.toolbox {
-            Some(_) => super::toolbox::keepalive_argv(),
+            Some(_) => crate::sandbox::toolbox::keepalive_argv(),
             None => vec!["sh".to_string(), "-c".to_string(), KEEPALIVE.to_string()],
         };
         let tool = |applet: &str| self.harness_argv(applet, &[]).join(" ");
@@ -528,7 +523,7 @@ impl DockerSandbox {
                     logs: self.last_output(id).await,
                 });
             }
-            let spec = super::ExecSpec {
+            let spec = crate::sandbox::ExecSpec {
                 argv: probe.clone(),
                 env: Vec::new(),
                 user: Some("0".to_string()),
@@ -613,7 +608,7 @@ impl DockerSandbox {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Err(SandboxError::Refused {
-            op: "container kill",
+            op: "docker container kill",
             message: "container still running 2s after SIGKILL".into(),
         })
     }
@@ -628,7 +623,7 @@ impl DockerSandbox {
         self.docker
             .upload_to_container(id.as_str(), Some(options), bollard::body_full(tar.into()))
             .await
-            .map_err(SandboxError::engine("copy into container"))
+            .map_err(error::engine("copy into container"))
     }
 
     /// SIGKILL every process of the container. Docker answers a SIGKILL once the container
@@ -639,10 +634,10 @@ impl DockerSandbox {
         match self.docker.kill_container(id, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(409) => Ok(()),
-            Err(e) => Err(SandboxError::Engine {
+            Err(e) => Err(SandboxError::from(DockerError::Engine {
                 op: "container kill",
                 source: e,
-            }),
+            })),
         }
     }
 
@@ -653,7 +648,7 @@ impl DockerSandbox {
     async fn archive_from_layer(
         &self,
         id: &ContainerId,
-        build: fn(&super::layer::Layer, &str, &Path, u64) -> std::io::Result<Option<Fetched>>,
+        build: fn(&layer::Layer, &str, &Path, u64) -> std::io::Result<Option<Fetched>>,
         path: &str,
         to: &Path,
         limit: u64,
@@ -685,14 +680,28 @@ impl DockerSandbox {
             .docker
             .inspect_container(id, None)
             .await
-            .map_err(SandboxError::engine("container inspect"))?;
+            .map_err(error::engine("container inspect"))?;
         // The same reply names the writable layer: the storage watchdog needs no inspect of its own.
         self.upper.prime(id, info.graph_driver.as_ref());
         Ok(info)
     }
 }
 
+#[async_trait::async_trait]
 impl Sandbox for DockerSandbox {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    /// The engine requests of the job (scripts/bench reads them).
+    async fn finish(&self, trials: usize) {
+        tracing::info!(
+            requests = engine_socket::engine_requests(),
+            trials,
+            "engine requests"
+        );
+    }
+
     async fn prepare_image(&self, spec: &ImageSpec) -> Result<ImageRef, SandboxError> {
         let reference = spec.reference().to_string();
         let cell = {
@@ -762,9 +771,9 @@ impl Sandbox for DockerSandbox {
                 binds.push(format!(
                     "{}:{}:ro",
                     dir.display(),
-                    super::toolbox::TOOLBOX_MOUNT
+                    crate::sandbox::toolbox::TOOLBOX_MOUNT
                 ));
-                super::toolbox::keepalive_argv()
+                crate::sandbox::toolbox::keepalive_argv()
             }
             None => vec!["sh".to_string(), "-c".to_string(), KEEPALIVE.to_string()],
         };
@@ -843,7 +852,7 @@ impl Sandbox for DockerSandbox {
                 body,
             )
             .await
-            .map_err(SandboxError::engine("container create"))?;
+            .map_err(error::container_engine("container create"))?;
         if let Some(image_entrypoint) = handover {
             self.handovers
                 .lock()
@@ -864,7 +873,7 @@ impl Sandbox for DockerSandbox {
         self.docker
             .start_container(id.as_str(), None)
             .await
-            .map_err(SandboxError::engine("container start"))?;
+            .map_err(error::container_engine("container start"))?;
         // A container started again (the verifier in the agent's stopped container) runs its
         // image's ENTRYPOINT again, and is waited on again as at its first start.
         let first = self.handovers.lock().await.remove(id.as_str());
@@ -922,7 +931,7 @@ impl Sandbox for DockerSandbox {
         tar: &[u8],
     ) -> Result<bool, SandboxError> {
         let keepalive_only = matches!(self.entrypoints.lock().await.get(id.as_str()), Some(None));
-        if !keepalive_only || !super::upper::engine_is_local() {
+        if !keepalive_only || !upper::engine_is_local() {
             return Ok(false);
         }
         let info = self.inspect(id.as_str()).await?;
@@ -930,7 +939,7 @@ impl Sandbox for DockerSandbox {
             info.state.as_ref().and_then(|s| s.status),
             Some(bollard::models::ContainerStateStatusEnum::CREATED)
         );
-        let Some(layer) = super::upper::layer_of(&info).filter(|_| created) else {
+        let Some(layer) = upper::layer_of(&info).filter(|_| created) else {
             return Ok(false);
         };
         let tar = tar.to_vec();
@@ -956,12 +965,12 @@ impl Sandbox for DockerSandbox {
         to: &Path,
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
-        let entry = super::layer::Layer::entry_archive;
+        let entry = layer::Layer::entry_archive;
         if let Some(fetched) = self.archive_from_layer(id, entry, path, to, limit).await {
             return Ok(fetched);
         }
         let got = self.download(id, path, to, limit).await?;
-        super::first_entry_of(got, to)
+        crate::sandbox::first_entry_of(got, to)
     }
 
     async fn upload_replacing(
@@ -980,8 +989,8 @@ impl Sandbox for DockerSandbox {
             op: "replace",
             message,
         };
-        let head = super::tarball::replacement_stubs(paths).map_err(refused)?;
-        let body = super::concat_archives(&[&head, &tar])
+        let head = crate::sandbox::tarball::replacement_stubs(paths).map_err(refused)?;
+        let body = crate::sandbox::concat_archives(&[&head, &tar])
             .map_err(|e| refused(format!("building the archive: {e}")))?;
         let options = UploadToContainerOptionsBuilder::new()
             .path("/")
@@ -997,7 +1006,7 @@ impl Sandbox for DockerSandbox {
         to: &Path,
         limit: u64,
     ) -> Result<Fetched, SandboxError> {
-        let whole = super::layer::Layer::archive;
+        let whole = layer::Layer::archive;
         if let Some(fetched) = self.archive_from_layer(id, whole, path, to, limit).await {
             return Ok(fetched);
         }
@@ -1018,7 +1027,7 @@ impl Sandbox for DockerSandbox {
                 drop(file);
                 let _ = tokio::fs::remove_file(to).await;
                 return Err(SandboxError::Timeout {
-                    op: "copy from container",
+                    op: "docker copy from container",
                     seconds: COPY_IDLE_DEADLINE.as_secs(),
                 });
             };
@@ -1031,10 +1040,10 @@ impl Sandbox for DockerSandbox {
                     return Ok(Fetched::NotFound);
                 }
                 Err(e) => {
-                    return Err(SandboxError::Engine {
+                    return Err(SandboxError::from(DockerError::Engine {
                         op: "copy from container",
                         source: e,
-                    });
+                    }));
                 }
             };
             bytes += chunk.len() as u64;
@@ -1079,8 +1088,8 @@ impl Sandbox for DockerSandbox {
         &self,
         id: &ContainerId,
         count_files_to: u64,
-    ) -> Result<Option<super::DiskUsage>, SandboxError> {
-        super::upper::layer_usage(&self.docker, &self.upper, id.as_str(), count_files_to).await
+    ) -> Result<Option<crate::sandbox::DiskUsage>, SandboxError> {
+        upper::layer_usage(&self.docker, &self.upper, id.as_str(), count_files_to).await
     }
 
     async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {
@@ -1102,13 +1111,13 @@ impl Sandbox for DockerSandbox {
             .await
             .map_err(|e| match e {
                 bollard::errors::Error::RequestTimeoutError => SandboxError::Timeout {
-                    op: "commit",
+                    op: "docker commit",
                     seconds: FREEZE_DEADLINE.as_secs(),
                 },
-                e => SandboxError::Engine {
+                e => SandboxError::from(DockerError::Engine {
                     op: "commit",
                     source: e,
-                },
+                }),
             })?;
         // A commit carries the container's config: its ENTRYPOINT is the snapshot's.
         if let Some(carried) = self.entrypoints.lock().await.get(id.as_str()).cloned() {
@@ -1135,7 +1144,7 @@ impl Sandbox for DockerSandbox {
             .docker
             .container_changes(id.as_str())
             .await
-            .map_err(SandboxError::engine("container changes"))?;
+            .map_err(error::engine("container changes"))?;
         Ok(list
             .unwrap_or_default()
             .into_iter()
@@ -1166,10 +1175,10 @@ impl Sandbox for DockerSandbox {
                 {
                     Ok(()) => Ok(()),
                     Err(e) if matches!(status_of(&e), Some(404) | Some(409)) => Ok(()),
-                    Err(e) => Err(SandboxError::Engine {
+                    Err(e) => Err(SandboxError::from(DockerError::Engine {
                         op: "container remove",
                         source: e,
-                    }),
+                    })),
                 }
             }
             Resource::Frozen(FrozenId(id)) | Resource::Image(ImageRef(id)) => {
@@ -1178,10 +1187,10 @@ impl Sandbox for DockerSandbox {
                 match self.docker.remove_image(id, Some(options), None).await {
                     Ok(_) => Ok(()),
                     Err(e) if status_of(&e) == Some(404) => Ok(()),
-                    Err(e) => Err(SandboxError::Engine {
+                    Err(e) => Err(SandboxError::from(DockerError::Engine {
                         op: "image remove",
                         source: e,
-                    }),
+                    })),
                 }
             }
         }
@@ -1189,18 +1198,20 @@ impl Sandbox for DockerSandbox {
 
     // harbor-run (issue 13): GPU detection lives in sandbox/gpus.rs.
     async fn gpus(&self) -> Result<u32, SandboxError> {
-        super::gpus::docker_gpus(&self.docker).await
+        gpus::docker_gpus(&self.docker).await
     }
 
-    async fn network_available(&self, network: Network) -> Result<bool, SandboxError> {
+    async fn network_available(&self, network: Network) -> Result<Availability, SandboxError> {
         match network {
-            Network::None | Network::Host => Ok(true),
+            Network::None | Network::Host => Ok(Availability::Available),
             Network::Bridge => match self.docker.inspect_network("bridge", None).await {
-                Ok(_) => Ok(true),
+                Ok(_) => Ok(Availability::Available),
                 Err(bollard::errors::Error::DockerResponseServerError {
                     status_code: 404, ..
-                }) => Ok(false),
-                Err(e) => Err(SandboxError::engine("network inspect")(e)),
+                }) => Ok(Availability::Unavailable(
+                    "this Docker engine has no default bridge network; run offline with --network none (job config: network: none) or on an engine that has one".to_string(),
+                )),
+                Err(e) => Err(error::engine("network inspect")(e)),
             },
         }
     }
@@ -1226,7 +1237,7 @@ impl Sandbox for DockerSandbox {
         port: u16,
     ) -> Result<std::net::TcpListener, SandboxError> {
         let refused = |message: String| SandboxError::Refused {
-            op: "loopback listener",
+            op: "docker loopback listener",
             message,
         };
         if let Ok(host) = std::env::var("DOCKER_HOST")
@@ -1251,7 +1262,7 @@ impl Sandbox for DockerSandbox {
 
     fn harness_argv(&self, applet: &str, args: &[&str]) -> Vec<String> {
         match self.toolbox {
-            Some(_) => super::toolbox::toolbox_argv(applet, args),
+            Some(_) => crate::sandbox::toolbox::toolbox_argv(applet, args),
             None => {
                 let mut argv = vec![applet.to_string()];
                 argv.extend(args.iter().map(|a| a.to_string()));
@@ -1270,7 +1281,7 @@ impl Sandbox for DockerSandbox {
             .docker
             .list_containers(Some(options))
             .await
-            .map_err(SandboxError::engine("container list"))?;
+            .map_err(error::engine("container list"))?;
         let options = ListImagesOptionsBuilder::new()
             .all(false)
             .filters(&filters)
@@ -1279,7 +1290,7 @@ impl Sandbox for DockerSandbox {
             .docker
             .list_images(Some(options))
             .await
-            .map_err(SandboxError::engine("image list"))?;
+            .map_err(error::engine("image list"))?;
         let mut found: Vec<Listed> = containers
             .into_iter()
             .map(|c| Listed {
@@ -1292,8 +1303,8 @@ impl Sandbox for DockerSandbox {
             // Frozen filesystems carry their trial's owner; cached environments do not. A commit
             // inherits its image's labels, so a snapshot of a built environment also carries
             // `arbiter.cache`: the trial label decides.
-            let resource = if labels.contains_key(super::LABEL_CACHE)
-                && !labels.contains_key(super::LABEL_TRIAL)
+            let resource = if labels.contains_key(crate::sandbox::LABEL_CACHE)
+                && !labels.contains_key(crate::sandbox::LABEL_TRIAL)
             {
                 Resource::Image(ImageRef::new(i.id))
             } else {

@@ -1,4 +1,4 @@
-//! How many GPUs a Docker engine can give a container, for [`super::Sandbox::gpus`].
+//! How many GPUs a Docker engine can give a container, for [`crate::sandbox::Sandbox::gpus`].
 //!
 //! The Engine API has no "GPU count". What it does say:
 //! - `DiscoveredDevices` (engines with API 1.50 and later): devices found by the engine's
@@ -14,7 +14,7 @@
 
 use bollard::Docker;
 
-use super::SandboxError;
+use crate::sandbox::SandboxError;
 
 /// The backend can give containers GPUs but cannot say how many.
 pub const GPUS_UNCOUNTED: u32 = u32::MAX;
@@ -62,7 +62,7 @@ pub(crate) fn count_gpus(facts: &GpuFacts) -> u32 {
 
 /// Ask the engine (one `info` call) how many GPUs a container can be given.
 pub(super) async fn docker_gpus(docker: &Docker) -> Result<u32, SandboxError> {
-    let info = docker.info().await.map_err(SandboxError::engine("info"))?;
+    let info = docker.info().await.map_err(super::error::engine("info"))?;
     let mut runtimes: Vec<String> = info
         .runtimes
         .map(|r| r.into_keys().collect())

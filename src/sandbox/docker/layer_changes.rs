@@ -32,7 +32,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::layer::{Layer, gone, has_xattr, is_whiteout, open_listed};
-use super::{Change, ChangeKind};
+use crate::sandbox::{Change, ChangeKind};
 
 /// overlayfs keeps its own attributes under `trusted.` (or `user.`, mounted with
 /// `userxattr`, as a rootless engine does): both are read.

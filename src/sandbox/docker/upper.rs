@@ -23,13 +23,13 @@ use std::sync::Mutex;
 use bollard::Docker;
 use bollard::query_parameters::InspectContainerOptionsBuilder;
 
-use super::{DiskUsage, SandboxError};
+use crate::sandbox::{DiskUsage, SandboxError};
 
 /// The writable layer of each container measured so far (`None`: not readable on this host).
 #[derive(Debug, Default)]
 pub(super) struct UpperDirs {
     dirs: Mutex<HashMap<String, Option<PathBuf>>>,
-    /// The layers of containers seen stopped by [`super::Sandbox::stop`] and not started
+    /// The layers of containers seen stopped by [`crate::sandbox::Sandbox::stop`] and not started
     /// since (nothing writes to them any more), when readable on this host.
     stopped: Mutex<HashMap<String, super::layer::Layer>>,
     /// The layers of containers seen stopped and started again since: known, but written to.
@@ -178,7 +178,7 @@ fn lower_dirs_of(driver: Option<&bollard::models::DriverData>) -> Option<Vec<Pat
         .collect()
 }
 
-/// [`super::Sandbox::disk_usage`] for the Docker backend: a walk of the writable layer on this
+/// [`crate::sandbox::Sandbox::disk_usage`] for the Docker backend: a walk of the writable layer on this
 /// host when it can be read (one inspect per container, to find it), else the engine's size.
 pub(super) async fn layer_usage(
     docker: &Docker,
@@ -196,7 +196,7 @@ pub(super) async fn layer_usage(
                         None::<bollard::query_parameters::InspectContainerOptions>,
                     )
                     .await
-                    .map_err(SandboxError::engine("container inspect"))?;
+                    .map_err(super::error::engine("container inspect"))?;
                 upper_dir_of(info.graph_driver.as_ref())
             } else {
                 None
@@ -225,7 +225,7 @@ pub(super) async fn layer_usage(
     let info = docker
         .inspect_container(id, Some(options))
         .await
-        .map_err(SandboxError::engine("container inspect"))?;
+        .map_err(super::error::engine("container inspect"))?;
     Ok(info.size_rw.map(|n| DiskUsage {
         bytes: n.max(0) as u64,
         files: None,
