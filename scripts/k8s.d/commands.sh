@@ -58,12 +58,12 @@ start_node() {
 # kill every process of its pods (shims and what runs in its cgroup root).
 # Its state stays on disk for `node start`.
 stop_node() {
-  local i=$1 name pids pass p cmd d
+  local i=$1 name pids p cmd d
   name=$(node_name "$i")
   kubectl_admin cordon "$name" >/dev/null 2>&1 || arbiter_warn "could not cordon node $name"
   stop_comps "kubelet-$i"
   stop_comps "containerd-$i"
-  for pass in 1 2 3 4 5 6 7 8 9 10; do
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     pids=()
     for p in /proc/[0-9]*; do
       p=${p#/proc/}
