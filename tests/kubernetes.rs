@@ -227,7 +227,10 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
     sb.upload(&id, "/work", tar).await.expect("upload");
     let to = tmp.path().join("got.tar");
     let got = sb
-        .download(&id, "/work/in", &to, 1 << 30)
+        .download(
+            &id,
+            arbiter::sandbox::Download::whole("/work/in", &to, 1 << 30),
+        )
         .await
         .expect("download");
     assert!(matches!(got, Fetched::Archive { .. }), "{got:?}");
@@ -242,9 +245,21 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
     }
     assert_eq!(names[&format!("in/{odd}")], b"hello");
     assert_eq!(names["in/big.bin"], big);
-    let missing = sb.download(&id, "/work/none", &to, 1 << 20).await.unwrap();
+    let missing = sb
+        .download(
+            &id,
+            arbiter::sandbox::Download::whole("/work/none", &to, 1 << 20),
+        )
+        .await
+        .unwrap();
     assert_eq!(missing, Fetched::NotFound);
-    let small = sb.download(&id, "/work/in", &to, 1000).await.unwrap();
+    let small = sb
+        .download(
+            &id,
+            arbiter::sandbox::Download::whole("/work/in", &to, 1000),
+        )
+        .await
+        .unwrap();
     assert_eq!(small, Fetched::TooLarge { limit: 1000 });
 
     // A deadline: SIGTERM, grace, SIGKILL; the pod lives on.

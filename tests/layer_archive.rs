@@ -145,7 +145,7 @@ chmod 0700 /var/log
         for (i, (path, _)) in paths.iter().enumerate() {
             let to = scratch.path().join(format!("engine-{i}.tar"));
             let got = sb
-                .download(&id, path, &to, 1 << 30)
+                .download(&id, arbiter::sandbox::Download::whole(path, &to, 1 << 30))
                 .await
                 .expect("download");
             assert!(matches!(got, Fetched::Archive { .. }), "{path}: {got:?}");
@@ -153,9 +153,12 @@ chmod 0700 /var/log
         }
         let gone = scratch.path().join("gone.tar");
         assert_eq!(
-            sb.download(&id, "/etc/issue.net", &gone, 1 << 30)
-                .await
-                .expect("download"),
+            sb.download(
+                &id,
+                arbiter::sandbox::Download::whole("/etc/issue.net", &gone, 1 << 30)
+            )
+            .await
+            .expect("download"),
             Fetched::NotFound
         );
         sb.stop(&id).await.expect("stop");
@@ -163,7 +166,7 @@ chmod 0700 /var/log
             let to = scratch.path().join(format!("layer-{i}.tar"));
             let before = engine_requests();
             let got = sb
-                .download(&id, path, &to, 1 << 30)
+                .download(&id, arbiter::sandbox::Download::whole(path, &to, 1 << 30))
                 .await
                 .expect("download");
             let requests = engine_requests() - before;
@@ -186,7 +189,10 @@ chmod 0700 /var/log
         let to = scratch.path().join("entry.tar");
         let before = engine_requests();
         let got = sb
-            .download_entry(&id, "/var/log", &to, 1 << 30)
+            .download(
+                &id,
+                arbiter::sandbox::Download::entry("/var/log", &to, 1 << 30),
+            )
             .await
             .expect("entry");
         assert!(matches!(got, Fetched::Archive { .. }), "{got:?}");
@@ -201,7 +207,7 @@ chmod 0700 /var/log
         // that are not UTF-8 (so its entry would name another path), hence not compared above.
         let to = scratch.path().join("odd.tar");
         let before = engine_requests();
-        sb.download(&id, "/odd", &to, 1 << 30)
+        sb.download(&id, arbiter::sandbox::Download::whole("/odd", &to, 1 << 30))
             .await
             .expect("download");
         assert_eq!(engine_requests(), before);
@@ -214,15 +220,18 @@ chmod 0700 /var/log
             odd.keys().collect::<Vec<_>>()
         );
         assert_eq!(
-            sb.download(&id, "/etc/issue.net", &gone, 1 << 30)
-                .await
-                .expect("download"),
+            sb.download(
+                &id,
+                arbiter::sandbox::Download::whole("/etc/issue.net", &gone, 1 << 30)
+            )
+            .await
+            .expect("download"),
             Fetched::NotFound
         );
         // Over the limit, as the engine's download is.
         let to = scratch.path().join("small.tar");
         assert_eq!(
-            sb.download(&id, "/work", &to, 2048)
+            sb.download(&id, arbiter::sandbox::Download::whole("/work", &to, 2048))
                 .await
                 .expect("download"),
             Fetched::TooLarge { limit: 2048 }
@@ -261,7 +270,7 @@ async fn a_restarted_container_once_halted_is_read_from_its_layer() {
         let from_layer = scratch.path().join("layer.tar");
         let before = engine_requests();
         let got = sb
-            .download(&id, "/logs/verifier", &from_layer, 1 << 30)
+            .download(&id, arbiter::sandbox::Download::whole("/logs/verifier", &from_layer, 1 << 30))
             .await
             .expect("download");
         assert!(matches!(got, Fetched::Archive { .. }), "{got:?}");
@@ -269,13 +278,13 @@ async fn a_restarted_container_once_halted_is_read_from_its_layer() {
         // Nothing writes any more: a second read says the same, and so does the engine's
         // archive once the container runs again (its writer is gone).
         let again = scratch.path().join("again.tar");
-        sb.download(&id, "/logs/verifier", &again, 1 << 30)
+        sb.download(&id, arbiter::sandbox::Download::whole("/logs/verifier", &again, 1 << 30))
             .await
             .expect("download");
         assert_eq!(listing(&again), listing(&from_layer));
         sb.start(&id).await.expect("start again");
         let engine = scratch.path().join("engine.tar");
-        sb.download(&id, "/logs/verifier", &engine, 1 << 30)
+        sb.download(&id, arbiter::sandbox::Download::whole("/logs/verifier", &engine, 1 << 30))
             .await
             .expect("download");
         let layer = listing(&from_layer);
@@ -452,12 +461,18 @@ async fn an_upload_before_the_start_leaves_what_the_engines_upload_leaves() {
                 scratch.path().join(format!("engine-{i}.tar")),
                 scratch.path().join(format!("layer-{i}.tar")),
             );
-            sb.download(&engine_side, path, &a, 1 << 30)
-                .await
-                .expect("download");
-            sb.download(&host_side, path, &b, 1 << 30)
-                .await
-                .expect("download");
+            sb.download(
+                &engine_side,
+                arbiter::sandbox::Download::whole(path, &a, 1 << 30),
+            )
+            .await
+            .expect("download");
+            sb.download(
+                &host_side,
+                arbiter::sandbox::Download::whole(path, &b, 1 << 30),
+            )
+            .await
+            .expect("download");
             assert_eq!(listing(&b), listing(&a), "{path}");
         }
     })

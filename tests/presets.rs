@@ -298,7 +298,10 @@ async fn run_preset(
             std::fs::read_to_string(out_dir.path().join("out.stdout")).unwrap_or_default();
         let tar_path = out_dir.path().join("logs.tar");
         let fetched = sb
-            .download(&id, "/logs/agent", &tar_path, 512 * 1024 * 1024)
+            .download(
+                &id,
+                arbiter::sandbox::Download::whole("/logs/agent", &tar_path, 512 * 1024 * 1024),
+            )
             .await
             .expect("logs");
         assert!(matches!(fetched, Fetched::Archive { .. }), "{fetched:?}");

@@ -7,16 +7,15 @@
 //! flight complete (so what they create is registered and cleaned up); only the long waits
 //! (an exec, an image build) are cut short — an exec by killing its container.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::{
-    Availability, Change, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecOutcome,
-    ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Network, Owner,
-    Resource, Sandbox, SandboxError, Selector, Stopped,
+    Availability, Change, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, Download,
+    ExecOutcome, ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Network,
+    Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 pub struct Cancellable<S: ?Sized> {
@@ -85,8 +84,7 @@ cancellable! {
         fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError>;
         fn upload_replacing(&self, id: &ContainerId, paths: &[&str], tar: Vec<u8>) -> Result<(), SandboxError>;
         fn upload_before_start(&self, id: &ContainerId, tar: &[u8]) -> Result<bool, SandboxError>;
-        fn download(&self, id: &ContainerId, path: &str, to: &Path, limit: u64) -> Result<Fetched, SandboxError>;
-        fn download_entry(&self, id: &ContainerId, path: &str, to: &Path, limit: u64) -> Result<Fetched, SandboxError>;
+        fn download(&self, id: &ContainerId, want: Download<'_>) -> Result<Fetched, SandboxError>;
         fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError>;
         fn halt(&self, id: &ContainerId) -> Result<(), SandboxError>;
         fn disk_usage(&self, id: &ContainerId, count_files_to: u64) -> Result<Option<DiskUsage>, SandboxError>;

@@ -17,8 +17,8 @@ use tokio::sync::watch;
 
 use super::{
     Availability, Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, DiskUsage,
-    ExecEnd, ExecOutcome, ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed,
-    Lost, Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
+    Download, ExecEnd, ExecOutcome, ExecSpec, Extent, Fetched, FrozenId, ImageConfig, ImageRef,
+    ImageSpec, Listed, Lost, Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// The backend operations, for scripting failures and reading the call log.
@@ -451,6 +451,47 @@ fn pack(files: &BTreeMap<String, Vec<u8>>, path: &str) -> Option<Vec<u8>> {
     builder.into_inner().ok()
 }
 
+impl FakeSandbox {
+    /// A download of the whole subtree at `path`.
+    async fn download_whole(
+        &self,
+        id: &ContainerId,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> Result<Fetched, SandboxError> {
+        self.enter(Op::Download, path).await?;
+        {
+            let mut state = self.lock();
+            if let Some(i) = state.lost_downloads.iter().position(|p| p == path) {
+                state.lost_downloads.remove(i);
+                return Err(SandboxError::Lost {
+                    op: "fake download".to_string(),
+                    message: format!("{path}: received 0 bytes, the container sent 512"),
+                });
+            }
+        }
+        let packed = {
+            let state = self.lock();
+            let container = state
+                .containers
+                .get(id.as_str())
+                .ok_or_else(|| missing(Op::Download, id))?;
+            pack(&container.files, path)
+        };
+        let Some(bytes) = packed else {
+            return Ok(Fetched::NotFound);
+        };
+        if bytes.len() as u64 > limit {
+            return Ok(Fetched::TooLarge { limit });
+        }
+        std::fs::write(to, &bytes).map_err(SandboxError::io(to))?;
+        Ok(Fetched::Archive {
+            bytes: bytes.len() as u64,
+        })
+    }
+}
+
 #[async_trait::async_trait]
 impl Sandbox for FakeSandbox {
     fn name(&self) -> &'static str {
@@ -610,39 +651,15 @@ impl Sandbox for FakeSandbox {
     async fn download(
         &self,
         id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
+        want: Download<'_>,
     ) -> Result<Fetched, SandboxError> {
-        self.enter(Op::Download, path).await?;
-        {
-            let mut state = self.lock();
-            if let Some(i) = state.lost_downloads.iter().position(|p| p == path) {
-                state.lost_downloads.remove(i);
-                return Err(SandboxError::Lost {
-                    op: "fake download".to_string(),
-                    message: format!("{path}: received 0 bytes, the container sent 512"),
-                });
-            }
+        let got = self
+            .download_whole(id, want.path, want.to, want.limit)
+            .await?;
+        match want.extent {
+            Extent::Whole => Ok(got),
+            Extent::Entry => super::first_entry_of(got, want.to),
         }
-        let packed = {
-            let state = self.lock();
-            let container = state
-                .containers
-                .get(id.as_str())
-                .ok_or_else(|| missing(Op::Download, id))?;
-            pack(&container.files, path)
-        };
-        let Some(bytes) = packed else {
-            return Ok(Fetched::NotFound);
-        };
-        if bytes.len() as u64 > limit {
-            return Ok(Fetched::TooLarge { limit });
-        }
-        std::fs::write(to, &bytes).map_err(SandboxError::io(to))?;
-        Ok(Fetched::Archive {
-            bytes: bytes.len() as u64,
-        })
     }
 
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {

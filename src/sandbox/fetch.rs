@@ -26,7 +26,10 @@ pub(crate) async fn fetch<S: Sandbox + ?Sized>(
     scratch: &Path,
 ) -> Result<FetchResult, SandboxError> {
     let fetched = sb
-        .download(id, path, scratch, limit.saturating_add(1024 * 1024))
+        .download(
+            id,
+            crate::sandbox::Download::whole(path, scratch, limit.saturating_add(1024 * 1024)),
+        )
         .await?;
     let result = match fetched {
         Fetched::NotFound => FetchResult::Missing,

@@ -510,6 +510,47 @@ pub enum Fetched {
     TooLarge { limit: u64 },
 }
 
+/// How much of a path [`Sandbox::download`] archives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extent {
+    /// The path and everything beneath it.
+    Whole,
+    /// The path's own entry, as the whole archive of it begins: a file with its content, a
+    /// directory without what is beneath it (the change set needs no more of a modified
+    /// directory whose content did not change).
+    Entry,
+}
+
+/// What [`Sandbox::download`] fetches: `path` in the container, as a tar archive written to
+/// `to` on the host, at most `limit` bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Download<'a> {
+    pub path: &'a str,
+    pub to: &'a Path,
+    pub limit: u64,
+    pub extent: Extent,
+}
+
+impl<'a> Download<'a> {
+    /// `path` and everything beneath it.
+    pub fn whole(path: &'a str, to: &'a Path, limit: u64) -> Self {
+        Download {
+            path,
+            to,
+            limit,
+            extent: Extent::Whole,
+        }
+    }
+
+    /// `path`'s own entry.
+    pub fn entry(path: &'a str, to: &'a Path, limit: u64) -> Self {
+        Download {
+            extent: Extent::Entry,
+            ..Download::whole(path, to, limit)
+        }
+    }
+}
+
 /// How a path differs from the container's base.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ChangeKind {
@@ -622,31 +663,14 @@ pub trait Sandbox: Send + Sync + 'static {
         let _ = (id, tar);
         Ok(false)
     }
-    /// Write a tar archive of `path` inside the container to `to` on the host, at most `limit`
-    /// bytes. A backend may build it without a round trip to the engine once the container is
-    /// stopped (the Docker backend reads the container's writable layer on this host when
-    /// that alone holds everything at and beneath `path`); the archive is the same.
-    async fn download(
-        &self,
-        id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
-    ) -> Result<Fetched, SandboxError>;
-    /// An archive of `path`'s own entry, as [`Sandbox::download`]'s archive of it begins: a
-    /// file with its content, a directory without what is beneath it (the change set needs no
-    /// more of a modified directory whose content did not change). By default that download,
-    /// cut to its first entry.
-    async fn download_entry(
-        &self,
-        id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
-    ) -> Result<Fetched, SandboxError> {
-        let got = self.download(id, path, to, limit).await?;
-        first_entry_of(got, to)
-    }
+    /// Write a tar archive of `want.path` inside the container to `want.to` on the host, at
+    /// most `want.limit` bytes: the whole subtree, or the path's own entry
+    /// ([`Extent::Entry`]). A backend may build it without a round trip to the engine once
+    /// the container is stopped (the Docker backend reads the container's writable layer on
+    /// this host when that alone holds everything at and beneath the path); the archive is
+    /// the same.
+    async fn download(&self, id: &ContainerId, want: Download<'_>)
+    -> Result<Fetched, SandboxError>;
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError>;
@@ -730,7 +754,7 @@ pub trait Sandbox: Send + Sync + 'static {
     }
 }
 
-/// A download's archive at `to` cut to its first entry ([`Sandbox::download_entry`]).
+/// A download's archive at `to` cut to its first entry ([`Extent::Entry`]).
 pub(crate) fn first_entry_of(got: Fetched, to: &Path) -> Result<Fetched, SandboxError> {
     let Fetched::Archive { .. } = got else {
         return Ok(got);

@@ -38,7 +38,10 @@ pub(super) async fn copy_subtree<S: Sandbox + ?Sized>(
     scratch: &Path,
     budget: u64,
 ) -> Result<Option<u64>, VerifyError> {
-    match sb.download(from, path, scratch, budget).await? {
+    match sb
+        .download(from, crate::sandbox::Download::whole(path, scratch, budget))
+        .await?
+    {
         Fetched::Archive { bytes } => {
             let tar = std::fs::read(scratch).map_err(|source| VerifyError::Io {
                 path: scratch.to_path_buf(),

@@ -32,10 +32,10 @@ use crate::sandbox::handover::{HANDOVER_WAIT, KEEPALIVE_MARKER, handover_probe};
 use crate::sandbox::sink::CappedSink;
 use crate::sandbox::tarball::dir_to_tar;
 use crate::sandbox::{
-    Availability, Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, ExecEnd,
-    ExecOutcome, ExecSpec, Fetched, FrozenId, Health, HealthCommand, HealthSpec, ImageConfig,
-    ImageRecipe, ImageRef, ImageSpec, LABEL_MANAGED, Listed, Network, Owner, Process, Resource,
-    Sandbox, SandboxError, Selector, Stopped,
+    Availability, Base, Change, ChangeKind, ContainerId, ContainerSpec, ContainerStatus, Download,
+    ExecEnd, ExecOutcome, ExecSpec, Extent, Fetched, FrozenId, Health, HealthCommand, HealthSpec,
+    ImageConfig, ImageRecipe, ImageRef, ImageSpec, LABEL_MANAGED, Listed, Network, Owner, Process,
+    Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 pub use engine_socket::engine_requests;
 pub use error::DockerError;
@@ -645,6 +645,63 @@ impl DockerSandbox {
     /// container's layers on this host (off the async threads), when this backend has them
     /// and they answer; `None`: ask the engine (a failure to read them is logged, never the
     /// result).
+    /// The engine's archive of `path` (its whole subtree).
+    async fn engine_archive(
+        &self,
+        id: &ContainerId,
+        path: &str,
+        to: &Path,
+        limit: u64,
+    ) -> Result<Fetched, SandboxError> {
+        let options = DownloadFromContainerOptionsBuilder::new()
+            .path(path)
+            .build();
+        let mut stream = self
+            .docker
+            .download_from_container(id.as_str(), Some(options));
+        let mut file = tokio::fs::File::create(to)
+            .await
+            .map_err(SandboxError::io(to))?;
+        let mut bytes = 0u64;
+        loop {
+            // The request's deadline ends with the reply's headers: a copy that stalls
+            // afterwards is bounded here, chunk by chunk.
+            let Ok(next) = tokio::time::timeout(COPY_IDLE_DEADLINE, stream.next()).await else {
+                drop(file);
+                let _ = tokio::fs::remove_file(to).await;
+                return Err(SandboxError::Timeout {
+                    op: "docker copy from container",
+                    seconds: COPY_IDLE_DEADLINE.as_secs(),
+                });
+            };
+            let Some(chunk) = next else { break };
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) if status_of(&e) == Some(404) => {
+                    drop(file);
+                    let _ = tokio::fs::remove_file(to).await;
+                    return Ok(Fetched::NotFound);
+                }
+                Err(e) => {
+                    return Err(SandboxError::from(DockerError::Engine {
+                        op: "copy from container",
+                        source: e,
+                    }));
+                }
+            };
+            bytes += chunk.len() as u64;
+            if bytes > limit {
+                drop(file);
+                let _ = tokio::fs::remove_file(to).await;
+                return Ok(Fetched::TooLarge { limit });
+            }
+            file.write_all(&chunk).await.map_err(SandboxError::io(to))?;
+        }
+        // No fsync: the archive is a scratch file, unpacked and deleted right away.
+        file.flush().await.map_err(SandboxError::io(to))?;
+        Ok(Fetched::Archive { bytes })
+    }
+
     async fn archive_from_layer(
         &self,
         id: &ContainerId,
@@ -958,21 +1015,6 @@ impl Sandbox for DockerSandbox {
         }
     }
 
-    async fn download_entry(
-        &self,
-        id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
-    ) -> Result<Fetched, SandboxError> {
-        let entry = layer::Layer::entry_archive;
-        if let Some(fetched) = self.archive_from_layer(id, entry, path, to, limit).await {
-            return Ok(fetched);
-        }
-        let got = self.download(id, path, to, limit).await?;
-        crate::sandbox::first_entry_of(got, to)
-    }
-
     async fn upload_replacing(
         &self,
         id: &ContainerId,
@@ -1002,61 +1044,26 @@ impl Sandbox for DockerSandbox {
     async fn download(
         &self,
         id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
+        want: Download<'_>,
     ) -> Result<Fetched, SandboxError> {
-        let whole = layer::Layer::archive;
-        if let Some(fetched) = self.archive_from_layer(id, whole, path, to, limit).await {
+        let Download {
+            path,
+            to,
+            limit,
+            extent,
+        } = want;
+        let build = match extent {
+            Extent::Whole => layer::Layer::archive,
+            Extent::Entry => layer::Layer::entry_archive,
+        };
+        if let Some(fetched) = self.archive_from_layer(id, build, path, to, limit).await {
             return Ok(fetched);
         }
-        let options = DownloadFromContainerOptionsBuilder::new()
-            .path(path)
-            .build();
-        let mut stream = self
-            .docker
-            .download_from_container(id.as_str(), Some(options));
-        let mut file = tokio::fs::File::create(to)
-            .await
-            .map_err(SandboxError::io(to))?;
-        let mut bytes = 0u64;
-        loop {
-            // The request's deadline ends with the reply's headers: a copy that stalls
-            // afterwards is bounded here, chunk by chunk.
-            let Ok(next) = tokio::time::timeout(COPY_IDLE_DEADLINE, stream.next()).await else {
-                drop(file);
-                let _ = tokio::fs::remove_file(to).await;
-                return Err(SandboxError::Timeout {
-                    op: "docker copy from container",
-                    seconds: COPY_IDLE_DEADLINE.as_secs(),
-                });
-            };
-            let Some(chunk) = next else { break };
-            let chunk = match chunk {
-                Ok(chunk) => chunk,
-                Err(e) if status_of(&e) == Some(404) => {
-                    drop(file);
-                    let _ = tokio::fs::remove_file(to).await;
-                    return Ok(Fetched::NotFound);
-                }
-                Err(e) => {
-                    return Err(SandboxError::from(DockerError::Engine {
-                        op: "copy from container",
-                        source: e,
-                    }));
-                }
-            };
-            bytes += chunk.len() as u64;
-            if bytes > limit {
-                drop(file);
-                let _ = tokio::fs::remove_file(to).await;
-                return Ok(Fetched::TooLarge { limit });
-            }
-            file.write_all(&chunk).await.map_err(SandboxError::io(to))?;
+        let got = self.engine_archive(id, path, to, limit).await?;
+        match extent {
+            Extent::Whole => Ok(got),
+            Extent::Entry => crate::sandbox::first_entry_of(got, to),
         }
-        // No fsync: the archive is a scratch file, unpacked and deleted right away.
-        file.flush().await.map_err(SandboxError::io(to))?;
-        Ok(Fetched::Archive { bytes })
     }
 
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {

@@ -54,9 +54,9 @@ pub use warm::WARM_PODS_ENV;
 use super::docker::DockerSandbox;
 use super::toolbox::Toolbox;
 use super::{
-    Availability, Change, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, ExecOutcome,
-    ExecSpec, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed, Network, Owner,
-    Resource, Sandbox, SandboxError, Selector, Stopped,
+    Availability, Change, ContainerId, ContainerSpec, ContainerStatus, DiskUsage, Download,
+    ExecOutcome, ExecSpec, Extent, Fetched, FrozenId, ImageConfig, ImageRef, ImageSpec, Listed,
+    Network, Owner, Resource, Sandbox, SandboxError, Selector, Stopped,
 };
 
 /// How long a pod may live at most (`activeDeadlineSeconds`): a backstop for a pod arbiter
@@ -322,21 +322,11 @@ impl Sandbox for KubernetesSandbox {
     async fn download(
         &self,
         id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
+        want: Download<'_>,
     ) -> Result<Fetched, SandboxError> {
-        self.download_tar(id.as_str(), path, to, limit, false).await
-    }
-
-    async fn download_entry(
-        &self,
-        id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
-    ) -> Result<Fetched, SandboxError> {
-        self.download_tar(id.as_str(), path, to, limit, true).await
+        let entry = want.extent == Extent::Entry;
+        self.download_tar(id.as_str(), want.path, want.to, want.limit, entry)
+            .await
     }
 
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {

@@ -317,9 +317,13 @@ async fn describe<S: Sandbox + ?Sized>(
             let entry_only = own_entry.contains(root);
             async move {
                 let got = if entry_only {
-                    ctx.sb.download_entry(id, root, &scratch, share).await
+                    ctx.sb
+                        .download(id, crate::sandbox::Download::entry(root, &scratch, share))
+                        .await
                 } else {
-                    ctx.sb.download(id, root, &scratch, share).await
+                    ctx.sb
+                        .download(id, crate::sandbox::Download::whole(root, &scratch, share))
+                        .await
                 };
                 (root, scratch, got)
             }

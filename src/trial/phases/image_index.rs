@@ -277,7 +277,13 @@ async fn index_image<S: Sandbox + ?Sized>(
     };
     let id = ctx.sb.create(&spec).await?;
     let scratch = &ctx.scratch;
-    let fetched = ctx.sb.download(&id, "/", scratch, MAX_INDEX_BYTES).await;
+    let fetched = ctx
+        .sb
+        .download(
+            &id,
+            crate::sandbox::Download::whole("/", scratch, MAX_INDEX_BYTES),
+        )
+        .await;
     let removed = ctx.sb.remove(&Resource::Container(id)).await;
     let mut index = ImageIndex::default();
     let mut whole = false;

@@ -53,7 +53,13 @@ async fn fetch_logs_together<S: Sandbox + ?Sized>(
     const SLACK: u64 = 1024 * 1024;
     let scratch = ctx.path(".logs.tar");
     let limit = AGENT_LOGS_LIMIT + ARTIFACT_LIMIT + 2 * SLACK;
-    let fetched = ctx.sb.download(id, "/logs", &scratch, limit).await;
+    let fetched = ctx
+        .sb
+        .download(
+            id,
+            crate::sandbox::Download::whole("/logs", &scratch, limit),
+        )
+        .await;
     if !matches!(fetched, Ok(Fetched::Archive { .. })) {
         let _ = std::fs::remove_file(&scratch);
     }
