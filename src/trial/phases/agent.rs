@@ -224,6 +224,27 @@ pub(crate) struct AgentDone {
 }
 
 impl AgentDone {
+    /// What a preset's adapter reads of the run's end: its exit code, the stdout kept (and
+    /// whether the cap cut it), the stderr kept, and the file it names when the agent wrote it.
+    pub(crate) fn end_for_adapter<'a>(
+        &'a self,
+        stdout: &'a [u8],
+        file: Option<&'a [u8]>,
+    ) -> crate::agent::AgentEnd<'a> {
+        crate::agent::AgentEnd {
+            exit_code: match self.end {
+                Some(ExecEnd::Exited(code)) => Some(code),
+                _ => None,
+            },
+            stdout,
+            stdout_truncated: self.output.truncated,
+            stderr: &self.stderr,
+            file,
+        }
+    }
+}
+
+impl AgentDone {
     /// The termination fact; `stopped` is known once every process of the container is gone
     /// (it tells whether the kernel's OOM killer acted).
     pub(crate) fn termination(

@@ -21,8 +21,8 @@
 use std::path::Path;
 use std::time::Instant;
 
+use crate::agent::AdapterReads;
 use crate::agent::continuation::{self as contract, Continuation, PreviousAttempt};
-use crate::agent::{AdapterReads, AgentEnd};
 use crate::outcome::{Claim, ClaimSource, ClaimStatus, Receipt, collect_claim};
 use crate::sandbox::{ExecEnd, FetchResult, Resource, Role, Sandbox, TarEntry, files_to_tar};
 use crate::timefmt::now_rfc3339;
@@ -132,14 +132,7 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
         agent
             .env
             .extend(vars.into_iter().map(|(k, v)| (k.to_string(), v)));
-        let attempt_env = EnvReady {
-            image: env.image.clone(),
-            container: env.container.clone(),
-            agent,
-            control_dir: env.control_dir.clone(),
-            sidecars: env.sidecars.clone(),
-            egress: None,
-        };
+        let attempt_env = env.with_agent(agent);
         tracing::info!(trial = ctx.plan.id, "attempt {k}/{max}");
         let attempt_started = (now_rfc3339(), Instant::now());
         let mut done = super::agent::run(ctx, &attempt_env).await?;
@@ -392,16 +385,7 @@ async fn read_attempt<S: Sandbox + ?Sized>(
             AdapterReads::Output => None,
             AdapterReads::File(path) => in_logs(&path).and_then(|p| std::fs::read(p).ok()),
         };
-        claim = adapter.claim(&AgentEnd {
-            exit_code: match done.end {
-                Some(ExecEnd::Exited(code)) => Some(code),
-                _ => None,
-            },
-            stdout: &stdout,
-            stdout_truncated: done.output.truncated,
-            stderr: &done.stderr,
-            file: file.as_deref(),
-        });
+        claim = adapter.claim(&done.end_for_adapter(&stdout, file.as_deref()));
     }
     if let Some(note) = &done.claim_note
         && claim.status == ClaimStatus::Missing

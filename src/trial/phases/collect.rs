@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::agent::{Adapter, AdapterReads, AgentEnd, AgentPlan};
+use crate::agent::{Adapter, AdapterReads, AgentPlan};
 use crate::outcome::{
     Claim, ClaimSource, ClaimStatus, CompletionRecord, CompletionStatus, CompletionSummary,
     FileCheck, FileStatus, collect_claim,
@@ -364,17 +364,7 @@ fn adapter_claim<S: Sandbox + ?Sized>(
             .filter(|rel| !rel.contains(".."))
             .and_then(|rel| std::fs::read(ctx.path("agent/logs").join(rel)).ok()),
     };
-    let end = AgentEnd {
-        exit_code: match done.end {
-            Some(ExecEnd::Exited(code)) => Some(code),
-            _ => None,
-        },
-        stdout: &stdout,
-        stdout_truncated: done.output.truncated,
-        stderr: &done.stderr,
-        file: file.as_deref(),
-    };
-    adapter.claim(&end)
+    adapter.claim(&done.end_for_adapter(&stdout, file.as_deref()))
 }
 
 fn collect_trajectory<S: Sandbox + ?Sized>(

@@ -28,6 +28,21 @@ pub(crate) struct EnvReady {
     pub egress: Option<super::egress::Egress>,
 }
 
+impl EnvReady {
+    /// The same container with another agent plan (the next attempt's, the next step's);
+    /// the egress proxy stays with the trial, which holds the first one for every run.
+    pub(crate) fn with_agent(&self, agent: AgentPlan) -> EnvReady {
+        EnvReady {
+            image: self.image.clone(),
+            container: self.container.clone(),
+            agent,
+            control_dir: self.control_dir.clone(),
+            sidecars: self.sidecars.clone(),
+            egress: None,
+        }
+    }
+}
+
 /// Host path of a trial's control root (removed by the trial's cleanup on every path).
 pub(crate) const CONTROL_DIR: &str = ".control";
 

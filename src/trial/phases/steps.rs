@@ -413,15 +413,8 @@ fn next_env(first: &TrialPlan, view: &TrialPlan, env: &EnvReady) -> Result<EnvRe
             .map_err(infra(Phase::Agent))?;
         agent.uploads = fresh.uploads;
     }
-    Ok(EnvReady {
-        image: env.image.clone(),
-        container: env.container.clone(),
-        agent,
-        control_dir: env.control_dir.clone(),
-        sidecars: env.sidecars.clone(),
-        // The first step's proxy serves every step: the trial holds it.
-        egress: None,
-    })
+    // The first step's proxy serves every step: the trial holds it.
+    Ok(env.with_agent(agent))
 }
 
 /// A later step's instruction and the agent's uploads (the oracle's solution).
