@@ -2,6 +2,8 @@
 //! upstream (an axum server playing Anthropic / OpenAI) and the scripted provider.
 //! No traffic leaves the machine.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -1383,21 +1385,7 @@ async fn an_offline_container_reaches_the_gateway_and_nothing_else() {
         return;
     }
     let name = format!("arbiter-gateway-test-{}", std::process::id());
-    let out = docker(&[
-        "run",
-        "-d",
-        "--rm",
-        "--init",
-        "--network",
-        "none",
-        "--label",
-        "arbiter.managed=true",
-        "--name",
-        &name,
-        image,
-        "sleep",
-        "120",
-    ]);
+    let out = common::offline_container(&name, image, "120");
     assert!(out.status.success(), "{out:?}");
     let _container = Container(name.clone());
     let out = docker(&["inspect", "-f", "{{.State.Pid}}", &name]);

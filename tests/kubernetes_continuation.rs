@@ -87,12 +87,7 @@ fn the_aworld_standin_continues_on_kubernetes_without_stale_completion_state() {
     assert_eq!(attempts[0]["claim"]["semantic_status"], "task_failed");
     assert_eq!(attempts[1]["claim"]["semantic_status"], "succeeded");
     assert_eq!(rec["claim"], attempts[1]["claim"]);
-    let cleared: Vec<&str> = attempts[0]["cleared"]
-        .as_array()
-        .expect("cleared")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let cleared = cleared(&attempts[0]);
     for path in [
         "/arbiter/control/outcome.json",
         "/arbiter/control/completion.json",

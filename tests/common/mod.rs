@@ -365,3 +365,80 @@ pub fn agent_container(
         start: StartSpec::for_role(Role::Agent),
     }
 }
+
+/// Whether `job_dir` holds the record of `trial`.
+pub fn has_record(job_dir: &Path, trial: &str) -> bool {
+    job_dir
+        .join("trials")
+        .join(trial)
+        .join("result.json")
+        .is_file()
+}
+
+/// `arbiter run --quiet -c CONFIG --job-dir JOB_DIR`.
+pub fn run_config(config: &Path, job_dir: &Path) -> Output {
+    arbiter(&[
+        "run",
+        "--quiet",
+        "-c",
+        config.to_str().expect("utf8"),
+        "--job-dir",
+        job_dir.to_str().expect("utf8"),
+    ])
+}
+
+/// The name of `tmp` lowercased, letters and digits only: an image tag of this test alone.
+pub fn image_tag(tmp: &Path) -> String {
+    tmp.file_name()
+        .expect("name")
+        .to_string_lossy()
+        .to_lowercase()
+        .replace(|c: char| !c.is_ascii_alphanumeric(), "")
+}
+
+/// `kill -INT` the running `child` (as Ctrl-C would), then its output once it ended.
+pub fn interrupt(child: std::process::Child) -> Output {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    child.wait_with_output().expect("wait")
+}
+
+/// The `env:` lines of an agent definition in a job config (none without `env`), each value
+/// JSON-quoted.
+pub fn env_lines(env: &[(&str, &str)]) -> String {
+    if env.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from("    env:\n");
+    for (k, v) in env {
+        text.push_str(&format!(
+            "      {k}: {}\n",
+            serde_json::to_string(v).expect("json")
+        ));
+    }
+    text
+}
+
+/// The paths an attempt's record says were cleared before the next attempt.
+pub fn cleared(attempt: &Value) -> Vec<&str> {
+    attempt["cleared"]
+        .as_array()
+        .expect("cleared")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// `docker run -d --rm --init --network none` of `image` running `sleep SECS`, named `name`
+/// and labelled as arbiter's: the output of `docker run`.
+pub fn offline_container(name: &str, image: &str, secs: &str) -> Output {
+    Command::new("docker")
+        .args(["run", "-d", "--rm", "--init", "--network", "none"])
+        .args(["--label", "arbiter.managed=true", "--name", name])
+        .args([image, "sleep", secs])
+        .output()
+        .expect("docker run")
+}

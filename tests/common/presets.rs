@@ -201,3 +201,26 @@ pub fn unreachable_models_job(dir: &Path) -> std::path::PathBuf {
         ),
     )
 }
+
+/// Whether claude-code is in the host's agent cache (a skip message when not).
+pub fn claude_code_cached() -> bool {
+    let cache = AgentCache::from_env().expect("cache");
+    let kind = PresetKind::ClaudeCode;
+    let cached = cache.lookup(kind.name(), kind.pinned_version()).is_ok();
+    if !cached {
+        eprintln!("skipped: claude-code is not in the agent cache (scripts/agents)");
+    }
+    cached
+}
+
+/// No file under `dir` holds a trial token.
+pub fn assert_no_token_in(dir: &Path) {
+    for file in files_under(dir) {
+        let text = String::from_utf8_lossy(&std::fs::read(&file).expect("read")).into_owned();
+        assert!(
+            !holds_token(&text),
+            "{} holds a trial token",
+            file.display()
+        );
+    }
+}
