@@ -29,15 +29,7 @@ fn hostile(name: &str, script: &str, env: &[(&str, &str)]) -> String {
         "  - name: {name}\n    kind: command\n    run: [sh, /opt/hostile/{script}]\n    mounts:\n      - host: {}\n        container: /opt/hostile\n",
         adversarial().join("agents").display()
     );
-    if !env.is_empty() {
-        text.push_str("    env:\n");
-        for (k, v) in env {
-            text.push_str(&format!(
-                "      {k}: {}\n",
-                serde_json::to_string(v).expect("json")
-            ));
-        }
-    }
+    text.push_str(&common::env_lines(env));
     text
 }
 

@@ -20,15 +20,7 @@ fn standin_agent(name: &str, env: &[(&str, &str)], extra: &str) -> String {
         standin_dir().display()
     );
     text.push_str(extra);
-    if !env.is_empty() {
-        text.push_str("    env:\n");
-        for (k, v) in env {
-            text.push_str(&format!(
-                "      {k}: {}\n",
-                serde_json::to_string(v).expect("json")
-            ));
-        }
-    }
+    text.push_str(&common::env_lines(env));
     text
 }
 

@@ -311,12 +311,7 @@ fn an_interrupted_run_is_exit_130_incomplete_with_what_did_not_run() {
         assert!(Instant::now() < deadline, "no record after 120 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(kill.success());
-    let out = child.wait_with_output().expect("wait");
+    let out = interrupt(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     let p = packet(&out);
     assert_eq!(p["status"], "interrupted");

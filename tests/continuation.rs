@@ -130,12 +130,7 @@ fn stale_completion_is_cleared_receipts_are_fresh_and_the_verifier_runs_once() {
         attempts[0]["continued_because"],
         "attempt 1 claimed succeeded, but the validation command answer exited 1"
     );
-    let cleared: Vec<&str> = attempts[0]["cleared"]
-        .as_array()
-        .expect("cleared")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let cleared = cleared(&attempts[0]);
     for path in [
         "/logs/agent/outcome.json",
         "/logs/agent/completion.json",
@@ -253,12 +248,7 @@ fn the_aworld_standin_continues_with_its_previous_error_and_its_ledger() {
         "attempt 1 claimed task_failed"
     );
     // The stale completion state in the control root was removed before attempt 2.
-    let cleared: Vec<&str> = attempts[0]["cleared"]
-        .as_array()
-        .expect("cleared")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let cleared = cleared(&attempts[0]);
     assert!(
         cleared.contains(&"/arbiter/control/completion.json"),
         "{cleared:?}"
@@ -407,12 +397,7 @@ fn a_stop_during_attempt_two_is_cancelled_and_resume_starts_the_goal_afresh() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(started, "attempt 2 never started");
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let out = child.wait_with_output().expect("wait");
+    let out = interrupt(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
         !trial.join("result.json").exists(),

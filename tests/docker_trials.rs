@@ -16,11 +16,7 @@ fn run_task(
     let (out, job_dir, guard) = run_job(&[dir.to_str().expect("utf8"), "--agent", agent]);
     let trial = format!("{task}__{agent}__default__1");
     assert!(
-        job_dir
-            .join("trials")
-            .join(&trial)
-            .join("result.json")
-            .is_file(),
+        has_record(&job_dir, &trial),
         "no record; stdout: {} stderr: {}",
         stdout(&out),
         stderr(&out)

@@ -2,6 +2,8 @@
 //! upstream (an axum server playing Anthropic / OpenAI) and the scripted provider.
 //! No traffic leaves the machine.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -205,15 +207,24 @@ impl Rig {
     }
 
     fn trial(&self, trial: &str, provider: &str, budget: Budget) -> TrialToken {
+        let grant = grant(trial, provider, "test-model", self.ledger_path(trial));
         self.gateway
-            .register_trial(TrialGrant {
-                trial_id: trial.to_string(),
-                provider: provider.to_string(),
-                model: "test-model".to_string(),
-                budget,
-                ledger_path: self.ledger_path(trial),
-            })
+            .register_trial(TrialGrant { budget, ..grant })
             .unwrap()
+    }
+
+    /// A trial of `provider` without a budget.
+    fn open(&self, trial: &str, provider: &str) -> TrialToken {
+        self.trial(trial, provider, Budget::default())
+    }
+
+    /// [`Rig::post`] with the trial's token.
+    async fn call(&self, token: &TrialToken, path: &str, body: &Value) -> reqwest::Response {
+        self.post(token.as_str(), path, body).await
+    }
+
+    async fn finish(&self, token: &TrialToken) -> Usage {
+        self.gateway.finish_trial(token).await.unwrap()
     }
 
     /// POST as an agent would: Anthropic with `x-api-key`, OpenAI with a bearer token.
@@ -241,10 +252,45 @@ impl Rig {
     }
 }
 
-fn write_script(dir: &Path, script: &Value) -> PathBuf {
-    let p = dir.join("script.json");
-    std::fs::write(&p, script.to_string()).unwrap();
-    p
+/// A trial's grant without a budget.
+fn grant(trial: &str, provider: &str, model: &str, ledger_path: PathBuf) -> TrialGrant {
+    TrialGrant {
+        trial_id: trial.to_string(),
+        provider: provider.to_string(),
+        model: model.to_string(),
+        budget: Budget::default(),
+        ledger_path,
+    }
+}
+
+/// A gateway serving the one model `yaml` (resolved in a fresh dir).
+async fn rig(yaml: &str) -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model(yaml, dir.path());
+    Rig::new(vec![m], dir).await
+}
+
+/// The scripted provider `fake` playing `script` (written to `dir/script.json`), with the
+/// model settings `extra` (`, key: value` pairs) besides.
+fn scripted_model(dir: &Path, script: &Value, extra: &str) -> ResolvedModel {
+    std::fs::write(dir.join("script.json"), script.to_string()).unwrap();
+    model(
+        &format!("{{name: fake, api: scripted, script: script.json{extra}}}"),
+        dir,
+    )
+}
+
+/// A gateway serving [`scripted_model`].
+async fn scripted_rig(script: &Value, extra: &str) -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let m = scripted_model(dir.path(), script, extra);
+    Rig::new(vec![m], dir).await
+}
+
+/// `r`, answered after `delay`.
+fn delayed(mut r: FakeReply, delay: Duration) -> FakeReply {
+    r.delay = delay;
+    r
 }
 
 fn conversation(assistant_turns: usize) -> Vec<Value> {
@@ -270,24 +316,16 @@ fn tokens(u: &Usage) -> (u64, u64, u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripted_every_protocol_streaming_and_not_meters_exactly() {
-    let dir = tempfile::tempdir().unwrap();
-    write_script(
-        dir.path(),
-        &json!({"turns": [
-            {"say": "Looking.", "run": "ls /app",
-             "usage": {"input_tokens": 100, "output_tokens": 10, "cache_read_tokens": 1000}},
-            {"write": {"path": "/app/out.txt", "content": "hello\n"},
-             "usage": {"input_tokens": 200, "output_tokens": 20, "cache_read_tokens": 2000}},
-            {"say": "Done, the file is written.",
-             "usage": {"input_tokens": 300, "output_tokens": 30, "cache_read_tokens": 3000}}
-        ]}),
-    );
-    let m = model(
-        "{name: fake, api: scripted, script: script.json}",
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let token = rig.trial("t1", "fake", Budget::default());
+    let script = json!({"turns": [
+        {"say": "Looking.", "run": "ls /app",
+         "usage": {"input_tokens": 100, "output_tokens": 10, "cache_read_tokens": 1000}},
+        {"write": {"path": "/app/out.txt", "content": "hello\n"},
+         "usage": {"input_tokens": 200, "output_tokens": 20, "cache_read_tokens": 2000}},
+        {"say": "Done, the file is written.",
+         "usage": {"input_tokens": 300, "output_tokens": 30, "cache_read_tokens": 3000}}
+    ]});
+    let rig = scripted_rig(&script, "").await;
+    let token = rig.open("t1", "fake");
     let tok = token.as_str();
 
     let bash_tool = json!([{"name": "Bash", "description": "run",
@@ -360,7 +398,7 @@ async fn scripted_every_protocol_streaming_and_not_meters_exactly() {
     }
 
     let live = rig.gateway.usage(&token).unwrap();
-    let usage = rig.gateway.finish_trial(&token).await.unwrap();
+    let usage = rig.finish(&token).await;
     assert_eq!(live, usage);
     assert_eq!(usage.requests, 6);
     assert_eq!(tokens(&usage), expected);
@@ -408,15 +446,9 @@ async fn scripted_every_protocol_streaming_and_not_meters_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_are_checked_and_errors_are_protocol_shaped() {
-    let dir = tempfile::tempdir().unwrap();
-    write_script(dir.path(), &json!({"turns": [{"say": "hi"}]}));
-    let m = model(
-        "{name: fake, api: scripted, script: script.json}",
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let a = rig.trial("a", "fake", Budget::default());
-    let b = rig.trial("b", "fake", Budget::default());
+    let rig = scripted_rig(&json!({"turns": [{"say": "hi"}]}), "").await;
+    let a = rig.open("a", "fake");
+    let b = rig.open("b", "fake");
     assert_ne!(a, b);
     assert!(a.as_str().len() >= 40);
     assert!(!format!("{a:?}").contains(a.as_str()));
@@ -482,11 +514,11 @@ async fn tokens_are_checked_and_errors_are_protocol_shaped() {
     assert_eq!(ask(a.as_str()).await.unwrap().status(), 200);
     assert_eq!(ask(b.as_str()).await.unwrap().status(), 401);
     // Finishing the trial stops its listener.
-    rig.gateway.finish_trial(&a).await.unwrap();
+    rig.finish(&a).await;
     own.shutdown().await;
     assert!(ask(a.as_str()).await.is_err());
     // b's calls: none; a's: one (the two 401s were never admitted).
-    assert_eq!(rig.gateway.finish_trial(&b).await.unwrap().requests, 0);
+    assert_eq!(rig.finish(&b).await.requests, 0);
     assert_eq!(rig.ledger("a").len(), 1);
     assert!(rig.gateway.finish_trial(&b).await.is_err());
 
@@ -525,17 +557,13 @@ async fn anthropic_passthrough_replaces_the_key_and_counts_cache_tokens() {
         }
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let m = model(
-        &format!(
-            "{{name: anth, api: anthropic, base_url: '{url}', api_key: '${{TEST_KEY}}',
-               price: {{input_per_mtok: 3, output_per_mtok: 15, cache_read_per_mtok: 0.3,
-                        cache_write_per_mtok: 3.75}}}}"
-        ),
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let token = rig.trial("t", "anth", Budget::default());
+    let rig = rig(&format!(
+        "{{name: anth, api: anthropic, base_url: '{url}', api_key: '${{TEST_KEY}}',
+           price: {{input_per_mtok: 3, output_per_mtok: 15, cache_read_per_mtok: 0.3,
+                    cache_write_per_mtok: 3.75}}}}"
+    ))
+    .await;
+    let token = rig.open("t", "anth");
 
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
                       "messages": [{"role": "user", "content": "hi"}]});
@@ -556,7 +584,7 @@ async fn anthropic_passthrough_replaces_the_key_and_counts_cache_tokens() {
 
     let mut streaming = body.clone();
     streaming["stream"] = json!(true);
-    let r = rig.post(token.as_str(), "/v1/messages", &streaming).await;
+    let r = rig.call(&token, "/v1/messages", &streaming).await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.headers()["content-type"].to_str().unwrap(),
@@ -565,7 +593,7 @@ async fn anthropic_passthrough_replaces_the_key_and_counts_cache_tokens() {
     let text = r.text().await.unwrap();
     assert_eq!(text, anthropic_sse(472, 89, 3000, 12), "passed unchanged");
 
-    let usage = rig.gateway.finish_trial(&token).await.unwrap();
+    let usage = rig.finish(&token).await;
     assert_eq!(usage.requests, 2);
     assert_eq!(
         tokens(&usage),
@@ -617,42 +645,25 @@ async fn openai_passthrough_asks_for_stream_usage_and_uses_bearer_key() {
         reply(200, "text/event-stream", chat_sse(900, 12, 512, with_usage))
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let m = model(
-        &format!("{{name: oai, api: openai, base_url: '{url}/v1', api_key: '${{TEST_KEY}}'}}"),
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let token = rig.trial("t", "oai", Budget::default());
+    let rig = rig(&format!(
+        "{{name: oai, api: openai, base_url: '{url}/v1', api_key: '${{TEST_KEY}}'}}"
+    ))
+    .await;
+    let token = rig.open("t", "oai");
 
-    let r = rig
-        .post(
-            token.as_str(),
-            "/v1/chat/completions",
-            &json!({"model": "gpt-4o", "stream": true, "messages": conversation(0)}),
-        )
-        .await;
+    let chat = json!({"model": "gpt-4o", "stream": true, "messages": conversation(0)});
+    let r = rig.call(&token, "/v1/chat/completions", &chat).await;
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
-    let r = rig
-        .post(
-            token.as_str(),
-            "/v1/responses",
-            &json!({"model": "gpt-4o", "input": "hi"}),
-        )
-        .await;
+    let responses = json!({"model": "gpt-4o", "input": "hi"});
+    let r = rig.call(&token, "/v1/responses", &responses).await;
     assert_eq!(r.status(), 200);
     // Anthropic's route on an OpenAI provider is refused, not forwarded.
-    let r = rig
-        .post(
-            token.as_str(),
-            "/v1/messages",
-            &json!({"messages": conversation(0)}),
-        )
-        .await;
+    let messages = json!({"messages": conversation(0)});
+    let r = rig.call(&token, "/v1/messages", &messages).await;
     assert_eq!(r.status(), 400);
 
-    let usage = rig.gateway.finish_trial(&token).await.unwrap();
+    let usage = rig.finish(&token).await;
     assert_eq!(tokens(&usage), (388 + 200, 12 + 52, 512 + 128, 0));
     assert_eq!(usage.requests, 2);
 
@@ -671,33 +682,28 @@ async fn openai_passthrough_asks_for_stream_usage_and_uses_bearer_key() {
 async fn a_429_then_200_is_retried_and_counted() {
     let (url, fake) = fake_upstream(|n, _| {
         if n < 2 {
-            let mut r = reply(
-                429,
-                "application/json",
-                r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
-            );
-            r.delay = Duration::from_millis(1);
-            r
+            let body =
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
+            delayed(
+                reply(429, "application/json", body),
+                Duration::from_millis(1),
+            )
         } else {
             reply(200, "application/json", anthropic_body(10, 5, 0, 0))
         }
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let m = model(
-        &format!(
-            "{{name: a, api: anthropic, base_url: '{url}', api_key: '${{TEST_KEY}}',
-               retry: {{max: 3, backoff_sec: 0.01}}}}"
-        ),
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let token = rig.trial("t", "a", Budget::default());
+    let rig = rig(&format!(
+        "{{name: a, api: anthropic, base_url: '{url}', api_key: '${{TEST_KEY}}',
+           retry: {{max: 3, backoff_sec: 0.01}}}}"
+    ))
+    .await;
+    let token = rig.open("t", "a");
     let r = rig
-        .post(token.as_str(), "/v1/messages", &json!({"messages": []}))
+        .call(&token, "/v1/messages", &json!({"messages": []}))
         .await;
     assert_eq!(r.status(), 200);
-    let usage = rig.gateway.finish_trial(&token).await.unwrap();
+    let usage = rig.finish(&token).await;
     assert_eq!(usage.requests, 1);
     assert_eq!(usage.upstream_errors, BTreeMap::from([("429".into(), 2)]));
     assert_eq!(tokens(&usage), (10, 5, 0, 0));
@@ -713,36 +719,28 @@ async fn a_429_then_200_is_retried_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persistent_500s_and_overloaded_are_passed_on_after_the_retries() {
     let (url, fake) = fake_upstream(|n, _| {
-        if n % 2 == 0 {
-            reply(
-                500,
-                "application/json",
-                r#"{"error":{"type":"server_error"}}"#,
-            )
+        let (status, body) = if n % 2 == 0 {
+            (500, r#"{"error":{"type":"server_error"}}"#)
         } else {
-            reply(
+            (
                 529,
-                "application/json",
                 r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
             )
-        }
+        };
+        reply(status, "application/json", body)
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let m = model(
-        &format!(
-            "{{name: a, api: anthropic, base_url: '{url}', retry: {{max: 2, backoff_sec: 0.001}}}}"
-        ),
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let token = rig.trial("t", "a", Budget::default());
+    let rig = rig(&format!(
+        "{{name: a, api: anthropic, base_url: '{url}', retry: {{max: 2, backoff_sec: 0.001}}}}"
+    ))
+    .await;
+    let token = rig.open("t", "a");
     let r = rig
-        .post(token.as_str(), "/v1/messages", &json!({"messages": []}))
+        .call(&token, "/v1/messages", &json!({"messages": []}))
         .await;
     // Three tries: 500, 529, 500 — the last answer is the agent's.
     assert_eq!(r.status(), 500);
-    let usage = rig.gateway.finish_trial(&token).await.unwrap();
+    let usage = rig.finish(&token).await;
     assert_eq!(fake.calls.load(Ordering::SeqCst), 3);
     assert_eq!(
         usage.upstream_errors,
@@ -764,36 +762,21 @@ async fn an_unreachable_upstream_is_model_unavailable() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let dir = tempfile::tempdir().unwrap();
-    let m = model(
-        &format!(
-            "{{name: o, api: openai, base_url: 'http://{closed}/v1', api_key: '${{TEST_KEY}}',
-               retry: {{max: 2, backoff_sec: 0.001}}}}"
-        ),
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let token = rig.trial("t", "o", Budget::default());
-    let r = rig
-        .post(
-            token.as_str(),
-            "/v1/chat/completions",
-            &json!({"messages": []}),
-        )
-        .await;
+    let rig = rig(&format!(
+        "{{name: o, api: openai, base_url: 'http://{closed}/v1', api_key: '${{TEST_KEY}}',
+           retry: {{max: 2, backoff_sec: 0.001}}}}"
+    ))
+    .await;
+    let token = rig.open("t", "o");
+    let empty = json!({"messages": []});
+    let r = rig.call(&token, "/v1/chat/completions", &empty).await;
     assert_eq!(r.status(), 502);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "model_unavailable");
     // Later calls of the trial fail at once, without more upstream tries.
-    let r = rig
-        .post(
-            token.as_str(),
-            "/v1/chat/completions",
-            &json!({"messages": []}),
-        )
-        .await;
+    let r = rig.call(&token, "/v1/chat/completions", &empty).await;
     assert_eq!(r.status(), 502);
-    let usage = rig.gateway.finish_trial(&token).await.unwrap();
+    let usage = rig.finish(&token).await;
     let why = usage.unavailable.clone().unwrap();
     assert!(why.contains("unreachable after 3 tries"), "{why}");
     assert_eq!(
@@ -820,22 +803,18 @@ async fn refused_credentials_are_model_unavailable_and_never_echoed() {
         )
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let m = model(
-        &format!(
-            "{{name: o, api: openai, base_url: '{url}/v1', api_key: '${{TEST_KEY}}', retry: {{max: 4, backoff_sec: 0.001}}}}"
-        ),
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let token = rig.trial("t", "o", Budget::default());
+    let rig = rig(&format!(
+        "{{name: o, api: openai, base_url: '{url}/v1', api_key: '${{TEST_KEY}}', retry: {{max: 4, backoff_sec: 0.001}}}}"
+    ))
+    .await;
+    let token = rig.open("t", "o");
     let r = rig
-        .post(token.as_str(), "/v1/responses", &json!({"input": "hi"}))
+        .call(&token, "/v1/responses", &json!({"input": "hi"}))
         .await;
     assert_eq!(r.status(), 502);
     let text = r.text().await.unwrap();
     assert!(!text.contains(REAL_KEY), "{text}");
-    let usage = rig.gateway.finish_trial(&token).await.unwrap();
+    let usage = rig.finish(&token).await;
     assert_eq!(fake.calls.load(Ordering::SeqCst), 1, "a 401 is not retried");
     assert!(
         usage
@@ -855,22 +834,15 @@ async fn refused_credentials_are_model_unavailable_and_never_echoed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_concurrency_bounds_calls_to_one_provider() {
     let (url, fake) = fake_upstream(|_, _| {
-        let mut r = reply(200, "application/json", anthropic_body(1, 1, 0, 0));
         // Long enough that the calls overlap upstream however slowly a loaded machine
         // delivers them (the bound must be reached, not only kept).
-        r.delay = Duration::from_millis(300);
-        r
+        let ok = reply(200, "application/json", anthropic_body(1, 1, 0, 0));
+        delayed(ok, Duration::from_millis(300))
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let m = model(
-        &format!("{{name: a, api: anthropic, base_url: '{url}', max_concurrency: 2}}"),
-        dir.path(),
-    );
-    let rig = Arc::new(Rig::new(vec![m], dir).await);
-    let tokens: Vec<TrialToken> = (0..3)
-        .map(|i| rig.trial(&format!("t{i}"), "a", Budget::default()))
-        .collect();
+    let yaml = format!("{{name: a, api: anthropic, base_url: '{url}', max_concurrency: 2}}");
+    let rig = Arc::new(rig(&yaml).await);
+    let tokens: Vec<TrialToken> = (0..3).map(|i| rig.open(&format!("t{i}"), "a")).collect();
     let mut calls = Vec::new();
     for i in 0..8 {
         let rig = rig.clone();
@@ -888,7 +860,7 @@ async fn max_concurrency_bounds_calls_to_one_provider() {
     assert_eq!(fake.max_concurrent.load(Ordering::SeqCst), 2);
     let mut total = 0;
     for t in &tokens {
-        total += rig.gateway.finish_trial(t).await.unwrap().requests;
+        total += rig.finish(t).await.requests;
     }
     assert_eq!(total, 8);
 }
@@ -898,18 +870,10 @@ async fn max_concurrency_bounds_calls_to_one_provider() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budgets_refuse_further_calls_with_a_typed_error() {
-    let dir = tempfile::tempdir().unwrap();
-    write_script(
-        dir.path(),
-        &json!({"usage": {"input_tokens": 400, "output_tokens": 100},
-                "turns": [{"say": "a"}, {"say": "b"}, {"say": "c"}]}),
-    );
-    let m = model(
-        "{name: fake, api: scripted, script: script.json,
-          price: {input_per_mtok: 1000, output_per_mtok: 1000}}",
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
+    let script = json!({"usage": {"input_tokens": 400, "output_tokens": 100},
+                        "turns": [{"say": "a"}, {"say": "b"}, {"say": "c"}]});
+    let price = ", price: {input_per_mtok: 1000, output_per_mtok: 1000}";
+    let rig = scripted_rig(&script, price).await;
 
     // max_requests: 2 calls served, the third refused.
     let t = rig.trial(
@@ -921,31 +885,21 @@ async fn budgets_refuse_further_calls_with_a_typed_error() {
         },
     );
     for i in 0..2 {
-        let r = rig
-            .post(
-                t.as_str(),
-                "/v1/messages",
-                &json!({"messages": conversation(i)}),
-            )
-            .await;
+        let turn = json!({"messages": conversation(i)});
+        let r = rig.call(&t, "/v1/messages", &turn).await;
         assert_eq!(r.status(), 200);
     }
-    let r = rig
-        .post(
-            t.as_str(),
-            "/v1/messages",
-            &json!({"messages": conversation(2)}),
-        )
-        .await;
+    let turn = json!({"messages": conversation(2)});
+    let r = rig.call(&t, "/v1/messages", &turn).await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "budget_exhausted");
     let r = rig
-        .post(t.as_str(), "/v1/chat/completions", &json!({"messages": []}))
+        .call(&t, "/v1/chat/completions", &json!({"messages": []}))
         .await;
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "budget_exhausted");
-    let u = rig.gateway.finish_trial(&t).await.unwrap();
+    let u = rig.finish(&t).await;
     assert_eq!((u.requests, u.refused), (2, 2));
     let b = u.budget.unwrap();
     assert!(b.exhausted);
@@ -964,19 +918,14 @@ async fn budgets_refuse_further_calls_with_a_typed_error() {
             ..Budget::default()
         },
     );
+    let input = json!({"input": "x"});
     let statuses = [
-        rig.post(t.as_str(), "/v1/responses", &json!({"input": "x"}))
-            .await
-            .status(),
-        rig.post(t.as_str(), "/v1/responses", &json!({"input": "x"}))
-            .await
-            .status(),
-        rig.post(t.as_str(), "/v1/responses", &json!({"input": "x"}))
-            .await
-            .status(),
+        rig.call(&t, "/v1/responses", &input).await.status(),
+        rig.call(&t, "/v1/responses", &input).await.status(),
+        rig.call(&t, "/v1/responses", &input).await.status(),
     ];
     assert_eq!(statuses.map(|s| s.as_u16()), [200, 200, 400]);
-    let u = rig.gateway.finish_trial(&t).await.unwrap();
+    let u = rig.finish(&t).await;
     assert_eq!(u.total_tokens(), 1000);
     assert!(u.budget.unwrap().exhausted);
 
@@ -992,99 +941,63 @@ async fn budgets_refuse_further_calls_with_a_typed_error() {
     let mut served = 0;
     for _ in 0..6 {
         let s = rig
-            .post(t.as_str(), "/v1/chat/completions", &json!({"messages": []}))
+            .call(&t, "/v1/chat/completions", &json!({"messages": []}))
             .await
             .status();
         if s == 200 {
             served += 1;
         }
     }
-    let u = rig.gateway.finish_trial(&t).await.unwrap();
+    let u = rig.finish(&t).await;
     assert_eq!((served, u.requests, u.refused), (4, 4, 2));
     assert!((u.cost_usd.unwrap() - 2.0).abs() < 1e-9);
     let v = serde_json::to_value(&u).unwrap();
     assert_eq!(v["budget"], json!({"max_cost_usd": 2.0, "exhausted": true}));
 
     // An unlimited trial has no budget field.
-    let t = rig.trial("free", "fake", Budget::default());
-    let v = serde_json::to_value(rig.gateway.finish_trial(&t).await.unwrap()).unwrap();
+    let t = rig.open("free", "fake");
+    let v = serde_json::to_value(rig.finish(&t).await).unwrap();
     assert!(v.get("budget").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripted_faults_429_cut_stream_and_malformed_body() {
-    let dir = tempfile::tempdir().unwrap();
-    write_script(
-        dir.path(),
-        &json!({"turns": [
-            {"say": "after two 429s", "fault": {"status": 429, "times": 2}},
-            {"say": "this stream breaks", "fault": {"cut": true}},
-            {"say": "slow", "fault": {"delay_ms": 30}},
-            {"say": "garbage", "fault": {"malformed": true}}
-        ]}),
-    );
-    let m = model(
-        "{name: fake, api: scripted, script: script.json, retry: {max: 1, backoff_sec: 0.001}}",
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let t = rig.trial("t", "fake", Budget::default());
+    let script = json!({"turns": [
+        {"say": "after two 429s", "fault": {"status": 429, "times": 2}},
+        {"say": "this stream breaks", "fault": {"cut": true}},
+        {"say": "slow", "fault": {"delay_ms": 30}},
+        {"say": "garbage", "fault": {"malformed": true}}
+    ]});
+    let rig = scripted_rig(&script, ", retry: {max: 1, backoff_sec: 0.001}").await;
+    let t = rig.open("t", "fake");
+    let turn = |n: usize| json!({"messages": conversation(n)});
 
     // Turn 0: two 429s but only one retry: the agent sees the second 429 ...
-    let r = rig
-        .post(
-            t.as_str(),
-            "/v1/messages",
-            &json!({"messages": conversation(0)}),
-        )
-        .await;
+    let r = rig.call(&t, "/v1/messages", &turn(0)).await;
     assert_eq!(r.status(), 429);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "rate_limit_error");
     // ... and its own retry is served.
-    let r = rig
-        .post(
-            t.as_str(),
-            "/v1/messages",
-            &json!({"messages": conversation(0)}),
-        )
-        .await;
+    let r = rig.call(&t, "/v1/messages", &turn(0)).await;
     assert_eq!(r.status(), 200);
 
     // Turn 1, streaming: the stream breaks off halfway.
-    let r = rig
-        .post(
-            t.as_str(),
-            "/v1/messages",
-            &json!({"stream": true, "messages": conversation(1)}),
-        )
-        .await;
+    let streaming = json!({"stream": true, "messages": conversation(1)});
+    let r = rig.call(&t, "/v1/messages", &streaming).await;
     assert_eq!(r.status(), 200);
     assert!(r.bytes().await.is_err(), "the agent sees a broken stream");
 
     // Turn 2: slow but fine.
     let started = std::time::Instant::now();
-    let r = rig
-        .post(
-            t.as_str(),
-            "/v1/chat/completions",
-            &json!({"messages": conversation(2)}),
-        )
-        .await;
+    let r = rig.call(&t, "/v1/chat/completions", &turn(2)).await;
     assert_eq!(r.status(), 200);
     assert!(started.elapsed() >= Duration::from_millis(30));
 
     // Turn 3: a 200 whose body is not JSON.
-    let r = rig
-        .post(
-            t.as_str(),
-            "/v1/chat/completions",
-            &json!({"messages": conversation(3)}),
-        )
-        .await;
+    let r = rig.call(&t, "/v1/chat/completions", &turn(3)).await;
     assert_eq!(r.status(), 200);
 
-    let u = rig.gateway.finish_trial(&t).await.unwrap();
+    let u = rig.finish(&t).await;
     assert_eq!(u.requests, 5);
     assert_eq!(
         u.upstream_errors,
@@ -1112,7 +1025,6 @@ async fn scripted_faults_429_cut_stream_and_malformed_body() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_concurrent_streaming_trials_lose_and_double_count_nothing() {
-    let dir = tempfile::tempdir().unwrap();
     let turns: Vec<Value> = (0..5)
         .map(|i| {
             json!({"run": format!("echo {i}"),
@@ -1120,30 +1032,21 @@ async fn thirty_two_concurrent_streaming_trials_lose_and_double_count_nothing() 
                                   "cache_read_tokens": 1000 + i, "cache_write_tokens": i}})
         })
         .collect();
-    write_script(dir.path(), &json!({ "turns": turns }));
-    let m = model(
-        "{name: fake, api: scripted, script: script.json, max_concurrency: 8}",
-        dir.path(),
-    );
-    let rig = Arc::new(Rig::new(vec![m], dir).await);
+    let script = json!({ "turns": turns });
+    let rig = Arc::new(scripted_rig(&script, ", max_concurrency: 8").await);
     let mut jobs = Vec::new();
     for n in 0..32 {
         let rig = rig.clone();
         jobs.push(tokio::spawn(async move {
             let id = format!("t{n}");
-            let t = rig.trial(&id, "fake", Budget::default());
+            let t = rig.open(&id, "fake");
             for turn in 0..5 {
-                let r = rig
-                    .post(
-                        t.as_str(),
-                        "/v1/messages",
-                        &json!({"stream": true, "messages": conversation(turn)}),
-                    )
-                    .await;
+                let streaming = json!({"stream": true, "messages": conversation(turn)});
+                let r = rig.call(&t, "/v1/messages", &streaming).await;
                 assert_eq!(r.status(), 200);
                 assert!(r.text().await.unwrap().contains("message_stop"));
             }
-            (id, rig.gateway.finish_trial(&t).await.unwrap())
+            (id, rig.finish(&t).await)
         }));
     }
     for j in jobs {
@@ -1206,20 +1109,11 @@ async fn a_listener_in_a_network_namespace_answers_only_there() {
     assert!(up.success());
 
     let dir = tempfile::tempdir().unwrap();
-    write_script(dir.path(), &json!({"turns": [{"say": "hi"}]}));
-    let m = model(
-        "{name: fake, api: scripted, script: script.json}",
-        dir.path(),
-    );
+    let m = scripted_model(dir.path(), &json!({"turns": [{"say": "hi"}]}), "");
     let gateway = Gateway::start(vec![m]).unwrap();
+    let ledger_path = dir.path().join("calls.jsonl");
     let token = gateway
-        .register_trial(TrialGrant {
-            trial_id: "ns".into(),
-            provider: "fake".into(),
-            model: "netns-model".into(),
-            budget: Budget::default(),
-            ledger_path: dir.path().join("calls.jsonl"),
-        })
+        .register_trial(grant("ns", "fake", "netns-model", ledger_path))
         .unwrap();
     let listener = arbiter::gateway::listen_in_netns(pid, 0).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -1280,18 +1174,12 @@ fn which(name: &str) -> Option<PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_that_hangs_up_still_gets_its_ledger_line() {
     let (url, _fake) = fake_upstream(|_, _| {
-        let mut r = reply(200, "application/json", anthropic_body(1, 1, 0, 0));
-        r.delay = Duration::from_secs(5);
-        r
+        let ok = reply(200, "application/json", anthropic_body(1, 1, 0, 0));
+        delayed(ok, Duration::from_secs(5))
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let m = model(
-        &format!("{{name: a, api: anthropic, base_url: '{url}'}}"),
-        dir.path(),
-    );
-    let rig = Rig::new(vec![m], dir).await;
-    let t = rig.trial("t", "a", Budget::default());
+    let rig = rig(&format!("{{name: a, api: anthropic, base_url: '{url}'}}")).await;
+    let t = rig.open("t", "a");
     let r = rig
         .client
         .post(format!("{}/v1/messages", rig.base))
@@ -1311,7 +1199,7 @@ async fn an_agent_that_hangs_up_still_gets_its_ledger_line() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let u = rig.gateway.finish_trial(&t).await.unwrap();
+    let u = rig.finish(&t).await;
     assert_eq!(u.requests, 1);
     let calls = rig.ledger("t");
     assert_eq!(calls.len(), 1);
@@ -1428,16 +1316,8 @@ async fn the_allowlist_proxy_admits_listed_hosts_only_and_never_connects_elsewhe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_cannot_overshoot_max_requests() {
-    let dir = tempfile::tempdir().unwrap();
-    write_script(
-        dir.path(),
-        &json!({"turns": [{"say": "slow", "fault": {"delay_ms": 100, "times": 1000}}]}),
-    );
-    let m = model(
-        "{name: fake, api: scripted, script: script.json}",
-        dir.path(),
-    );
-    let rig = Arc::new(Rig::new(vec![m], dir).await);
+    let script = json!({"turns": [{"say": "slow", "fault": {"delay_ms": 100, "times": 1000}}]});
+    let rig = Arc::new(scripted_rig(&script, "").await);
     let t = rig.trial(
         "t",
         "fake",
@@ -1463,7 +1343,7 @@ async fn concurrent_calls_cannot_overshoot_max_requests() {
     }
     statuses.sort();
     assert_eq!(statuses, [200, 200, 200, 400, 400, 400, 400, 400, 400, 400]);
-    let u = rig.gateway.finish_trial(&t).await.unwrap();
+    let u = rig.finish(&t).await;
     assert_eq!((u.requests, u.refused), (3, 7));
     assert_eq!(rig.ledger("t").len(), 10);
 }
@@ -1505,21 +1385,7 @@ async fn an_offline_container_reaches_the_gateway_and_nothing_else() {
         return;
     }
     let name = format!("arbiter-gateway-test-{}", std::process::id());
-    let out = docker(&[
-        "run",
-        "-d",
-        "--rm",
-        "--init",
-        "--network",
-        "none",
-        "--label",
-        "arbiter.managed=true",
-        "--name",
-        &name,
-        image,
-        "sleep",
-        "120",
-    ]);
+    let out = common::offline_container(&name, image, "120");
     assert!(out.status.success(), "{out:?}");
     let _container = Container(name.clone());
     let out = docker(&["inspect", "-f", "{{.State.Pid}}", &name]);
@@ -1530,18 +1396,12 @@ async fn an_offline_container_reaches_the_gateway_and_nothing_else() {
     let host_port = host_only.local_addr().unwrap().port();
 
     let dir = tempfile::tempdir().unwrap();
-    write_script(
-        dir.path(),
-        &json!({"turns": [
-            {"run": "ls", "usage": {"input_tokens": 11, "output_tokens": 1, "cache_read_tokens": 100}},
-            {"run": "ls", "usage": {"input_tokens": 22, "output_tokens": 2, "cache_read_tokens": 200}},
-            {"say": "done", "usage": {"input_tokens": 33, "output_tokens": 3, "cache_read_tokens": 300}}
-        ]}),
-    );
-    let scripted = model(
-        "{name: fake, api: scripted, script: script.json}",
-        dir.path(),
-    );
+    let script = json!({"turns": [
+        {"run": "ls", "usage": {"input_tokens": 11, "output_tokens": 1, "cache_read_tokens": 100}},
+        {"run": "ls", "usage": {"input_tokens": 22, "output_tokens": 2, "cache_read_tokens": 200}},
+        {"say": "done", "usage": {"input_tokens": 33, "output_tokens": 3, "cache_read_tokens": 300}}
+    ]});
+    let scripted = scripted_model(dir.path(), &script, "");
     // A second provider with a real-looking key, so there is a key that must not leak.
     let keyed = model(
         "{name: keyed, api: openai, base_url: 'http://127.0.0.1:9/v1', api_key: '${TEST_KEY}'}",
@@ -1549,15 +1409,8 @@ async fn an_offline_container_reaches_the_gateway_and_nothing_else() {
     );
     let gateway = Gateway::start(vec![scripted, keyed]).unwrap();
     let ledger_path = dir.path().join("trial/agent/model-calls.jsonl");
-    let token = gateway
-        .register_trial(TrialGrant {
-            trial_id: "offline".into(),
-            provider: "fake".into(),
-            model: "scripted-model".into(),
-            budget: Budget::default(),
-            ledger_path: ledger_path.clone(),
-        })
-        .unwrap();
+    let offline = grant("offline", "fake", "scripted-model", ledger_path.clone());
+    let token = gateway.register_trial(offline).unwrap();
     let listener = arbiter::gateway::listen_in_netns(pid, 4141).unwrap();
     let _server = gateway.serve_trial(listener, &token).unwrap();
 

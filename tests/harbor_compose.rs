@@ -8,31 +8,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::*;
 
-fn harbor(name: &str) -> PathBuf {
-    repo().join("tests/fixtures/harbor-run").join(name)
-}
-
 /// `arbiter run --quiet --job-dir <tmp>/job-<unique> <extra>`.
 fn run_in(tmp: &Path, extra: &[&str]) -> (Output, PathBuf) {
-    let unique: String = tmp
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect();
-    let job_dir = tmp.join(format!("job-{unique}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_arbiter"))
-        .args(["run", "--quiet", "--job-dir"])
-        .arg(&job_dir)
-        .args(extra)
-        .output()
-        .expect("run arbiter");
-    (out, job_dir)
+    run_in_with(tmp, extra, |cmd| cmd)
 }
 
 #[test]
@@ -41,17 +23,8 @@ fn an_image_entrypoint_prepares_the_agent_and_verifier_containers() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let task = harbor("entrypoint");
-    let (out, job_dir) = run_in(
-        tmp.path(),
-        &[
-            task.to_str().expect("utf8"),
-            "--agent",
-            "oracle",
-            "--agent",
-            "nop",
-        ],
-    );
+    let task = harbor_task("entrypoint");
+    let (out, job_dir) = run_in(tmp.path(), &oracle_and_nop(&task));
     assert_no_leftovers(&job_dir);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let oracle = result(&job_dir, "entrypoint__oracle__default__1");
@@ -67,14 +40,8 @@ fn an_entrypoint_that_exits_is_a_one_line_environment_error() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let task = harbor("entrypoint-exits");
-    let config = write_job(
-        tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents: [nop]\nretries: {{max: 0}}\n",
-            task.display()
-        ),
-    );
+    let task = harbor_task("entrypoint-exits");
+    let config = nop_without_retries(tmp.path(), &task);
     let (out, job_dir) = run_in(tmp.path(), &["-c", config.to_str().expect("utf8")]);
     assert_no_leftovers(&job_dir);
     assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
@@ -94,17 +61,8 @@ fn a_compose_sidecar_serves_the_agent_and_is_gone_after_the_job() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let task = harbor("compose-http");
-    let (out, job_dir) = run_in(
-        tmp.path(),
-        &[
-            task.to_str().expect("utf8"),
-            "--agent",
-            "oracle",
-            "--agent",
-            "nop",
-        ],
-    );
+    let task = harbor_task("compose-http");
+    let (out, job_dir) = run_in(tmp.path(), &oracle_and_nop(&task));
     assert_eq!(
         job_containers(&job_dir, "{{.Label \"arbiter.role\"}}"),
         Vec::<String>::new()

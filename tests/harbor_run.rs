@@ -11,30 +11,13 @@ use common::*;
 
 const TOKEN: &str = "harbor-run-token-5f2c9e";
 
-fn harbor(name: &str) -> PathBuf {
-    repo().join("tests/fixtures/harbor-run").join(name)
-}
-
-/// `arbiter run --quiet --job-dir <tmp>/job <extra>` with the token the env-tables task
-/// references set in arbiter's environment.
+/// `arbiter run --quiet --job-dir <tmp>/job-<unique> <extra>` with the token the env-tables
+/// task references set in arbiter's environment.
 fn run_in(tmp: &Path, extra: &[&str]) -> (Output, PathBuf) {
-    let unique: String = tmp
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect();
-    let job_dir = tmp.join(format!("job-{unique}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_arbiter"))
-        .args(["run", "--quiet", "--job-dir"])
-        .arg(&job_dir)
-        .args(extra)
-        .env("ARBITER_HARBOR_RUN_TOKEN", TOKEN)
-        .env_remove("ARBITER_HARBOR_RUN_UNSET")
-        .output()
-        .expect("run arbiter");
-    (out, job_dir)
+    run_in_with(tmp, extra, |cmd| {
+        cmd.env("ARBITER_HARBOR_RUN_TOKEN", TOKEN)
+            .env_remove("ARBITER_HARBOR_RUN_UNSET")
+    })
 }
 
 #[test]
@@ -43,17 +26,8 @@ fn env_tables_reach_the_oracle_and_the_verifier_and_artifacts_are_collected() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let task = harbor("env-tables");
-    let (out, job_dir) = run_in(
-        tmp.path(),
-        &[
-            task.to_str().expect("utf8"),
-            "--agent",
-            "oracle",
-            "--agent",
-            "nop",
-        ],
-    );
+    let task = harbor_task("env-tables");
+    let (out, job_dir) = run_in(tmp.path(), &oracle_and_nop(&task));
     assert_no_leftovers(&job_dir);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let oracle = result(&job_dir, "env-tables__oracle__default__1");
@@ -97,14 +71,8 @@ fn a_missing_base_image_fails_fast_and_is_named() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let task = harbor("missing-base");
-    let config = write_job(
-        tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents: [nop]\nretries: {{max: 0}}\n",
-            task.display()
-        ),
-    );
+    let task = harbor_task("missing-base");
+    let config = nop_without_retries(tmp.path(), &task);
     let started = Instant::now();
     let (out, job_dir) = run_in(tmp.path(), &["-c", config.to_str().expect("utf8")]);
     let took = started.elapsed();
@@ -142,7 +110,7 @@ fn a_gpu_task_on_an_engine_without_gpus_is_refused_before_anything_starts() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let task = harbor("gpu-task");
+    let task = harbor_task("gpu-task");
     let cpu_task = fixture("quick");
     let (out, job_dir) = run_in(
         tmp.path(),
@@ -197,7 +165,7 @@ fn a_dataset_dir_runs_each_of_its_tasks() {
 fn an_unset_reference_in_the_task_env_is_refused_before_anything_starts() {
     // No engine needed: the job is refused while it is resolved.
     let tmp = tempfile::tempdir().expect("tmp");
-    let task = harbor("env-tables");
+    let task = harbor_task("env-tables");
     let job_dir = tmp.path().join("job");
     let out = Command::new(env!("CARGO_BIN_EXE_arbiter"))
         .args(["run", "--quiet", "--job-dir"])

@@ -21,25 +21,14 @@ fn run_agents(task: &str, agents: &str, names: &[&str]) -> Option<Vec<serde_json
     );
     let config = write_job(tmp.path(), &yaml);
     let job_dir = tmp.path().join("job-integrity");
-    let out = arbiter(&[
-        "run",
-        "--quiet",
-        "-c",
-        config.to_str().expect("utf8"),
-        "--job-dir",
-        job_dir.to_str().expect("utf8"),
-    ]);
+    let out = run_config(&config, &job_dir);
     assert_no_leftovers(&job_dir);
     let records = names
         .iter()
         .map(|name| {
             let trial = format!("{task}__{name}__default__1");
             assert!(
-                job_dir
-                    .join("trials")
-                    .join(&trial)
-                    .join("result.json")
-                    .is_file(),
+                has_record(&job_dir, &trial),
                 "no record for {trial}; stdout: {} stderr: {}",
                 stdout(&out),
                 stderr(&out)

@@ -301,11 +301,7 @@ fn run_on(
         for (agent, _) in agents {
             let trial = format!("{task}__{agent}__default__1");
             assert!(
-                job_dir
-                    .join("trials")
-                    .join(&trial)
-                    .join("result.json")
-                    .is_file(),
+                has_record(&job_dir, &trial),
                 "no record for {trial}; stdout: {} stderr: {}",
                 stdout(&out),
                 stderr(&out)
@@ -832,28 +828,7 @@ fn attacks_in_a_working_dir_set_only_by_the_image_are_caught_and_honest_work_sta
 
 /// No pod of the job left in the namespace (the job label is `<name>-<digest>`).
 fn assert_no_pods_left(job_dir: &Path) {
-    let name = job_dir
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .into_owned();
-    let kubectl = std::env::var("ARBITER_K8S_KUBECTL").unwrap_or_else(|_| "kubectl".to_string());
-    let out = Command::new(kubectl)
-        .args([
-            "get",
-            "pods",
-            "-l",
-            "arbiter.managed=true",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.arbiter\\.job}{\"\\n\"}{end}",
-        ])
-        .output()
-        .expect("kubectl");
-    let left: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.split(' ').nth(1).is_some_and(|j| is_job_label(j, &name)))
-        .map(str::to_string)
-        .collect();
+    let left = common::k8s::pods_of(job_dir);
     assert!(left.is_empty(), "pods left: {left:?}");
 }
 
@@ -864,12 +839,7 @@ fn assert_no_pods_left(job_dir: &Path) {
 /// attacks: fewer would fail here.
 #[test]
 fn the_battery_on_kubernetes_runs_every_attack_and_none_passes() {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        assert!(
-            std::env::var("ARBITER_REQUIRE_K8S").as_deref() != Ok("1"),
-            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
-        );
-        eprintln!("skipping: no KUBECONFIG");
+    if !common::k8s::configured() {
         return;
     }
     if !docker_available() {

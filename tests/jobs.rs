@@ -99,12 +99,7 @@ fn sigint_exits_130_cleans_up_and_resume_finishes() {
     let task = fixture("quick").to_string_lossy().into_owned();
     let mut child = spawn(&job_args(&task, &job, &["-k", "12", "-n", "3"]));
     wait_for_records(&job_dir, 2, &mut child);
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let out = child.wait_with_output().expect("wait");
+    let out = interrupt(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
         stdout(&out).contains("resume with: arbiter resume"),

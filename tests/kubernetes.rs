@@ -4,42 +4,19 @@
 
 mod common;
 
-use common::k8s::{kubectl, pods_of, quick_built};
+use common::k8s::{
+    cluster, command_job, k8s_job_dir, kubectl, pods_of, quick_built, quick_job, spawn_job,
+};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arbiter::sandbox::kubernetes::KubeSettings;
-use arbiter::sandbox::kubernetes::KubernetesSandbox;
 use arbiter::sandbox::{
-    Base, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, Fetched, ImageRecipe, ImageRef,
-    ImageSpec, Network, Owner, Resource, Role, Sandbox, Selector, StartSpec,
+    Base, ContainerSpec, ExecEnd, ExecSpec, Fetched, ImageRecipe, ImageRef, ImageSpec, Network,
+    Owner, Resource, Role, Sandbox, Selector,
 };
-
-fn required() -> bool {
-    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
-}
-
-/// The cluster's backend, or `None` (skip) when no cluster is configured.
-async fn cluster() -> Option<KubernetesSandbox> {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        if required() {
-            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
-        }
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
-        return None;
-    }
-    let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox (scripts/bootstrap)");
-    let sb = KubernetesSandbox::connect(KubeSettings::default())
-        .await
-        .expect("kubeconfig")
-        .with_toolbox(&toolbox);
-    let problems = sb.preflight().await;
-    assert!(problems.is_empty(), "preflight: {problems:?}");
-    Some(sb)
-}
 
 fn owner(trial: &str) -> Owner {
     Owner {
@@ -52,18 +29,8 @@ fn owner(trial: &str) -> Owner {
 
 /// An image built from `dockerfile` in a fresh context (a unique key per content).
 fn build_spec(dir: &Path, name: &str, dockerfile: &str) -> ImageSpec {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("Dockerfile"), dockerfile).unwrap();
     let key = arbiter_digest(dockerfile);
-    ImageSpec {
-        recipe: ImageRecipe::Build {
-            context: dir.to_path_buf(),
-            file: "Dockerfile".to_string(),
-        },
-        key: format!("arbiter-env/{name}:{}", &key[..16]),
-        timeout: Duration::from_secs(600),
-        labels: BTreeMap::from([("arbiter.managed".into(), "true".into())]),
-    }
+    common::dockerfile_spec(dir, name, &key[..16], dockerfile)
 }
 
 fn arbiter_digest(text: &str) -> String {
@@ -81,36 +48,13 @@ fn arbiter_digest(text: &str) -> String {
 }
 
 fn container(image: &ImageRef, trial: &str, network: Network, memory_mb: u64) -> ContainerSpec {
-    ContainerSpec {
-        base: Base::Image(image.clone()),
-        owner: owner(trial),
-        env: Vec::new(),
-        limits: ContainerLimits {
-            cpus: 0.5,
-            memory_mb,
-            pids_limit: 256,
-            gpus: 0,
-            storage_mb: None,
-        },
-        network,
-        workdir: None,
-        mounts: Vec::new(),
-        start: StartSpec::for_role(Role::Agent),
-    }
+    let base = Base::Image(image.clone());
+    common::agent_container(base, owner(trial), network, (0.5, memory_mb, 256))
 }
 
 fn sh(script: &str) -> ExecSpec {
-    ExecSpec {
-        argv: vec!["sh".into(), "-c".into(), script.into()],
-        env: Vec::new(),
-        user: None,
-        workdir: None,
-        stdout: None,
-        stderr: None,
-        cap_bytes: 1 << 20,
-        timeout: Some(Duration::from_secs(60)),
-        grace: Duration::from_secs(2),
-    }
+    let (timeout, grace) = (Duration::from_secs(60), Duration::from_secs(2));
+    common::exec_spec(&["sh", "-c", script], timeout, grace)
 }
 
 fn logged(dir: &Path, spec: ExecSpec) -> (ExecSpec, PathBuf, PathBuf) {
@@ -412,27 +356,6 @@ const IGNORED: &[&str] = &[
     "agent_deadline_epoch",
 ];
 
-fn strip(value: &mut serde_json::Value, prefix: &str) {
-    if let serde_json::Value::Object(map) = value {
-        map.retain(|k, _| {
-            let path = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}.{k}")
-            };
-            !IGNORED.contains(&path.as_str())
-        });
-        for (k, v) in map.iter_mut() {
-            let path = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}.{k}")
-            };
-            strip(v, &path);
-        }
-    }
-}
-
 #[test]
 fn the_example_tasks_on_kubernetes_match_docker() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -484,8 +407,8 @@ fn the_example_tasks_on_kubernetes_match_docker() {
         assert_eq!(docker["sandbox"]["backend"], "docker");
         assert_eq!(k8s["sandbox"]["backend"], "kubernetes");
         assert!(k8s["image"].as_str().unwrap().contains("@sha256:"));
-        strip(&mut docker, "");
-        strip(&mut k8s, "");
+        common::strip_fields(&mut docker, IGNORED);
+        common::strip_fields(&mut k8s, IGNORED);
         assert_eq!(docker, k8s, "{trial}");
         compared += 1;
     }
@@ -617,23 +540,8 @@ fn start_time() -> u64 {
     rest.split_whitespace().nth(19).unwrap().parse().unwrap()
 }
 
-fn spawn_job(config: &Path, job_dir: &Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_arbiter"))
-        .args([
-            "run",
-            "--quiet",
-            "--backend",
-            "kubernetes",
-            "--job-dir",
-            &job_dir.display().to_string(),
-            "-c",
-            &config.display().to_string(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn")
-}
+/// The run's arguments besides the job's: the Kubernetes backend.
+const ON_K8S: [&str; 2] = ["--backend", "kubernetes"];
 
 /// The running agent pod of a trial, once there is one.
 fn agent_pod(trial: &str, deadline: Instant) -> String {
@@ -664,18 +572,13 @@ fn a_pod_deleted_behind_arbiters_back_is_an_infra_error_and_retried() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let task = quick_built(tmp.path());
-    let config = common::write_job(
+    let config = quick_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 4; echo ok > /app/out']\nretries: {{max: 1, backoff_sec: 0.5}}\n",
-            task.display()
-        ),
+        &[("slow", "sleep 4; echo ok > /app/out")],
+        "retries: {max: 1, backoff_sec: 0.5}\n",
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-vanish-{}", std::process::id()));
-    let child = spawn_job(&config, &job_dir);
+    let job_dir = k8s_job_dir(tmp.path(), "vanish");
+    let child = spawn_job(&config, &job_dir, &ON_K8S);
     let trial = "quick-k8s__slow__default__1";
     let deadline = Instant::now() + Duration::from_secs(180);
     let pod = agent_pod(trial, deadline);
@@ -741,17 +644,20 @@ fn what_the_agent_causes_is_the_agents_result_never_infra() {
             .replace("timeout_sec = 60", "timeout_sec = 240"),
     )
     .unwrap();
-    let config = common::write_job(
+    let config = command_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents:\n  - name: filler\n    kind: command\n    run: [sh, -c, 'dd if=/dev/zero of=/app/big bs=1M count=400; sleep 200']\n  - name: hog\n    kind: command\n    run: [sh, -c, 'tail /dev/zero']\nretries: {{max: 1, backoff_sec: 0.5}}\nconcurrency: 2\n",
-            task.display()
-        ),
+        &[&task],
+        &[
+            (
+                "filler",
+                "dd if=/dev/zero of=/app/big bs=1M count=400; sleep 200",
+            ),
+            ("hog", "tail /dev/zero"),
+        ],
+        "retries: {max: 1, backoff_sec: 0.5}\nconcurrency: 2\n",
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-agent-ends-{}", std::process::id()));
-    let out = spawn_job(&config, &job_dir)
+    let job_dir = k8s_job_dir(tmp.path(), "agent-ends");
+    let out = spawn_job(&config, &job_dir, &ON_K8S)
         .wait_with_output()
         .expect("wait");
     assert!(out.status.code().is_some(), "{}", common::stderr(&out));
@@ -790,18 +696,13 @@ fn kill_9_mid_job_then_resume_loses_and_duplicates_nothing() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let task = quick_built(tmp.path());
-    let config = common::write_job(
+    let config = quick_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 3; echo ok > /app/out']\nattempts: 3\nconcurrency: 1\n",
-            task.display()
-        ),
+        &[("slow", "sleep 3; echo ok > /app/out")],
+        "attempts: 3\nconcurrency: 1\n",
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-kill-{}", std::process::id()));
-    let mut child = spawn_job(&config, &job_dir);
+    let job_dir = k8s_job_dir(tmp.path(), "kill");
+    let mut child = spawn_job(&config, &job_dir, &ON_K8S);
     // Killed while the second trial's agent runs: one record, one pod left behind.
     agent_pod(
         "quick-k8s__slow__default__2",

@@ -16,21 +16,9 @@ mod common;
 
 use std::path::Path;
 
-use common::k8s::pods_of;
+use common::k8s::{configured, pods_of};
 use common::*;
 use serde_json::Value;
-
-fn cluster() -> bool {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        assert!(
-            !common::k8s::required(),
-            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
-        );
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
-        return false;
-    }
-    true
-}
 
 fn write_files(dir: &Path, files: &[(&str, &str)]) {
     for (rel, content) in files {
@@ -57,7 +45,7 @@ fi
 
 #[test]
 fn the_aworld_standin_continues_on_kubernetes_without_stale_completion_state() {
-    if !cluster() {
+    if !configured() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
@@ -99,12 +87,7 @@ fn the_aworld_standin_continues_on_kubernetes_without_stale_completion_state() {
     assert_eq!(attempts[0]["claim"]["semantic_status"], "task_failed");
     assert_eq!(attempts[1]["claim"]["semantic_status"], "succeeded");
     assert_eq!(rec["claim"], attempts[1]["claim"]);
-    let cleared: Vec<&str> = attempts[0]["cleared"]
-        .as_array()
-        .expect("cleared")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let cleared = cleared(&attempts[0]);
     for path in [
         "/arbiter/control/outcome.json",
         "/arbiter/control/completion.json",

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::k8s::{kubectl, quick_built};
+use common::k8s::{configured, k8s_job_dir, kubectl, quick_job, spawn_job};
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -18,22 +18,6 @@ use std::time::{Duration, Instant};
 
 /// One fault at a time.
 static CLUSTER: Mutex<()> = Mutex::new(());
-
-fn required() -> bool {
-    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
-}
-
-fn have_cluster() -> bool {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        assert!(
-            !required(),
-            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
-        );
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
-        return false;
-    }
-    true
-}
 
 fn state_dir() -> PathBuf {
     std::env::var_os("ARBITER_K8S_STATE")
@@ -105,35 +89,19 @@ fn agent_pods(job: &str, n: usize, deadline: Instant) -> Vec<String> {
 /// Kill `component` while two trials' agents run, start it again, and check the job.
 fn survives(component: &str) {
     let _one = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    if !have_cluster() {
+    if !configured() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let task = quick_built(tmp.path());
-    let config = common::write_job(
+    let agent = "sleep 20; echo ok > /app/out";
+    let config = quick_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents:\n  - name: a\n    kind: command\n    run: [sh, -c, 'sleep 20; echo ok > /app/out']\n  - name: b\n    kind: command\n    run: [sh, -c, 'sleep 20; echo ok > /app/out']\nconcurrency: 2\nretries: {{max: 2, backoff_sec: 1}}\n",
-            task.display()
-        ),
+        &[("a", agent), ("b", agent)],
+        "concurrency: 2\nretries: {max: 2, backoff_sec: 1}\n",
     );
-    let name = format!("job-k8s-{component}-{}", std::process::id());
-    let job_dir = tmp.path().join(&name);
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_arbiter"))
-        .args([
-            "run",
-            "--quiet",
-            "--backend",
-            "kubernetes",
-            "--job-dir",
-            &job_dir.display().to_string(),
-            "-c",
-            &config.display().to_string(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let job_dir = k8s_job_dir(tmp.path(), component);
+    let name = job_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let child = spawn_job(&config, &job_dir, &["--backend", "kubernetes"]);
     let before = agent_pods(&name, 2, Instant::now() + Duration::from_secs(240));
     // Once both agents' commands are in flight.
     std::thread::sleep(Duration::from_secs(3));

@@ -359,21 +359,7 @@ async fn bench_gateway_latency_relay_vs_docker_netns() {
             .output()
             .expect("docker")
     };
-    let run = docker(&[
-        "run",
-        "-d",
-        "--rm",
-        "--init",
-        "--network",
-        "none",
-        "--label",
-        "arbiter.managed=true",
-        "--name",
-        &name,
-        "arbiter/debian:bookworm",
-        "sleep",
-        "600",
-    ]);
+    let run = common::offline_container(&name, "arbiter/debian:bookworm", "600");
     assert!(run.status.success(), "{run:?}");
     let pid: u32 =
         String::from_utf8_lossy(&docker(&["inspect", "-f", "{{.State.Pid}}", &name]).stdout)

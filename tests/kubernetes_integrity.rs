@@ -4,40 +4,18 @@
 
 mod common;
 
+use common::k8s::cluster;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use arbiter::sandbox::docker::DockerSandbox;
-use arbiter::sandbox::kubernetes::KubeSettings;
 use arbiter::sandbox::kubernetes::KubernetesSandbox;
 use arbiter::sandbox::{
-    Base, Change, ChangeKind, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, ImageRecipe,
-    ImageRef, ImageSpec, Network, Owner, Resource, Role, Sandbox, Selector, StartSpec,
+    Base, Change, ChangeKind, ContainerSpec, ExecEnd, ExecSpec, ImageRef, ImageSpec, Network,
+    Owner, Resource, Role, Sandbox, Selector,
 };
-
-fn required() -> bool {
-    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
-}
-
-/// The cluster's backend, or `None` (skip) when no cluster is configured.
-async fn cluster() -> Option<KubernetesSandbox> {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        if required() {
-            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
-        }
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
-        return None;
-    }
-    let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox (scripts/bootstrap)");
-    let sb = KubernetesSandbox::connect(KubeSettings::default())
-        .await
-        .expect("kubeconfig")
-        .with_toolbox(&toolbox);
-    let problems = sb.preflight().await;
-    assert!(problems.is_empty(), "preflight: {problems:?}");
-    Some(sb)
-}
 
 async fn docker() -> DockerSandbox {
     let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox (scripts/bootstrap)");
@@ -65,55 +43,21 @@ fn owner(trial: &str) -> Owner {
 
 /// An image built from `dockerfile` (a key per content), for the cluster and the local engine.
 fn build_spec(dir: &Path, name: &str, dockerfile: &str) -> ImageSpec {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("Dockerfile"), dockerfile).unwrap();
     use sha2::Digest;
     let key: String = sha2::Sha256::digest(dockerfile.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    ImageSpec {
-        recipe: ImageRecipe::Build {
-            context: dir.to_path_buf(),
-            file: "Dockerfile".to_string(),
-        },
-        key: format!("arbiter-env/{name}:{}", &key[..16]),
-        timeout: Duration::from_secs(600),
-        labels: BTreeMap::from([("arbiter.managed".into(), "true".into())]),
-    }
+    common::dockerfile_spec(dir, name, &key[..16], dockerfile)
 }
 
 fn container(base: Base, trial: &str, network: Network) -> ContainerSpec {
-    ContainerSpec {
-        base,
-        owner: owner(trial),
-        env: Vec::new(),
-        limits: ContainerLimits {
-            cpus: 0.25,
-            memory_mb: 256,
-            pids_limit: 256,
-            gpus: 0,
-            storage_mb: None,
-        },
-        network,
-        workdir: None,
-        mounts: Vec::new(),
-        start: StartSpec::for_role(Role::Agent),
-    }
+    common::agent_container(base, owner(trial), network, (0.25, 256, 256))
 }
 
 fn sh(script: &str) -> ExecSpec {
-    ExecSpec {
-        argv: vec!["sh".into(), "-c".into(), script.into()],
-        env: Vec::new(),
-        user: None,
-        workdir: None,
-        stdout: None,
-        stderr: None,
-        cap_bytes: 1 << 20,
-        timeout: Some(Duration::from_secs(120)),
-        grace: Duration::from_secs(2),
-    }
+    let (timeout, grace) = (Duration::from_secs(120), Duration::from_secs(2));
+    common::exec_spec(&["sh", "-c", script], timeout, grace)
 }
 
 /// A Debian image with files for every kind of change.

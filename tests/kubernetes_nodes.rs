@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::k8s::{PodObserver, PodWatch, quick_built};
+use common::k8s::{PodObserver, PodWatch, configured_by, k8s_job_dir, quick_job, spawn_job};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,10 +25,6 @@ static CLUSTER: Mutex<()> = Mutex::new(());
 
 const EXTRA_NODES: [&str; 2] = ["127.0.0.2", "127.0.0.3"];
 
-fn required() -> bool {
-    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
-}
-
 fn script(args: &[&str]) -> Output {
     Command::new("bash")
         .arg(common::repo().join("scripts/k8s"))
@@ -40,13 +36,7 @@ fn script(args: &[&str]) -> Output {
 /// The cluster with its two extra nodes, this file's lock held; `None` (skip) without a
 /// cluster.
 fn three_nodes() -> Option<MutexGuard<'static, ()>> {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        if required() {
-            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
-        }
-        eprintln!(
-            "skipping: no KUBECONFIG (scripts/k8s up --nodes 3; eval \"$(scripts/k8s env)\")"
-        );
+    if !configured_by("up --nodes 3") {
         return None;
     }
     let guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
@@ -64,22 +54,6 @@ fn on_extra_nodes(extra: &str) -> String {
     format!(
         "backend:\n  kind: kubernetes\n  node_selector: {{arbiter.dev/pool: extra}}\n  tolerations: [{{key: arbiter.dev/pool, operator: Equal, value: extra, effect: NoSchedule}}]\n{extra}"
     )
-}
-
-fn spawn_job(config: &Path, job_dir: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_arbiter"))
-        .args([
-            "run",
-            "--quiet",
-            "--job-dir",
-            &job_dir.display().to_string(),
-            "-c",
-            &config.display().to_string(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn")
 }
 
 // ------------------------------------------------------------------ the watch ---
@@ -161,27 +135,6 @@ const VOLATILE: &[&str] = &[
     "agent.result.seconds",
 ];
 
-fn strip(value: &mut serde_json::Value, prefix: &str) {
-    if let serde_json::Value::Object(map) = value {
-        map.retain(|k, _| {
-            let path = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}.{k}")
-            };
-            !VOLATILE.contains(&path.as_str())
-        });
-        for (k, v) in map.iter_mut() {
-            let path = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}.{k}")
-            };
-            strip(v, &path);
-        }
-    }
-}
-
 /// A job of the quick task on the extra nodes (`backend`: more backend settings), its agent
 /// `(name, shell command)`, `(attempts, concurrency)`, run to its end (exit 0) under a pod
 /// watch: its dir and the watch.
@@ -192,18 +145,19 @@ fn watched_quick_job(
     (attempts, concurrency): (u32, u32),
     backend: &str,
 ) -> (PathBuf, Watch) {
-    let task = quick_built(tmp);
-    let config = common::write_job(
+    let config = quick_job(
         tmp,
+        &[(agent, run)],
         &format!(
-            "tasks: [{}]\nagents:\n  - name: {agent}\n    kind: command\n    run: [sh, -c, '{run}']\nattempts: {attempts}\nconcurrency: {concurrency}\n{}",
-            task.display(),
+            "attempts: {attempts}\nconcurrency: {concurrency}\n{}",
             on_extra_nodes(backend)
         ),
     );
-    let job_dir = tmp.join(format!("job-k8s-{label}-{}", std::process::id()));
+    let job_dir = k8s_job_dir(tmp, label);
     let watch = Watch::start(&job_dir);
-    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
+    let out = spawn_job(&config, &job_dir, &[])
+        .wait_with_output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     (job_dir, watch)
 }
@@ -256,7 +210,7 @@ fn a_jobs_trials_spread_over_two_nodes_with_identical_records() {
         assert_eq!(r["verifier"]["status"], "passed", "{r:#}");
         assert_eq!(r["retries"], 0, "{r:#}");
         assert_eq!(r["sandbox"]["backend"], "kubernetes", "{r:#}");
-        strip(&mut r, "");
+        common::strip_fields(&mut r, VOLATILE);
         match &first {
             None => first = Some(r),
             Some(f) => assert_eq!(f, &r, "trial {i} differs from trial 1"),
@@ -289,20 +243,17 @@ fn a_node_lost_mid_job_is_an_infra_error_retried_on_the_other_node() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let task = quick_built(tmp.path());
-    let config = common::write_job(
+    let config = quick_job(
         tmp.path(),
+        &[("slow", "sleep 25; echo ok > /app/out")],
         &format!(
-            "tasks: [{}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 25; echo ok > /app/out']\nattempts: 2\nconcurrency: 2\nretries: {{max: 2, backoff_sec: 0.5}}\n{}",
-            task.display(),
+            "attempts: 2\nconcurrency: 2\nretries: {{max: 2, backoff_sec: 0.5}}\n{}",
             on_extra_nodes("")
         ),
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-node-lost-{}", std::process::id()));
+    let job_dir = k8s_job_dir(tmp.path(), "node-lost");
     let watch = Watch::start(&job_dir);
-    let child = spawn_job(&config, &job_dir);
+    let child = spawn_job(&config, &job_dir, &[]);
     // The first trial pod seen running: its node is the one lost.
     let deadline = Instant::now() + Duration::from_secs(240);
     let (pod, node) = loop {
@@ -472,19 +423,16 @@ fn an_unschedulable_trial_frees_its_slot_and_names_the_reason() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let task = quick_built(tmp.path());
-    let config = common::write_job(
+    let config = quick_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}]\nagents:\n  - name: quick\n    kind: command\n    run: [sh, -c, 'echo ok > /app/out']\nattempts: 2\nconcurrency: 2\nretries: {{max: 0}}\nbackend:\n  kind: kubernetes\n  node_selector: {{arbiter.dev/pool: nowhere}}\n  max_starting: 1\n  schedule_timeout_sec: 5\n",
-            task.display(),
-        ),
+        &[("quick", "echo ok > /app/out")],
+        "attempts: 2\nconcurrency: 2\nretries: {max: 0}\nbackend:\n  kind: kubernetes\n  node_selector: {arbiter.dev/pool: nowhere}\n  max_starting: 1\n  schedule_timeout_sec: 5\n",
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-unschedulable-{}", std::process::id()));
+    let job_dir = k8s_job_dir(tmp.path(), "unschedulable");
     let watch = Watch::start(&job_dir);
-    let out = spawn_job(&config, &job_dir).wait_with_output().unwrap();
+    let out = spawn_job(&config, &job_dir, &[])
+        .wait_with_output()
+        .unwrap();
     assert!(out.status.code().is_some(), "{}", common::stderr(&out));
     let (max, pods) = {
         let o = watch.observed();

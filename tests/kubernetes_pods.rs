@@ -12,25 +12,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::k8s::pods_of;
+use common::k8s::{configured, pods_of};
 use common::*;
-
-fn required() -> bool {
-    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
-}
-
-/// Whether a cluster is configured (skip, or fail under `ARBITER_REQUIRE_K8S=1`, when not).
-fn cluster() -> bool {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        assert!(
-            !required(),
-            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
-        );
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
-        return false;
-    }
-    true
-}
 
 fn write_files(dir: &Path, files: &[(&str, String)]) {
     for (rel, content) in files {
@@ -119,7 +102,7 @@ fn compose_task(root: &Path) -> PathBuf {
 
 #[test]
 fn a_compose_sidecar_serves_the_agent_on_its_pods_loopback() {
-    if !cluster() {
+    if !configured() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -145,7 +128,7 @@ fn a_compose_sidecar_serves_the_agent_on_its_pods_loopback() {
 
 #[test]
 fn a_sidecar_that_never_gets_healthy_is_an_environment_error() {
-    if !cluster() {
+    if !configured() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -202,7 +185,7 @@ fn mount_task(root: &Path) -> PathBuf {
 
 #[test]
 fn a_command_agents_read_only_mount_is_readable_and_not_writable() {
-    if !cluster() {
+    if !configured() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -262,7 +245,7 @@ fn control_files(dir: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn an_aworld_control_root_ends_with_the_same_files_as_on_docker() {
-    if !cluster() {
+    if !configured() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -377,7 +360,7 @@ async fn mount_cost() {
         Owner, Resource, Role, Sandbox, StartSpec,
     };
     use std::time::{Duration, Instant};
-    if !cluster() {
+    if !configured() {
         return;
     }
     let dir = std::env::var_os("ARBITER_MOUNT_COST_DIR")

@@ -21,7 +21,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -37,15 +37,7 @@ static CLUSTER: Mutex<()> = Mutex::new(());
 
 /// The cluster is configured and the presets are cached (else skip, or panic when required).
 fn ready_on_cluster() -> bool {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        assert!(
-            !required(),
-            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
-        );
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
-        return false;
-    }
-    ready(&PresetKind::ALL)
+    configured() && ready(&PresetKind::ALL)
 }
 
 /// A finished `arbiter run --backend kubernetes` and every cluster object of its job seen
@@ -73,40 +65,10 @@ fn items(kinds: &str) -> Vec<Value> {
 fn run_on_cluster(config: &Path) -> Watched {
     let _one = CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("tmp");
-    let unique: String = tmp
-        .path()
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect();
+    let unique = unique_name(tmp.path());
     let name = format!("k8spresets{unique}").to_lowercase();
     let dir = tmp.path().join(&name);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_arbiter"))
-        .args(["run", "--quiet", "--backend", "kubernetes", "-n", "4"])
-        .arg("--job-dir")
-        .arg(&dir)
-        .arg("-c")
-        .arg(config)
-        .env("OPENAI_API_KEY", FAKE_OPENAI_KEY)
-        .env("ANTHROPIC_API_KEY", FAKE_ANTHROPIC_KEY)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run arbiter");
-    let mut so = child.stdout.take().expect("stdout");
-    let mut se = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut so, &mut b).ok();
-        b
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut se, &mut b).ok();
-        b
-    });
+    let mut run = KeyedRun::start(&["--backend", "kubernetes", "-n", "4"], &dir, config);
     let of_job = |v: &Value| {
         v["metadata"]["labels"]["arbiter.job"]
             .as_str()
@@ -128,7 +90,7 @@ fn run_on_cluster(config: &Path) -> Watched {
             let uid = other["metadata"]["uid"].as_str().unwrap_or_default();
             objects.insert(uid.to_string(), other.to_string());
         }
-        if let Some(status) = child.try_wait().expect("wait") {
+        if let Some(status) = run.child.try_wait().expect("wait") {
             break status;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -137,11 +99,7 @@ fn run_on_cluster(config: &Path) -> Watched {
         let uid = event["metadata"]["uid"].as_str().unwrap_or_default();
         objects.insert(uid.to_string(), event.to_string());
     }
-    let out = Output {
-        status,
-        stdout: t_out.join().expect("stdout thread"),
-        stderr: t_err.join().expect("stderr thread"),
-    };
+    let out = run.output(status);
     let left: Vec<String> = items("pods")
         .iter()
         .filter(|p| of_job(p))
@@ -301,32 +259,8 @@ fn an_unreachable_model_is_an_infra_error_for_every_preset_on_kubernetes() {
     if !ready_on_cluster() {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
     let tmp = tempfile::tempdir().expect("tmp");
-    let agents: String = PresetKind::ALL
-        .iter()
-        .map(|kind| {
-            let provider = if *kind == PresetKind::ClaudeCode {
-                "anthropic"
-            } else {
-                "openai"
-            };
-            format!(
-                "  - {{name: {k}, kind: {k}, model: {{provider: {provider}, name: some-model}}}}\n",
-                k = kind.name()
-            )
-        })
-        .collect();
-    let config = write_job(
-        tmp.path(),
-        &format!(
-            "tasks: [{}]\nretries: {{max: 0, backoff_sec: 0}}\nmodels:\n  - {{name: openai, api: openai, base_url: 'http://127.0.0.1:{port}/v1', api_key: '${{OPENAI_API_KEY}}', retry: {{max: 0}}}}\n  - {{name: anthropic, api: anthropic, base_url: 'http://127.0.0.1:{port}', api_key: '${{ANTHROPIC_API_KEY}}', retry: {{max: 0}}}}\nagents:\n{agents}",
-            task_dir("exact-deliverable")
-        ),
-    );
+    let config = unreachable_models_job(tmp.path());
     let w = run_on_cluster(&config);
     let all = records(&w.dir);
     assert_eq!(all.len(), 4, "{}", stderr(&w.out));

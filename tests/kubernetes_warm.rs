@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::k8s::{PodObserver, PodWatch, pods_api, quick_built};
+use common::k8s::{
+    PodObserver, PodWatch, command_job, configured, k8s_job_dir, pods_api, quick_built,
+};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -16,21 +18,6 @@ use std::process::Command;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
-
-fn required() -> bool {
-    std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
-}
-
-fn have_cluster() -> bool {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        if required() {
-            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
-        }
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
-        return false;
-    }
-    true
-}
 
 /// One pod of the job as the watch saw it.
 #[derive(Debug, Clone, Default)]
@@ -114,23 +101,19 @@ fn task_with_memory(dir: &Path, name: &str, memory_mb: u32) -> std::path::PathBu
 /// carries a trial only of its own spec; nothing of the job is left afterwards.
 #[test]
 fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
-    if !have_cluster() {
+    if !configured() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let small = task_with_memory(tmp.path(), "small", 64);
     let large = task_with_memory(tmp.path(), "large", 80);
-    let config = common::write_job(
+    let config = command_job(
         tmp.path(),
-        &format!(
-            "tasks: [{}, {}]\nagents:\n  - name: slow\n    kind: command\n    run: [sh, -c, 'sleep 4; echo ok > /app/out']\nattempts: 4\nconcurrency: 2\nbackend:\n  kind: kubernetes\n  warm_pods: 1\n",
-            small.display(),
-            large.display()
-        ),
+        &[&small, &large],
+        &[("slow", "sleep 4; echo ok > /app/out")],
+        "attempts: 4\nconcurrency: 2\nbackend:\n  kind: kubernetes\n  warm_pods: 1\n",
     );
-    let job_dir = tmp
-        .path()
-        .join(format!("job-k8s-warm-{}", std::process::id()));
+    let job_dir = k8s_job_dir(tmp.path(), "warm");
     let watch = Watch::start(&job_dir);
     let out = Command::new(env!("CARGO_BIN_EXE_arbiter"))
         .args([

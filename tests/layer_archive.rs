@@ -76,17 +76,7 @@ fn listing(tar_path: &Path) -> Listing {
 }
 
 fn exec(argv: &[&str]) -> ExecSpec {
-    ExecSpec {
-        argv: argv.iter().map(|a| a.to_string()).collect(),
-        env: Vec::new(),
-        user: None,
-        workdir: None,
-        stdout: None,
-        stderr: None,
-        cap_bytes: 1 << 20,
-        timeout: Some(Duration::from_secs(60)),
-        grace: Duration::from_secs(1),
-    }
+    common::exec_spec(argv, Duration::from_secs(60), Duration::from_secs(1))
 }
 
 #[tokio::test]

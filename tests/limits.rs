@@ -45,14 +45,7 @@ fn an_agent_over_max_files_is_stopped_and_one_under_it_passes() {
     let config = write_job(tmp.path(), &yaml);
     let job_dir = tmp.path().join("job-limits");
     let started = std::time::Instant::now();
-    let out = arbiter(&[
-        "run",
-        "--quiet",
-        "-c",
-        config.to_str().expect("utf8"),
-        "--job-dir",
-        job_dir.to_str().expect("utf8"),
-    ]);
+    let out = run_config(&config, &job_dir);
     let wall = started.elapsed();
     assert_no_leftovers(&job_dir);
     assert!(

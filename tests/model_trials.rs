@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::presets::{assert_no_token_in, claude_code_cached};
 use common::*;
 
 const TASK: &str = "exact-deliverable";
@@ -31,13 +32,6 @@ fn job(dir: &std::path::Path, models: &str) -> std::path::PathBuf {
             solution = repo.join("tasks").join(TASK).join("solution").display(),
         ),
     )
-}
-
-/// A gateway token: `arb-` and 48 hex digits.
-fn holds_token(text: &str) -> bool {
-    text.split("arb-")
-        .skip(1)
-        .any(|rest| rest.len() >= 48 && rest[..48].chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 #[test]
@@ -68,14 +62,7 @@ fn a_command_agent_solves_a_task_through_the_gateway_with_exact_usage() {
     .expect("ledger");
     assert_eq!(ledger.lines().count(), 2, "{ledger}");
     // The token (arb-…) is never written anywhere in the job dir.
-    for file in files_under(&job_dir) {
-        let text = String::from_utf8_lossy(&std::fs::read(&file).expect("read")).into_owned();
-        assert!(
-            !holds_token(&text),
-            "{} holds a trial token",
-            file.display()
-        );
-    }
+    assert_no_token_in(&job_dir);
 }
 
 #[test]
@@ -112,10 +99,7 @@ fn claude_code_solves_a_task_through_the_gateway_and_its_adapter_reads_the_claim
     if !docker_available() {
         return;
     }
-    let cache = arbiter::agent::cache::AgentCache::from_env().expect("cache");
-    let kind = arbiter::agent::PresetKind::ClaudeCode;
-    if cache.lookup(kind.name(), kind.pinned_version()).is_err() {
-        eprintln!("skipped: claude-code is not in the agent cache (scripts/agents)");
+    if !claude_code_cached() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
@@ -142,12 +126,5 @@ fn claude_code_solves_a_task_through_the_gateway_and_its_adapter_reads_the_claim
     assert_eq!(r["audit"]["verdict"], "certified", "{r:#}");
     assert_eq!(r["usage"]["requests"], 2, "{r:#}");
     assert_eq!(r["usage"]["input_tokens"], 300, "{r:#}");
-    for file in files_under(&job_dir) {
-        let text = String::from_utf8_lossy(&std::fs::read(&file).expect("read")).into_owned();
-        assert!(
-            !holds_token(&text),
-            "{} holds a trial token",
-            file.display()
-        );
-    }
+    assert_no_token_in(&job_dir);
 }

@@ -22,7 +22,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -47,42 +47,13 @@ struct Watched {
 /// container of the job is inspected while it runs.
 fn run_watched(config: &Path) -> Watched {
     let tmp = tempfile::tempdir().expect("tmp");
-    let unique: String = tmp
-        .path()
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect();
+    let unique = unique_name(tmp.path());
     let name = format!("presetrun{unique}");
     let dir = tmp.path().join(&name);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_arbiter"))
-        .args(["run", "--quiet", "-n", "2", "--job-dir"])
-        .arg(&dir)
-        .arg("-c")
-        .arg(config)
-        .env("OPENAI_API_KEY", FAKE_OPENAI_KEY)
-        .env("ANTHROPIC_API_KEY", FAKE_ANTHROPIC_KEY)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run arbiter");
+    let mut run = KeyedRun::start(&["-n", "2"], &dir, config);
     let mut seen = BTreeSet::new();
     let mut container_env = Vec::new();
     // Drain stdout/stderr on threads so the child never blocks on a full pipe.
-    let mut so = child.stdout.take().expect("stdout");
-    let mut se = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut so, &mut b).ok();
-        b
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut se, &mut b).ok();
-        b
-    });
     let status = loop {
         let listing = Command::new("docker")
             .args([
@@ -109,16 +80,12 @@ fn run_watched(config: &Path) -> Watched {
                 }
             }
         }
-        if let Some(status) = child.try_wait().expect("wait") {
+        if let Some(status) = run.child.try_wait().expect("wait") {
             break status;
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let out = Output {
-        status,
-        stdout: t_out.join().expect("stdout thread"),
-        stderr: t_err.join().expect("stderr thread"),
-    };
+    let out = run.output(status);
     assert_no_leftovers(&dir);
     Watched {
         out,
@@ -324,30 +291,8 @@ fn an_unreachable_model_is_an_infra_error_for_every_preset() {
         return;
     }
     let _one = ENGINE.lock().unwrap_or_else(|e| e.into_inner());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
     let tmp = tempfile::tempdir().expect("tmp");
-    let mut agents = String::new();
-    for kind in PresetKind::ALL {
-        let provider = if kind == PresetKind::ClaudeCode {
-            "anthropic"
-        } else {
-            "openai"
-        };
-        agents += &format!(
-            "  - {{name: {k}, kind: {k}, model: {{provider: {provider}, name: some-model}}}}\n",
-            k = kind.name()
-        );
-    }
-    let config = write_job(
-        tmp.path(),
-        &format!(
-            "tasks: [{}]\nretries: {{max: 0, backoff_sec: 0}}\nmodels:\n  - {{name: openai, api: openai, base_url: 'http://127.0.0.1:{port}/v1', api_key: '${{OPENAI_API_KEY}}', retry: {{max: 0}}}}\n  - {{name: anthropic, api: anthropic, base_url: 'http://127.0.0.1:{port}', api_key: '${{ANTHROPIC_API_KEY}}', retry: {{max: 0}}}}\nagents:\n{agents}",
-            task_dir("exact-deliverable")
-        ),
-    );
+    let config = unreachable_models_job(tmp.path());
     let w = run_watched(&config);
     let all = records(&w.dir);
     assert_eq!(all.len(), 4, "{}", stderr(&w.out));

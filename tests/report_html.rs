@@ -7,6 +7,7 @@
 //! that does load an image and log to the console must be caught by the same checks, so a
 //! silent check cannot pass for a clean page.
 
+mod common;
 mod report_support;
 
 use std::path::{Path, PathBuf};
@@ -441,23 +442,6 @@ fn trial_pages_render_offline_without_console_messages_and_fast_with_a_2_mb_traj
     assert!(ms.is_finite() && ms > 0.0, "layout time measured: {ms}");
 }
 
-/// Whether a Docker engine answers (CI sets ARBITER_REQUIRE_DOCKER=1 to fail instead).
-fn engine() -> bool {
-    let ok = Command::new("docker")
-        .args(["version", "--format", "{{.Server.APIVersion}}"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() != Ok("1"),
-            "ARBITER_REQUIRE_DOCKER=1 but no Docker engine answers"
-        );
-        eprintln!("skipping: no Docker engine");
-    }
-    ok
-}
-
 /// `arbiter run -c <dir>/job.yaml --job-dir <dir>/job --quiet`: the job dir.
 fn run_real_job(dir: &Path, yaml: &str) -> PathBuf {
     std::fs::write(dir.join("job.yaml"), yaml).expect("job.yaml");
@@ -489,13 +473,10 @@ fn pages_of_a_real_claude_code_trial_and_a_tampered_trial_render_offline_in_chro
     let Some(bin) = tool("chromium", "chromium") else {
         return;
     };
-    if !engine() {
+    if !common::docker_available() {
         return;
     }
-    let cache = arbiter::agent::cache::AgentCache::from_env().expect("cache");
-    let kind = arbiter::agent::PresetKind::ClaudeCode;
-    if cache.lookup(kind.name(), kind.pinned_version()).is_err() {
-        eprintln!("skipped: claude-code is not in the agent cache (scripts/agents)");
+    if !common::presets::claude_code_cached() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");

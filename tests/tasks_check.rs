@@ -484,13 +484,7 @@ impl GitScenarios {
             std::fs::copy(entry.path(), ctx.join("debs").join(entry.file_name())).expect("copy");
         }
         std::fs::write(ctx.join("Dockerfile"), INSTALL_GIT).expect("Dockerfile");
-        let unique = scripts
-            .path()
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .to_lowercase()
-            .replace(|c: char| !c.is_ascii_alphanumeric(), "");
+        let unique = image_tag(scripts.path());
         let image = format!("arbiter-test/git-history:{unique}");
         let built = Command::new("docker")
             .args(["build", "--network", "none", "-q", "-t", &image])

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{docker_available, repo};
+use common::{docker_available, image_tag, repo};
 
 fn docker(args: &[&str]) -> std::process::Output {
     Command::new("docker")
@@ -75,13 +75,7 @@ fn toolbox_runs_commands_in_an_image_without_a_shell() {
     assert_eq!(toolbox.dir, dir);
 
     // An image of exactly one text file.
-    let unique = tmp
-        .path()
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .to_lowercase()
-        .replace(|c: char| !c.is_ascii_alphanumeric(), "");
+    let unique = image_tag(tmp.path());
     let image = format!("arbiter-test/noshell:{unique}");
     let mut cleanup = Cleanup {
         container: None,

@@ -47,17 +47,32 @@ pub fn required() -> bool {
     std::env::var("ARBITER_REQUIRE_K8S").as_deref() == Ok("1")
 }
 
+/// Whether the test cluster is configured (`KUBECONFIG` set): otherwise a skip message, or a
+/// panic when `ARBITER_REQUIRE_K8S=1`.
+pub fn configured() -> bool {
+    configured_by("up")
+}
+
+/// [`configured`], its skip message naming `scripts/k8s {up}` as the way to start it.
+pub fn configured_by(up: &str) -> bool {
+    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
+        assert!(
+            !required(),
+            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
+        );
+        eprintln!("skipping: no KUBECONFIG (scripts/k8s {up}; eval \"$(scripts/k8s env)\")");
+        return false;
+    }
+    true
+}
+
 /// The cluster's backend, or `None` (skip) when no cluster is configured.
 pub async fn cluster() -> Option<KubernetesSandbox> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        if required() {
-            panic!("ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")");
-        }
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
+    if !configured() {
         return None;
     }
     let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox (scripts/bootstrap)");
@@ -74,12 +89,7 @@ pub async fn cluster() -> Option<KubernetesSandbox> {
 /// engine (which builds and pushes images) answers; `None` (skip) otherwise, a panic when
 /// `ARBITER_REQUIRE_K8S=1` and no `KUBECONFIG` is set.
 pub fn kubernetes_flags() -> Option<[&'static str; 2]> {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        assert!(
-            !required(),
-            "ARBITER_REQUIRE_K8S=1 but KUBECONFIG is unset (eval \"$(scripts/k8s env)\")"
-        );
-        eprintln!("skipping: no KUBECONFIG (scripts/k8s up; eval \"$(scripts/k8s env)\")");
+    if !configured() {
         return None;
     }
     super::docker_available().then_some(["--backend", "kubernetes"])
@@ -208,4 +218,48 @@ impl<O: PodObserver> Drop for PodWatch<O> {
             let _ = thread.join();
         }
     }
+}
+
+/// A job config under `dir` of `tasks` and the command agents `(name, shell command)`, `rest`
+/// (more top-level YAML) after them: its path.
+pub fn command_job(dir: &Path, tasks: &[&Path], agents: &[(&str, &str)], rest: &str) -> PathBuf {
+    let tasks: Vec<String> = tasks.iter().map(|t| t.display().to_string()).collect();
+    let agents: String = agents
+        .iter()
+        .map(|(name, run)| {
+            format!("  - name: {name}\n    kind: command\n    run: [sh, -c, '{run}']\n")
+        })
+        .collect();
+    super::write_job(
+        dir,
+        &format!("tasks: [{}]\nagents:\n{agents}{rest}", tasks.join(", ")),
+    )
+}
+
+/// [`command_job`] of the one task [`quick_built`] under `dir`.
+pub fn quick_job(dir: &Path, agents: &[(&str, &str)], rest: &str) -> PathBuf {
+    let task = quick_built(dir);
+    command_job(dir, &[&task], agents, rest)
+}
+
+/// The job dir under `dir` of a job named for `label` and this process.
+pub fn k8s_job_dir(dir: &Path, label: &str) -> PathBuf {
+    dir.join(format!("job-k8s-{label}-{}", std::process::id()))
+}
+
+/// `arbiter run --quiet ARGS --job-dir JOB_DIR -c CONFIG`, its output piped, not waited for.
+pub fn spawn_job(config: &Path, job_dir: &Path, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args(["run", "--quiet"])
+        .args(args)
+        .args([
+            "--job-dir",
+            &job_dir.display().to_string(),
+            "-c",
+            &config.display().to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn")
 }

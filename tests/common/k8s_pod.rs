@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use arbiter::sandbox::kubernetes::KubernetesSandbox;
 use arbiter::sandbox::{
-    Base, ContainerId, ContainerLimits, ContainerSpec, ExecEnd, ExecSpec, ImageRecipe, ImageRef,
-    ImageSpec, Network, Owner, Resource, Role, Sandbox, StartSpec,
+    Base, ContainerId, ContainerSpec, ExecEnd, ExecSpec, ImageRef, Network, Owner, Resource, Role,
+    Sandbox,
 };
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Uri};
@@ -21,42 +21,18 @@ use serde_json::{Value, json};
 /// `arbiter/debian:bookworm` (Python 3) built here and pushed to the cluster's registry.
 pub async fn python_image(sb: &KubernetesSandbox, dir: &Path) -> ImageRef {
     let ctx = dir.join("python-ctx");
-    std::fs::create_dir_all(&ctx).unwrap();
-    std::fs::write(ctx.join("Dockerfile"), "FROM arbiter/debian:bookworm\n").unwrap();
-    let spec = ImageSpec {
-        recipe: ImageRecipe::Build {
-            context: ctx,
-            file: "Dockerfile".to_string(),
-        },
-        key: "arbiter-env/relay-python:1".to_string(),
-        timeout: Duration::from_secs(600),
-        labels: BTreeMap::from([("arbiter.managed".into(), "true".into())]),
-    };
+    let spec = super::dockerfile_spec(&ctx, "relay-python", "1", "FROM arbiter/debian:bookworm\n");
     sb.prepare_image(&spec).await.expect("prepare")
 }
 
 pub fn container(image: &ImageRef, trial: &str, network: Network) -> ContainerSpec {
-    ContainerSpec {
-        base: Base::Image(image.clone()),
-        owner: Owner {
-            job: "k8s-relay-test".to_string(),
-            trial: format!("{trial}-{}", std::process::id()),
-            role: Role::Agent,
-            extra: BTreeMap::new(),
-        },
-        env: Vec::new(),
-        limits: ContainerLimits {
-            cpus: 0.2,
-            memory_mb: 512,
-            pids_limit: 512,
-            gpus: 0,
-            storage_mb: None,
-        },
-        network,
-        workdir: None,
-        mounts: Vec::new(),
-        start: StartSpec::for_role(Role::Agent),
-    }
+    let owner = Owner {
+        job: "k8s-relay-test".to_string(),
+        trial: format!("{trial}-{}", std::process::id()),
+        role: Role::Agent,
+        extra: BTreeMap::new(),
+    };
+    super::agent_container(Base::Image(image.clone()), owner, network, (0.2, 512, 512))
 }
 
 /// Removes its pod when dropped (a test that fails leaves nothing behind).

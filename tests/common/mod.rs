@@ -85,18 +85,21 @@ pub fn arbiter(args: &[&str]) -> Output {
         .expect("run arbiter")
 }
 
-/// Run `arbiter run` into a fresh job dir; returns (output, job dir, tempdir guard).
-pub fn run_job(extra: &[&str]) -> (Output, PathBuf, tempfile::TempDir) {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let unique: String = tmp
-        .path()
-        .file_name()
+/// The letters and digits of the name of `tmp` (a fresh temp dir): a name part no other
+/// test's job shares.
+pub fn unique_name(tmp: &Path) -> String {
+    tmp.file_name()
         .expect("name")
         .to_string_lossy()
         .chars()
         .filter(char::is_ascii_alphanumeric)
-        .collect();
-    let job_dir = tmp.path().join(format!("job-{unique}"));
+        .collect()
+}
+
+/// Run `arbiter run` into a fresh job dir; returns (output, job dir, tempdir guard).
+pub fn run_job(extra: &[&str]) -> (Output, PathBuf, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let job_dir = tmp.path().join(format!("job-{}", unique_name(tmp.path())));
     let job_dir_s = job_dir.to_string_lossy().into_owned();
     let mut args = vec!["run", "--quiet", "--job-dir", job_dir_s.as_str()];
     args.extend_from_slice(extra);
@@ -229,4 +232,213 @@ pub fn write_job(dir: &Path, yaml: &str) -> PathBuf {
     let config = dir.join("job.yaml");
     std::fs::write(&config, yaml).expect("write job.yaml");
     config
+}
+
+/// `value` without the fields named in `ignored` (dotted paths from the top, e.g.
+/// `verifier.seconds`), at every depth.
+pub fn strip_fields(value: &mut Value, ignored: &[&str]) {
+    fn strip(value: &mut Value, prefix: &str, ignored: &[&str]) {
+        if let Value::Object(map) = value {
+            let path = |k: &str| {
+                if prefix.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{prefix}.{k}")
+                }
+            };
+            map.retain(|k, _| !ignored.contains(&path(k).as_str()));
+            for (k, v) in map.iter_mut() {
+                strip(v, &path(k), ignored);
+            }
+        }
+    }
+    strip(value, "", ignored)
+}
+
+/// A task of `tests/fixtures/harbor-run`.
+pub fn harbor_task(name: &str) -> PathBuf {
+    repo().join("tests/fixtures/harbor-run").join(name)
+}
+
+/// `arbiter run --quiet --job-dir <tmp>/job-<unique> <extra>`, its command first given to
+/// `env` (to set its environment): the output and the job dir.
+pub fn run_in_with(
+    tmp: &Path,
+    extra: &[&str],
+    env: impl FnOnce(&mut Command) -> &mut Command,
+) -> (Output, PathBuf) {
+    let job_dir = tmp.join(format!("job-{}", unique_name(tmp)));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arbiter"));
+    cmd.args(["run", "--quiet", "--job-dir"])
+        .arg(&job_dir)
+        .args(extra);
+    let out = env(&mut cmd).output().expect("run arbiter");
+    (out, job_dir)
+}
+
+/// The arguments that run the oracle and the nop agent on `task`.
+pub fn oracle_and_nop(task: &Path) -> [&str; 5] {
+    [
+        task.to_str().expect("utf8"),
+        "--agent",
+        "oracle",
+        "--agent",
+        "nop",
+    ]
+}
+
+/// A job config under `dir` of the nop agent on `task`, without retries.
+pub fn nop_without_retries(dir: &Path, task: &Path) -> PathBuf {
+    write_job(
+        dir,
+        &format!(
+            "tasks: [{}]\nagents: [nop]\nretries: {{max: 0}}\n",
+            task.display()
+        ),
+    )
+}
+
+/// An exec of `argv` (no env, user, workdir or log files; output capped at 1 MiB) ending at
+/// `timeout`, with `grace` after it.
+pub fn exec_spec(
+    argv: &[&str],
+    timeout: std::time::Duration,
+    grace: std::time::Duration,
+) -> arbiter::sandbox::ExecSpec {
+    arbiter::sandbox::ExecSpec {
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        env: Vec::new(),
+        user: None,
+        workdir: None,
+        stdout: None,
+        stderr: None,
+        cap_bytes: 1 << 20,
+        timeout: Some(timeout),
+        grace,
+    }
+}
+
+/// An image spec built from `dockerfile` (written to `dir`), keyed
+/// `arbiter-env/<name>:<tag>` and labelled as arbiter's.
+pub fn dockerfile_spec(
+    dir: &Path,
+    name: &str,
+    tag: &str,
+    dockerfile: &str,
+) -> arbiter::sandbox::ImageSpec {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("Dockerfile"), dockerfile).unwrap();
+    arbiter::sandbox::ImageSpec {
+        recipe: arbiter::sandbox::ImageRecipe::Build {
+            context: dir.to_path_buf(),
+            file: "Dockerfile".to_string(),
+        },
+        key: format!("arbiter-env/{name}:{tag}"),
+        timeout: std::time::Duration::from_secs(600),
+        labels: std::collections::BTreeMap::from([("arbiter.managed".into(), "true".into())]),
+    }
+}
+
+/// The spec of an agent container of `owner` on `base` with `network` and the limits
+/// `(cpus, memory_mb, pids_limit)` (no GPU, storage limit, env, workdir or mounts).
+pub fn agent_container(
+    base: arbiter::sandbox::Base,
+    owner: arbiter::sandbox::Owner,
+    network: arbiter::sandbox::Network,
+    (cpus, memory_mb, pids_limit): (f64, u64, i64),
+) -> arbiter::sandbox::ContainerSpec {
+    use arbiter::sandbox::{ContainerLimits, ContainerSpec, Role, StartSpec};
+    ContainerSpec {
+        base,
+        owner,
+        env: Vec::new(),
+        limits: ContainerLimits {
+            cpus,
+            memory_mb,
+            pids_limit,
+            gpus: 0,
+            storage_mb: None,
+        },
+        network,
+        workdir: None,
+        mounts: Vec::new(),
+        start: StartSpec::for_role(Role::Agent),
+    }
+}
+
+/// Whether `job_dir` holds the record of `trial`.
+pub fn has_record(job_dir: &Path, trial: &str) -> bool {
+    job_dir
+        .join("trials")
+        .join(trial)
+        .join("result.json")
+        .is_file()
+}
+
+/// `arbiter run --quiet -c CONFIG --job-dir JOB_DIR`.
+pub fn run_config(config: &Path, job_dir: &Path) -> Output {
+    arbiter(&[
+        "run",
+        "--quiet",
+        "-c",
+        config.to_str().expect("utf8"),
+        "--job-dir",
+        job_dir.to_str().expect("utf8"),
+    ])
+}
+
+/// The name of `tmp` lowercased, letters and digits only: an image tag of this test alone.
+pub fn image_tag(tmp: &Path) -> String {
+    tmp.file_name()
+        .expect("name")
+        .to_string_lossy()
+        .to_lowercase()
+        .replace(|c: char| !c.is_ascii_alphanumeric(), "")
+}
+
+/// `kill -INT` the running `child` (as Ctrl-C would), then its output once it ended.
+pub fn interrupt(child: std::process::Child) -> Output {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    child.wait_with_output().expect("wait")
+}
+
+/// The `env:` lines of an agent definition in a job config (none without `env`), each value
+/// JSON-quoted.
+pub fn env_lines(env: &[(&str, &str)]) -> String {
+    if env.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from("    env:\n");
+    for (k, v) in env {
+        text.push_str(&format!(
+            "      {k}: {}\n",
+            serde_json::to_string(v).expect("json")
+        ));
+    }
+    text
+}
+
+/// The paths an attempt's record says were cleared before the next attempt.
+pub fn cleared(attempt: &Value) -> Vec<&str> {
+    attempt["cleared"]
+        .as_array()
+        .expect("cleared")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// `docker run -d --rm --init --network none` of `image` running `sleep SECS`, named `name`
+/// and labelled as arbiter's: the output of `docker run`.
+pub fn offline_container(name: &str, image: &str, secs: &str) -> Output {
+    Command::new("docker")
+        .args(["run", "-d", "--rm", "--init", "--network", "none"])
+        .args(["--label", "arbiter.managed=true", "--name", name])
+        .args([image, "sleep", secs])
+        .output()
+        .expect("docker run")
 }

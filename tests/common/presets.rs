@@ -120,3 +120,107 @@ pub fn assert_no_secret_in(dir: &Path) {
         assert_no_secret_text(&file.display().to_string(), &text);
     }
 }
+
+/// A running `arbiter run --quiet ARGS --job-dir DIR -c CONFIG` with the fake keys in its
+/// environment, its stdout and stderr drained on threads so that it never blocks on a full
+/// pipe.
+pub struct KeyedRun {
+    pub child: std::process::Child,
+    stdout: std::thread::JoinHandle<Vec<u8>>,
+    stderr: std::thread::JoinHandle<Vec<u8>>,
+}
+
+impl KeyedRun {
+    pub fn start(args: &[&str], dir: &Path, config: &Path) -> KeyedRun {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_arbiter"))
+            .args(["run", "--quiet"])
+            .args(args)
+            .arg("--job-dir")
+            .arg(dir)
+            .arg("-c")
+            .arg(config)
+            .env("OPENAI_API_KEY", FAKE_OPENAI_KEY)
+            .env("ANTHROPIC_API_KEY", FAKE_ANTHROPIC_KEY)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run arbiter");
+        let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut b = Vec::new();
+                pipe.read_to_end(&mut b).ok();
+                b
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+        let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+        KeyedRun {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Its output, once it ended with `status`.
+    pub fn output(self, status: std::process::ExitStatus) -> std::process::Output {
+        std::process::Output {
+            status,
+            stdout: self.stdout.join().expect("stdout thread"),
+            stderr: self.stderr.join().expect("stderr thread"),
+        }
+    }
+}
+
+/// A job under `dir` of every preset on `exact-deliverable`, without retries, whose providers
+/// (OpenAI's and Anthropic's, with the fake keys from the environment, no retries) point at a
+/// port of 127.0.0.1 nothing listens on.
+pub fn unreachable_models_job(dir: &Path) -> std::path::PathBuf {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let agents: String = PresetKind::ALL
+        .iter()
+        .map(|kind| {
+            let provider = if *kind == PresetKind::ClaudeCode {
+                "anthropic"
+            } else {
+                "openai"
+            };
+            format!(
+                "  - {{name: {k}, kind: {k}, model: {{provider: {provider}, name: some-model}}}}\n",
+                k = kind.name()
+            )
+        })
+        .collect();
+    super::write_job(
+        dir,
+        &format!(
+            "tasks: [{}]\nretries: {{max: 0, backoff_sec: 0}}\nmodels:\n  - {{name: openai, api: openai, base_url: 'http://127.0.0.1:{port}/v1', api_key: '${{OPENAI_API_KEY}}', retry: {{max: 0}}}}\n  - {{name: anthropic, api: anthropic, base_url: 'http://127.0.0.1:{port}', api_key: '${{ANTHROPIC_API_KEY}}', retry: {{max: 0}}}}\nagents:\n{agents}",
+            task_dir("exact-deliverable")
+        ),
+    )
+}
+
+/// Whether claude-code is in the host's agent cache (a skip message when not).
+pub fn claude_code_cached() -> bool {
+    let cache = AgentCache::from_env().expect("cache");
+    let kind = PresetKind::ClaudeCode;
+    let cached = cache.lookup(kind.name(), kind.pinned_version()).is_ok();
+    if !cached {
+        eprintln!("skipped: claude-code is not in the agent cache (scripts/agents)");
+    }
+    cached
+}
+
+/// No file under `dir` holds a trial token.
+pub fn assert_no_token_in(dir: &Path) {
+    for file in files_under(dir) {
+        let text = String::from_utf8_lossy(&std::fs::read(&file).expect("read")).into_owned();
+        assert!(
+            !holds_token(&text),
+            "{} holds a trial token",
+            file.display()
+        );
+    }
+}
