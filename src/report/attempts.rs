@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::markup::esc;
 use super::model::{Report, tokens, usd};
-use super::text::pct;
+use super::text::{by_attempts, pct};
 
 /// The report's "Goal continuation" section, when any arm ran with `continuation`.
 pub(crate) fn continuation_section(r: &Report) -> Option<String> {
@@ -28,19 +28,7 @@ pub(crate) fn continuation_section(r: &Report) -> Option<String> {
                 c.trials.to_string(),
                 format!("{:.2}", c.mean_attempts),
                 c.budget_limited.to_string(),
-                c.by_attempts
-                    .iter()
-                    .map(|row| {
-                        format!(
-                            "{}: {}/{} ({})",
-                            row.attempts,
-                            row.passed,
-                            row.trials,
-                            pct(row.pass_rate)
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                by_attempts(&c.by_attempts),
             ),
             None => (
                 "0".to_string(),

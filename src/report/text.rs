@@ -158,6 +158,22 @@ pub(crate) fn usage_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<S
     rows
 }
 
+/// The pass rate by attempts used, one `attempts: passed/trials (rate)` per row.
+pub(crate) fn by_attempts(rows: &[super::model::AttemptsRow]) -> String {
+    rows.iter()
+        .map(|row| {
+            format!(
+                "{}: {}/{} ({})",
+                row.attempts,
+                row.passed,
+                row.trials,
+                pct(row.pass_rate)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The goal-continuation table (header first), one row per arm with continued trials:
 /// attempts used (mean), trials the limit ended, and the pass rate by attempts used.
 pub(crate) fn continuation_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
@@ -170,25 +186,12 @@ pub(crate) fn continuation_rows(r: &Report, name: &dyn Fn(&str) -> String) -> Ve
     ])];
     for a in &r.arms {
         let Some(c) = &a.continuation else { continue };
-        let by: Vec<String> = c
-            .by_attempts
-            .iter()
-            .map(|row| {
-                format!(
-                    "{}: {}/{} ({})",
-                    row.attempts,
-                    row.passed,
-                    row.trials,
-                    pct(row.pass_rate)
-                )
-            })
-            .collect();
         rows.push(vec![
             name(&a.arm),
             c.trials.to_string(),
             format!("{:.2}", c.mean_attempts),
             c.budget_limited.to_string(),
-            by.join(", "),
+            by_attempts(&c.by_attempts),
         ]);
     }
     rows

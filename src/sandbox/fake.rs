@@ -9,7 +9,6 @@
 //! Over 600 lines: a whole in-memory backend (files, freeze, changes, scripted execs, failures) so trial and job logic can be tested without an engine.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -452,14 +451,15 @@ fn pack(files: &BTreeMap<String, Vec<u8>>, path: &str) -> Option<Vec<u8>> {
 }
 
 impl FakeSandbox {
-    /// A download of the whole subtree at `path`.
+    /// A download of the whole subtree at the path.
     async fn download_whole(
         &self,
         id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
+        want: Download<'_>,
     ) -> Result<Fetched, SandboxError> {
+        let Download {
+            path, to, limit, ..
+        } = want;
         self.enter(Op::Download, path).await?;
         {
             let mut state = self.lock();
@@ -653,9 +653,7 @@ impl Sandbox for FakeSandbox {
         id: &ContainerId,
         want: Download<'_>,
     ) -> Result<Fetched, SandboxError> {
-        let got = self
-            .download_whole(id, want.path, want.to, want.limit)
-            .await?;
+        let got = self.download_whole(id, want).await?;
         match want.extent {
             Extent::Whole => Ok(got),
             Extent::Entry => super::first_entry_of(got, want.to),

@@ -5,7 +5,23 @@ use std::path::Path;
 
 use tokio::io::AsyncWriteExt;
 
-use super::SandboxError;
+use super::{ExecEnd, ExecOutcome, SandboxError};
+
+/// What an exec did, from how it ended and its two sinks.
+pub(crate) fn exec_outcome(
+    end: ExecEnd,
+    stdout: &CappedSink,
+    stderr: &CappedSink,
+    took: std::time::Duration,
+) -> ExecOutcome {
+    ExecOutcome {
+        end,
+        stdout_bytes: stdout.total,
+        stderr_bytes: stderr.total,
+        truncated: stdout.total > stdout.kept || stderr.total > stderr.kept,
+        seconds: took.as_secs_f64(),
+    }
+}
 
 /// A file that keeps the first `cap` bytes written to it and counts the rest.
 pub(crate) struct CappedSink {

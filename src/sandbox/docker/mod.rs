@@ -385,13 +385,12 @@ impl DockerSandbox {
             (false, Some(code)) => ExecEnd::Exited(code),
             (false, None) => ExecEnd::Killed { oom: false },
         };
-        Ok(ExecOutcome {
+        Ok(crate::sandbox::sink::exec_outcome(
             end,
-            stdout_bytes: stdout.total,
-            stderr_bytes: stderr.total,
-            truncated: stdout.total > stdout.kept || stderr.total > stderr.kept,
-            seconds: started.elapsed().as_secs_f64(),
-        })
+            &stdout,
+            &stderr,
+            started.elapsed(),
+        ))
     }
 }
 
@@ -645,14 +644,15 @@ impl DockerSandbox {
     /// container's layers on this host (off the async threads), when this backend has them
     /// and they answer; `None`: ask the engine (a failure to read them is logged, never the
     /// result).
-    /// The engine's archive of `path` (its whole subtree).
+    /// The engine's archive of the path (its whole subtree).
     async fn engine_archive(
         &self,
         id: &ContainerId,
-        path: &str,
-        to: &Path,
-        limit: u64,
+        want: Download<'_>,
     ) -> Result<Fetched, SandboxError> {
+        let Download {
+            path, to, limit, ..
+        } = want;
         let options = DownloadFromContainerOptionsBuilder::new()
             .path(path)
             .build();
@@ -1059,7 +1059,7 @@ impl Sandbox for DockerSandbox {
         if let Some(fetched) = self.archive_from_layer(id, build, path, to, limit).await {
             return Ok(fetched);
         }
-        let got = self.engine_archive(id, path, to, limit).await?;
+        let got = self.engine_archive(id, want).await?;
         match extent {
             Extent::Whole => Ok(got),
             Extent::Entry => crate::sandbox::first_entry_of(got, to),

@@ -503,13 +503,12 @@ impl KubernetesSandbox {
             RawEnd::TimedOut => ExecEnd::TimedOut,
             RawEnd::Cut => ExecEnd::Killed { oom: false },
         };
-        Ok(ExecOutcome {
+        Ok(crate::sandbox::sink::exec_outcome(
             end,
-            stdout_bytes: stdout.total,
-            stderr_bytes: stderr.total,
-            truncated: stdout.total > stdout.kept || stderr.total > stderr.kept,
-            seconds: started.elapsed().as_secs_f64(),
-        })
+            &stdout,
+            &stderr,
+            started.elapsed(),
+        ))
     }
 }
 
