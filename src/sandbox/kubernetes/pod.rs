@@ -216,7 +216,7 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
 }
 
 /// Runs as root (uid and gid 0), whatever the image's `USER`.
-fn root() -> SecurityContext {
+pub(super) fn root() -> SecurityContext {
     SecurityContext {
         run_as_user: Some(0),
         run_as_group: Some(0),
