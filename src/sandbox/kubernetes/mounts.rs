@@ -34,7 +34,7 @@ use super::error::KubeError;
 use super::exec::RawEnd;
 use super::images::Prepared;
 use super::names::IMAGE_BUSYBOX;
-use super::pod::root;
+use super::names::root;
 use super::transfer::download_failed;
 use crate::digest::sha256_hex;
 use crate::sandbox::toolbox::toolbox_argv;

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::SecurityContext;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::digest::sha256_hex;
@@ -46,6 +47,16 @@ pub(crate) fn annotated_labels(meta: &ObjectMeta) -> Option<BTreeMap<String, Str
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_LABELS))
         .and_then(|json| serde_json::from_str(json).ok())
+}
+
+/// Runs as root (uid and gid 0), whatever the image's `USER`.
+pub(super) fn root() -> SecurityContext {
+    SecurityContext {
+        run_as_user: Some(0),
+        run_as_group: Some(0),
+        run_as_non_root: Some(false),
+        ..Default::default()
+    }
 }
 
 /// Label naming the pod itself.

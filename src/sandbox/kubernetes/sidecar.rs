@@ -35,8 +35,8 @@ use super::error::{KubeError, api_status};
 use super::exec::{RawEnd, Sink, wrapped};
 use super::lifecycle::{FATAL_WAITING, PodState};
 use super::names::TOOLBOX_VOLUME;
+use super::names::root;
 use super::names::{dns_chars, random_suffix};
-use super::pod::root;
 use crate::sandbox::toolbox::{TOOLBOX_MOUNT, keepalive_argv, toolbox_argv};
 use crate::sandbox::{
     Base, ContainerId, ContainerSpec, ContainerStatus, ExecSpec, Health, HealthCommand, HealthSpec,
