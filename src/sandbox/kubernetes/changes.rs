@@ -21,9 +21,9 @@ use k8s_openapi::api::core::v1::{
 use tokio::sync::{Mutex, OnceCell};
 
 use super::KubernetesSandbox;
-use super::error::{KubeError, api_status};
+use super::error::KubeError;
 use super::exec::{RawEnd, Sink};
-use super::names::ANNOTATION_LABELS;
+use super::names::annotated_labels;
 use super::pod::MAIN;
 use super::walk::{STAT_FORMAT, Walk, compare, finish_paths, lossy};
 use crate::sandbox::toolbox::toolbox_argv;
@@ -94,13 +94,7 @@ pub(super) fn facts_of(got: &Pod) -> Option<PodFacts> {
         .map(|c| c.image_id.clone())
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| image.clone());
-    let labels = got
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_LABELS))
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_default();
+    let labels = annotated_labels(&got.metadata).unwrap_or_default();
     if node.is_empty() || image.is_empty() {
         return None;
     }
@@ -232,17 +226,7 @@ impl KubernetesSandbox {
         {
             return Ok(facts);
         }
-        let got: Pod = match self.pods().get(pod).await {
-            Ok(p) => p,
-            Err(e) if api_status(&e) == Some(404) => {
-                return Err(KubeError::PodGone {
-                    pod: pod.to_string(),
-                    why: "not found".to_string(),
-                }
-                .into());
-            }
-            Err(e) => return Err(KubeError::api("pod get")(e).into()),
-        };
+        let got = self.get_pod(pod).await?;
         facts_of(&got).ok_or_else(|| {
             KubeError::Exec {
                 pod: pod.to_string(),

@@ -27,10 +27,31 @@ use crate::sandbox::sink::CappedSink;
 use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{ExecEnd, ExecOutcome, ExecSpec, SandboxError};
 
+/// Shell lines that resolve the command `$1` through `PATH` as the engine does (the
+/// toolbox's busybox would otherwise run its own applet of that name): then `"$@"` starts
+/// with its path. A macro, not a const, so that `concat!` takes it into the scripts.
+macro_rules! resolve_command {
+    () => {
+        r#"c=$1
+case $c in
+  */*) ;;
+  *) p=
+    IFS=:; set -f
+    for d in $PATH; do [ -n "$d" ] || d=.; if [ -f "$d/$c" ] && [ -x "$d/$c" ]; then p=$d/$c; break; fi; done
+    unset IFS; set +f
+    [ -n "$p" ] || { echo "exec: \"$c\": executable file not found in \$PATH" >&2; exit 127; }
+    shift; set -- "$p" "$@";;
+esac
+"#
+    };
+}
+pub(super) use resolve_command;
+
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
 /// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
 /// base64 each, ending with `.`; `h`: the environment sets HOME), then the argv.
-const WRAPPER: &str = r#"B=/.arbiter/toolbox/busybox
+const WRAPPER: &str = concat!(
+    r#"B=/.arbiter/toolbox/busybox
 u=$1 wd=$2 fl=$3; shift 3
 case $fl in *e*)
   while IFS= read -r l; do
@@ -61,18 +82,11 @@ if [ -n "$u" ]; then
   case $fl in *h*) ;; *) [ -n "$home" ] && export HOME="$home";; esac
 fi
 if [ -n "$wd" ]; then cd "$wd" 2>/dev/null || { echo "cannot enter the working dir $wd" >&2; exit 126; }; fi
-c=$1
-case $c in
-  */*) ;;
-  *) p=
-    IFS=:; set -f
-    for d in $PATH; do [ -n "$d" ] || d=.; if [ -f "$d/$c" ] && [ -x "$d/$c" ]; then p=$d/$c; break; fi; done
-    unset IFS; set +f
-    [ -n "$p" ] || { echo "exec: \"$c\": executable file not found in \$PATH" >&2; exit 127; }
-    shift; set -- "$p" "$@";;
-esac
-if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
-exec $B nsenter -S "$uid" -G "$gid" "$@""#;
+"#,
+    resolve_command!(),
+    r#"if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
+exec $B nsenter -S "$uid" -G "$gid" "$@""#
+);
 
 /// How long connecting an exec may keep failing (a kubelet restarting answers "pod does not
 /// exist" for about a second) before it is an error.

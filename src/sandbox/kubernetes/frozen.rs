@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use super::KubernetesSandbox;
 use super::error::KubeError;
-use super::exec::{RawEnd, Sink};
+use super::exec::{RawEnd, resolve_command};
 use super::names::random_suffix;
 use super::pod::KEEPALIVE_MARKER;
 use super::registry::{Reference, Registry};
@@ -53,19 +53,13 @@ const REPLAYED: &str = "/.arbiter/scratch/replayed";
 /// PID 1 of a pod of a frozen filesystem: waits for [`REPLAYED`], then runs its arguments,
 /// the command found through the image's `PATH` as the engine would (the toolbox's shell
 /// would otherwise run its own applet of that name).
-const AWAIT_REPLAY: &str = r#"B=/.arbiter/toolbox/busybox
+const AWAIT_REPLAY: &str = concat!(
+    r#"B=/.arbiter/toolbox/busybox
 while [ ! -e /.arbiter/scratch/replayed ]; do $B usleep 50000; done
-c=$1
-case $c in
-  */*) ;;
-  *) p=
-    IFS=:; set -f
-    for d in $PATH; do [ -n "$d" ] || d=.; if [ -f "$d/$c" ] && [ -x "$d/$c" ]; then p=$d/$c; break; fi; done
-    unset IFS; set +f
-    [ -n "$p" ] || { echo "exec: \"$c\": executable file not found in \$PATH" >&2; exit 127; }
-    shift; set -- "$p" "$@";;
-esac
-exec "$@""#;
+"#,
+    resolve_command!(),
+    r#"exec "$@""#
+);
 
 /// Bytes of one archive read out of a pod, at most.
 const MAX_FROZEN_BYTES: u64 = 32 * 1024 * 1024 * 1024;
@@ -213,41 +207,14 @@ impl KubernetesSandbox {
             .map(|p| [b".", p.as_slice()].concat())
             .collect();
         let stdin = nul_list(&dotted);
-        let mut file = tokio::fs::File::create(to)
-            .await
-            .map_err(SandboxError::io(to))?;
-        let mut err = Vec::new();
-        let mut out = Sink::Limited {
-            file: &mut file,
-            path: to,
-            written: 0,
-            limit,
-            over: false,
-        };
-        let end = self
-            .run(
-                pod,
-                &argv,
-                Some(&stdin),
-                &mut out,
-                &mut Sink::Memory {
-                    buf: &mut err,
-                    cap: 64 * 1024,
-                },
-                (Some(ARCHIVE_DEADLINE), Duration::from_secs(2)),
-            )
+        let got = self
+            .tar_to_file(pod, &argv, Some(&stdin), to, limit, ARCHIVE_DEADLINE)
             .await?;
-        let Sink::Limited { written, over, .. } = out else {
-            unreachable!("the sink stays what it was made")
-        };
+        let (written, over, counted, stderr) = (got.written, got.over, got.counted, got.stderr);
+        let end = got.end?;
+        let mut file = got.file;
         use tokio::io::AsyncWriteExt;
         file.flush().await.map_err(SandboxError::io(to))?;
-        let stderr = String::from_utf8_lossy(&err);
-        let counted = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .and_then(|l| l.trim().parse::<u64>().ok());
         if over || end != RawEnd::Exited(0) || counted != Some(written) {
             return Err(KubeError::Transfer {
                 op: "freeze",

@@ -2,7 +2,6 @@
 //! start (a watch until Running, failing with the pod's events), the proofs before the agent
 //! starts, stop (every process but PID 1 killed; the OOM verdict), status, remove, list.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerState, Event, Pod};
@@ -13,7 +12,7 @@ use super::KubernetesSandbox;
 use super::ended::{Ended, ended};
 use super::error::{KubeError, api_status};
 use super::exec::RawEnd;
-use super::names::{ANNOTATION_LABELS, label_selector, pod_name, random_suffix};
+use super::names::{annotated_labels, label_selector, pod_name, random_suffix};
 use super::pod::{ANNOTATION_USER, MAIN, PodPlan, no_network_policy, pod_for};
 use crate::sandbox::handover::{HANDOVER_WAIT, KEEPALIVE_MARKER};
 use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
@@ -31,8 +30,8 @@ pub(super) const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// How long a pod's status may take to report that its container ended.
 const SETTLE_WAIT: Duration = Duration::from_secs(30);
 
-/// Waiting reasons that will not fix themselves.
-const FATAL_WAITING: &[&str] = &[
+/// Waiting reasons that will not fix themselves (a pod's containers' and ephemeral ones').
+pub(super) const FATAL_WAITING: &[&str] = &[
     "ErrImagePull",
     "ImagePullBackOff",
     "InvalidImageName",
@@ -505,18 +504,21 @@ impl KubernetesSandbox {
         &self,
         pod: &str,
     ) -> Result<Option<ContainerState>, SandboxError> {
-        let got = match self.pods().get(pod).await {
-            Ok(p) => p,
-            Err(e) if api_status(&e) == Some(404) => {
-                return Err(KubeError::PodGone {
-                    pod: pod.to_string(),
-                    why: "not found".to_string(),
-                }
-                .into());
-            }
-            Err(e) => return Err(KubeError::api("pod get")(e).into()),
-        };
+        let got = self.get_pod(pod).await?;
         Ok(main_status(&got).and_then(|s| s.state.clone()))
+    }
+
+    /// The pod `pod` as the API has it now; one that is gone is [`KubeError::PodGone`].
+    pub(super) async fn get_pod(&self, pod: &str) -> Result<Pod, SandboxError> {
+        match self.pods().get(pod).await {
+            Ok(p) => Ok(p),
+            Err(e) if api_status(&e) == Some(404) => Err(KubeError::PodGone {
+                pod: pod.to_string(),
+                why: "not found".to_string(),
+            }
+            .into()),
+            Err(e) => Err(KubeError::api("pod get")(e).into()),
+        }
     }
 
     /// How the pod ended, if it did (deleted, evicted, or its container ended): `None`
@@ -685,12 +687,7 @@ impl KubernetesSandbox {
             .into_iter()
             .filter_map(|p| {
                 let name = p.metadata.name.clone()?;
-                let labels: BTreeMap<String, String> = p
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(ANNOTATION_LABELS))
-                    .and_then(|json| serde_json::from_str(json).ok())
+                let labels = annotated_labels(&p.metadata)
                     .unwrap_or_else(|| p.metadata.labels.clone().unwrap_or_default());
                 selector.matches(&labels).then_some(Listed {
                     resource: Resource::Container(ContainerId::new(name)),

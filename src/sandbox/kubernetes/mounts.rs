@@ -24,7 +24,7 @@ use std::sync::Arc;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, ResourceRequirements, SecurityContext, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tokio::sync::OnceCell;
@@ -34,6 +34,8 @@ use super::error::KubeError;
 use super::exec::RawEnd;
 use super::images::Prepared;
 use super::names::IMAGE_BUSYBOX;
+use super::names::root;
+use super::transfer::download_failed;
 use crate::digest::sha256_hex;
 use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{ContainerId, ContainerLimits, Fetched, Mount, SandboxError, dir_to_tar};
@@ -110,12 +112,7 @@ pub(super) fn pod_parts(
                 requests: Some(amounts(asked)),
                 ..Default::default()
             }),
-            security_context: Some(SecurityContext {
-                run_as_user: Some(0),
-                run_as_group: Some(0),
-                run_as_non_root: Some(false),
-                ..Default::default()
-            }),
+            security_context: Some(root()),
             volume_mounts: Some(vec![VolumeMount {
                 name: volume,
                 mount_path: INIT_TARGET.to_string(),
@@ -360,14 +357,7 @@ impl KubernetesSandbox {
         let fetched = self
             .download_tar(pod, &m.container, &archive, READBACK_LIMIT, false)
             .await?;
-        let failed = |message: String| -> SandboxError {
-            KubeError::Transfer {
-                op: "download",
-                pod: pod.to_string(),
-                message,
-            }
-            .into()
-        };
+        let failed = |message: String| download_failed(pod, message);
         match fetched {
             Fetched::Archive { .. } => {}
             Fetched::NotFound => return Err(failed(format!("{} is gone", m.container))),

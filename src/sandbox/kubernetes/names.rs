@@ -8,6 +8,9 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::SecurityContext;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 use crate::digest::sha256_hex;
 use crate::sandbox::{LABEL_JOB, LABEL_MANAGED, LABEL_TRIAL, Role, Selector};
 
@@ -36,6 +39,26 @@ pub(super) fn is_sidecar(id: &str) -> bool {
 
 /// Annotation holding an object's owner labels exactly (JSON object).
 pub(crate) const ANNOTATION_LABELS: &str = "arbiter.labels";
+
+/// An object's owner labels as its [`ANNOTATION_LABELS`] has them (`None`: no such annotation,
+/// or not a JSON object of strings).
+pub(crate) fn annotated_labels(meta: &ObjectMeta) -> Option<BTreeMap<String, String>> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LABELS))
+        .and_then(|json| serde_json::from_str(json).ok())
+}
+
+/// Runs as root (uid and gid 0), whatever the image's `USER`.
+pub(super) fn root() -> SecurityContext {
+    SecurityContext {
+        run_as_user: Some(0),
+        run_as_group: Some(0),
+        run_as_non_root: Some(false),
+        ..Default::default()
+    }
+}
+
 /// Label naming the pod itself.
 pub(crate) const LABEL_POD: &str = "arbiter.pod";
 /// Label of a pod with network `none` (value [`NETWORK_NONE`]): what the namespace's
@@ -85,19 +108,21 @@ pub(crate) fn label_selector(selector: &Selector) -> String {
     }
 }
 
+/// `s` in a DNS label's characters: ASCII letters and digits lower-cased, anything else `-`.
+pub(super) fn dns_chars(s: &str) -> impl Iterator<Item = char> + '_ {
+    s.chars().map(|c| {
+        if c.is_ascii_alphanumeric() {
+            c.to_ascii_lowercase()
+        } else {
+            '-'
+        }
+    })
+}
+
 /// A pod name: `arb-`, a readable part of the trial id, the role, and `suffix` (random hex):
 /// at most 63 characters of `[a-z0-9-]`, alphanumeric at both ends.
 pub(crate) fn pod_name(trial: &str, role: Role, suffix: &str) -> String {
-    let mut readable: String = trial
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let mut readable: String = dns_chars(trial).collect();
     while readable.contains("--") {
         readable = readable.replace("--", "-");
     }

@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use super::config::Resolved;
 use super::names::{
     ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, NETWORK_NONE, NO_NETWORK_POLICY, object_labels,
+    root,
 };
 use crate::sandbox::toolbox::{TOOLBOX_MOUNT, keepalive_argv};
 use crate::sandbox::{
@@ -213,16 +214,6 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
         }),
         status: None,
     })
-}
-
-/// Runs as root (uid and gid 0), whatever the image's `USER`.
-fn root() -> SecurityContext {
-    SecurityContext {
-        run_as_user: Some(0),
-        run_as_group: Some(0),
-        run_as_non_root: Some(false),
-        ..Default::default()
-    }
 }
 
 /// The harness init container's CPU limit.

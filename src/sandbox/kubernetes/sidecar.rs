@@ -27,17 +27,16 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{
-    ContainerState, EnvVar, EphemeralContainer, Pod, SecurityContext, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{ContainerState, EnvVar, EphemeralContainer, Pod, VolumeMount};
 use kube::api::{Patch, PatchParams};
 
 use super::KubernetesSandbox;
 use super::error::{KubeError, api_status};
 use super::exec::{RawEnd, Sink, wrapped};
-use super::lifecycle::PodState;
+use super::lifecycle::{FATAL_WAITING, PodState};
 use super::names::TOOLBOX_VOLUME;
-use super::names::random_suffix;
+use super::names::root;
+use super::names::{dns_chars, random_suffix};
 use crate::sandbox::toolbox::{TOOLBOX_MOUNT, keepalive_argv, toolbox_argv};
 use crate::sandbox::{
     Base, ContainerId, ContainerSpec, ContainerStatus, ExecSpec, Health, HealthCommand, HealthSpec,
@@ -51,17 +50,6 @@ const START_DEADLINE: Duration = Duration::from_secs(300);
 /// How long a stopped sidecar may take to be reported ended.
 const STOP_WAIT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(250);
-
-/// Waiting reasons of an ephemeral container that will not fix themselves.
-const FATAL_WAITING: &[&str] = &[
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "ErrImageNeverPull",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-];
 
 pub(super) use super::names::{is_sidecar, target};
 
@@ -130,19 +118,30 @@ impl HealthTracker {
     }
 }
 
+/// The exec wrapper's argv that runs `argv` as `user` (`None`: `default_user`), with no
+/// environment or working dir of its own.
+fn wrapped_argv(
+    argv: Vec<String>,
+    user: Option<String>,
+    default_user: Option<&str>,
+) -> Vec<String> {
+    let spec = ExecSpec {
+        argv,
+        env: Vec::new(),
+        user,
+        workdir: None,
+        stdout: None,
+        stderr: None,
+        cap_bytes: 0,
+        timeout: None,
+        grace: Duration::ZERO,
+    };
+    wrapped(&spec, default_user).0
+}
+
 /// The ephemeral container's name: `svc-<service>-<random>`, a DNS label.
 fn container_name(service: &str) -> String {
-    let readable: String = service
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .take(40)
-        .collect();
+    let readable: String = dns_chars(service).take(40).collect();
     let readable = readable.trim_matches('-');
     if readable.is_empty() {
         format!("svc-{}", random_suffix())
@@ -190,19 +189,7 @@ fn ephemeral(
     spec: &ContainerSpec,
     argv: Vec<String>,
 ) -> EphemeralContainer {
-    let user = spec.start.user.clone();
-    let child = ExecSpec {
-        argv,
-        env: Vec::new(),
-        user,
-        workdir: None,
-        stdout: None,
-        stderr: None,
-        cap_bytes: 0,
-        timeout: None,
-        grace: Duration::ZERO,
-    };
-    let (child_argv, _) = wrapped(&child, None);
+    let child_argv = wrapped_argv(argv, spec.start.user.clone(), None);
     let mut command = toolbox_argv("sh", &["-c", SUPERVISE, "arbiter-sidecar"]);
     command.extend(child_argv);
     EphemeralContainer {
@@ -220,12 +207,7 @@ fn ephemeral(
                 .collect(),
         ),
         working_dir: spec.workdir.clone(),
-        security_context: Some(SecurityContext {
-            run_as_user: Some(0),
-            run_as_group: Some(0),
-            run_as_non_root: Some(false),
-            ..Default::default()
-        }),
+        security_context: Some(root()),
         volume_mounts: Some(vec![VolumeMount {
             name: TOOLBOX_VOLUME.to_string(),
             mount_path: TOOLBOX_MOUNT.to_string(),
@@ -443,15 +425,7 @@ impl KubernetesSandbox {
     /// The ephemeral container's state; a pod that is gone is [`KubeError::PodGone`].
     async fn sidecar_state(&self, id: &str) -> Result<Option<ContainerState>, SandboxError> {
         let (pod, name) = target(id);
-        match self.pods().get(pod).await {
-            Ok(p) => Ok(state_of(&p, name)),
-            Err(e) if api_status(&e) == Some(404) => Err(KubeError::PodGone {
-                pod: pod.to_string(),
-                why: "not found".to_string(),
-            }
-            .into()),
-            Err(e) => Err(KubeError::api("pod get")(e).into()),
-        }
+        Ok(state_of(&self.get_pod(pod).await?, name))
     }
 
     /// [`Sandbox::status`](crate::sandbox::Sandbox::status) of a sidecar: how it ended, or
@@ -506,18 +480,7 @@ impl KubernetesSandbox {
             .unwrap_or(DEFAULT_TIMEOUT)
             .max(Duration::from_secs(1));
         let user = self.default_user(id).await;
-        let check = ExecSpec {
-            argv,
-            env: Vec::new(),
-            user: None,
-            workdir: None,
-            stdout: None,
-            stderr: None,
-            cap_bytes: 0,
-            timeout: None,
-            grace: Duration::ZERO,
-        };
-        let (inner, _) = wrapped(&check, user.as_deref());
+        let inner = wrapped_argv(argv, None, user.as_deref());
         let secs = timeout.as_secs_f64().ceil().to_string();
         let mut argv = toolbox_argv("timeout", &["-s", "KILL", &secs]);
         argv.extend(inner);

@@ -159,64 +159,29 @@ impl KubernetesSandbox {
         self.await_started(pod).await?;
         let flags = if entry_only { "--no-recursion" } else { "" };
         let argv = toolbox_argv("sh", &["-c", DOWNLOAD, "arbiter-download", path, flags]);
-        let mut file = tokio::fs::File::create(to)
-            .await
-            .map_err(SandboxError::io(to))?;
-        let mut err = Vec::new();
-        let mut out = Sink::Limited {
-            file: &mut file,
-            path: to,
-            written: 0,
-            limit,
-            over: false,
-        };
-        let end = self
-            .run(
-                pod,
-                &argv,
-                None,
-                &mut out,
-                &mut Sink::Memory {
-                    buf: &mut err,
-                    cap: 64 * 1024,
-                },
-                (Some(TRANSFER_DEADLINE), Duration::from_secs(2)),
-            )
-            .await;
-        let Sink::Limited { written, over, .. } = out else {
-            unreachable!("the sink stays what it was made")
-        };
+        let got = self
+            .tar_to_file(pod, &argv, None, to, limit, TRANSFER_DEADLINE)
+            .await?;
+        let (written, counted, stderr) = (got.written, got.counted, got.stderr);
         let discard = |to: &Path| {
             let _ = std::fs::remove_file(to);
         };
-        let end = match end {
+        let end = match got.end {
             Ok(end) => end,
             Err(e) => {
                 discard(to);
                 return Err(e);
             }
         };
-        if over {
+        if got.over {
             discard(to);
             return Ok(Fetched::TooLarge { limit });
         }
+        let mut file = got.file;
         use tokio::io::AsyncWriteExt;
         file.flush().await.map_err(SandboxError::io(to))?;
         drop(file);
-        let stderr = String::from_utf8_lossy(&err);
-        let counted = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .and_then(|l| l.trim().parse::<u64>().ok());
-        let failed = |message: String| -> SandboxError {
-            KubeError::Transfer {
-                op: "download",
-                pod: pod.to_string(),
-                message,
-            }
-            .into()
-        };
+        let failed = |message: String| download_failed(pod, message);
         match end {
             RawEnd::Exited(0) if counted == Some(written) => {
                 Ok(Fetched::Archive { bytes: written })
@@ -247,4 +212,82 @@ impl KubernetesSandbox {
             }
         }
     }
+
+    /// Runs `argv`, a `tar` whose last line on stderr is the count of bytes it sent, with its
+    /// stdout into a new file `to` of at most `limit` bytes (the file is not flushed).
+    pub(super) async fn tar_to_file(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+        to: &Path,
+        limit: u64,
+        deadline: Duration,
+    ) -> Result<Received, SandboxError> {
+        let mut file = tokio::fs::File::create(to)
+            .await
+            .map_err(SandboxError::io(to))?;
+        let mut err = Vec::new();
+        let mut out = Sink::Limited {
+            file: &mut file,
+            path: to,
+            written: 0,
+            limit,
+            over: false,
+        };
+        let end = self
+            .run(
+                pod,
+                argv,
+                stdin,
+                &mut out,
+                &mut Sink::Memory {
+                    buf: &mut err,
+                    cap: 64 * 1024,
+                },
+                (Some(deadline), Duration::from_secs(2)),
+            )
+            .await;
+        let Sink::Limited { written, over, .. } = out else {
+            unreachable!("the sink stays what it was made")
+        };
+        let stderr = String::from_utf8_lossy(&err).into_owned();
+        let counted = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.trim().parse::<u64>().ok());
+        Ok(Received {
+            file,
+            end,
+            written,
+            over,
+            counted,
+            stderr,
+        })
+    }
+}
+
+/// What [`KubernetesSandbox::tar_to_file`] received.
+pub(super) struct Received {
+    /// The file, not flushed yet.
+    pub file: tokio::fs::File,
+    pub end: Result<RawEnd, SandboxError>,
+    /// Bytes written to the file.
+    pub written: u64,
+    /// More than the limit came (the rest was not written).
+    pub over: bool,
+    /// The bytes the pod counted, from the last line of its stderr.
+    pub counted: Option<u64>,
+    pub stderr: String,
+}
+
+/// A failed download from `pod`.
+pub(super) fn download_failed(pod: &str, message: String) -> SandboxError {
+    KubeError::Transfer {
+        op: "download",
+        pod: pod.to_string(),
+        message,
+    }
+    .into()
 }

@@ -31,7 +31,7 @@
 //! The first trial of a spec creates its own pod (and starts the pool); a job whose trials
 //! all start at once gains nothing, a job whose trials come in waves gains from the second.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -41,7 +41,9 @@ use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
 use super::error::api_status;
-use super::names::{ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, object_labels, random_suffix};
+use super::names::{
+    ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, annotated_labels, object_labels, random_suffix,
+};
 use super::starting::StartSlots;
 use crate::digest::sha256_hex;
 use crate::sandbox::{LABEL_ROLE, LABEL_TRIAL};
@@ -72,13 +74,7 @@ pub(crate) fn spec_key(pod: &Pod) -> String {
 pub(crate) fn warm_pod_of(trial_pod: &Pod, key: &str) -> Pod {
     let mut pod = trial_pod.clone();
     let name = format!("arb-warm-{}-{}", &key[..12], random_suffix());
-    let mut owner: BTreeMap<String, String> = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_LABELS))
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_default();
+    let mut owner = annotated_labels(&pod.metadata).unwrap_or_default();
     owner.remove(LABEL_TRIAL);
     owner.insert(LABEL_ROLE.to_string(), ROLE_WARM.to_string());
     owner.insert(LABEL_WARM.to_string(), key.to_string());
@@ -414,6 +410,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Container, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::collections::BTreeMap;
 
     fn trial_pod(trial: &str, image: &str) -> Pod {
         let owner = BTreeMap::from([
