@@ -594,7 +594,7 @@ impl Availability {
 
 /// The operations a trial needs from a backend. Object-safe: the backend is chosen once and
 /// erased (`Arc<dyn Sandbox>`); every wrapper ([`Cancellable`]) and backend implements every
-/// method (tests/architecture.rs checks the wrappers).
+/// method (`sandbox::cancel`'s unit test checks the wrapper).
 #[async_trait::async_trait]
 pub trait Sandbox: Send + Sync + 'static {
     /// The backend's name, as records give it (`sandbox.backend`).
