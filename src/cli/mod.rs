@@ -356,7 +356,7 @@ fn init_tracing() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // Masks every secret a trial resolved, whatever the level (bollard logs request
+        // Masks every secret a trial resolved, whatever the level (the engine client logs request
         // bodies, exec env included, at debug).
         .with_writer(|| crate::trial::scrub::ScrubbingWriter(std::io::stderr()))
         .with_target(false)

@@ -105,14 +105,6 @@ impl SandboxError {
         )
     }
 
-    /// The wing's own error, when this is one of type `E` (for the wing that made it).
-    pub(crate) fn wing_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
-        match self {
-            SandboxError::Backend { source, .. } => source.downcast_ref::<E>(),
-            _ => None,
-        }
-    }
-
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SandboxError {
         let path = path.into();
         move |source| SandboxError::Io { path, source }

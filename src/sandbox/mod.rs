@@ -586,12 +586,6 @@ pub enum Availability {
     Unavailable(String),
 }
 
-impl Availability {
-    pub fn is_available(&self) -> bool {
-        matches!(self, Availability::Available)
-    }
-}
-
 /// The operations a trial needs from a backend. Object-safe: the backend is chosen once and
 /// erased (`Arc<dyn Sandbox>`); every wrapper ([`Cancellable`]) and backend implements every
 /// method (`sandbox::cancel`'s unit test checks the wrapper).

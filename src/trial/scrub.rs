@@ -2,7 +2,7 @@
 //! under the trial directory (an agent that echoed its key, a tool that saved its config in the
 //! control root) is replaced by `***`, in file contents and in file names. Secrets are also
 //! registered process-wide so that the log writer ([`ScrubbingWriter`]) masks them at every
-//! `RUST_LOG` level (bollard logs request bodies, exec env included, at debug and trace).
+//! `RUST_LOG` level (the engine client logs request bodies, exec env included, at debug and trace).
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

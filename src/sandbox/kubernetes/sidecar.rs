@@ -39,8 +39,8 @@ use super::names::root;
 use super::names::{dns_chars, random_suffix};
 use crate::sandbox::toolbox::{TOOLBOX_MOUNT, keepalive_argv, toolbox_argv};
 use crate::sandbox::{
-    Base, ContainerId, ContainerSpec, ContainerStatus, ExecSpec, Health, HealthCommand, HealthSpec,
-    LABEL_SERVICE, Process, SandboxError, Stopped,
+    Base, ContainerId, ContainerSpec, ContainerStatus, ExecSpec, Fault, Health, HealthCommand,
+    HealthSpec, LABEL_SERVICE, Process, SandboxError, Stopped,
 };
 
 /// PID 1 of a sidecar: runs its argv (`"$@"`) as a child and ends with the child's status.
@@ -550,7 +550,10 @@ impl KubernetesSandbox {
                 Ok(())
             }
             Ok(_) => Ok(()),
-            Err(e) if matches!(e.wing_error(), Some(KubeError::PodGone { .. })) => Ok(()),
+            // The pod is gone (PodGone, a 404): so is the sidecar.
+            Err(SandboxError::Backend {
+                fault: Fault::Gone, ..
+            }) => Ok(()),
             Err(e) => Err(e),
         }
     }
