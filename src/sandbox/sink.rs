@@ -64,6 +64,21 @@ impl CappedSink {
         Ok(())
     }
 
+    /// The file the kept bytes go to, if any.
+    pub(crate) fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Flush what was written so far to the file.
+    pub(crate) async fn flush(&mut self) -> Result<(), SandboxError> {
+        if let Some(file) = self.file.as_mut() {
+            file.flush()
+                .await
+                .map_err(SandboxError::io(self.path.clone().unwrap_or_default()))?;
+        }
+        Ok(())
+    }
+
     pub(crate) async fn finish(&mut self) -> Result<(), SandboxError> {
         if let Some(file) = self.file.as_mut() {
             if self.total > self.kept {

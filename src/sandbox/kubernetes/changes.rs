@@ -300,9 +300,9 @@ impl KubernetesSandbox {
     /// Walk the pod's root filesystem.
     pub(super) async fn walk(&self, pod: &str) -> Result<Walk, SandboxError> {
         let argv = toolbox_argv("sh", &["-c", WALK, "arbiter-walk", STAT_FORMAT]);
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let end = self
-            .run(
+        let mut out = Vec::new();
+        let kept = self
+            .run_kept(
                 pod,
                 &argv,
                 None,
@@ -310,13 +310,11 @@ impl KubernetesSandbox {
                     buf: &mut out,
                     cap: MAX_WALK_BYTES,
                 },
-                &mut Sink::Memory {
-                    buf: &mut err,
-                    cap: 64 * 1024,
-                },
+                64 * 1024,
                 (Some(WALK_DEADLINE), Duration::from_secs(1)),
             )
             .await?;
+        let (end, err) = (kept.end, kept.err);
         let failed = |message: String| -> SandboxError {
             KubeError::Exec {
                 pod: pod.to_string(),
@@ -330,7 +328,7 @@ impl KubernetesSandbox {
                 String::from_utf8_lossy(&err).trim()
             )));
         }
-        if out.len() >= MAX_WALK_BYTES {
+        if kept.over || out.len() >= MAX_WALK_BYTES {
             return Err(failed(format!("over {MAX_WALK_BYTES} bytes of listing")));
         }
         Walk::parse(&out).map_err(failed)

@@ -49,10 +49,18 @@ pub(super) use resolve_command;
 
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
 /// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
-/// base64 each, ending with `.`; `h`: the environment sets HOME), then the argv.
+/// base64 each, ending with `.`; `h`: the environment sets HOME), `$4` the stem of the files
+/// that keep the output in the pod (empty: none), `$5` the bytes of each stream kept, then
+/// the argv.
+///
+/// Kept (`kept.rs`), the command's stdout and stderr go through `tee` both to the exec's
+/// streams and to a reader that keeps their first `$5` bytes (and drains the rest); once the
+/// command ended, the facts line (exit code, sizes and sha256 of what was kept) ends stderr
+/// after a `\x1f`. The wrapper and its tees ignore SIGTERM (the deadline's), so that what a
+/// command writes in its grace period is kept too; the command itself gets it.
 const WRAPPER: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox
-u=$1 wd=$2 fl=$3; shift 3
+u=$1 wd=$2 fl=$3 _k=$4 _cap=$5; shift 5
 case $fl in *e*)
   while IFS= read -r l; do
     [ "$l" = . ] && break
@@ -84,8 +92,22 @@ fi
 if [ -n "$wd" ]; then cd "$wd" 2>/dev/null || { echo "cannot enter the working dir $wd" >&2; exit 126; }; fi
 "#,
     resolve_command!(),
-    r#"if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
-exec $B nsenter -S "$uid" -G "$gid" "$@""#
+    r#"if [ -z "$_k" ] || ! { : >"$_k.o" && : >"$_k.e" && $B mkfifo "$_k.po" "$_k.pe"; } 2>/dev/null; then
+  if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
+  exec $B nsenter -S "$uid" -G "$gid" "$@"
+fi
+trap '' TERM INT HUP
+{ $B head -c "$_cap" >"$_k.o"; $B cat >/dev/null; } <"$_k.po" &
+{ $B head -c "$_cap" >"$_k.e"; $B cat >/dev/null; } <"$_k.pe" &
+{ { ( trap - TERM INT HUP
+      if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
+      exec $B nsenter -S "$uid" -G "$gid" "$@" ); echo $? >"$_k.r"; } 2>&1 >&3 3>&- | $B tee "$_k.pe" >&2; } 3>&1 | $B tee "$_k.po"
+wait
+k=$_k; rc=$($B cat "$k.r" 2>/dev/null); rc=${rc:-125}; $B rm -f "$k.po" "$k.pe" "$k.r"
+"#,
+    super::kept::facts_line!(),
+    r#"
+printf '\037%s\n' "$f" >&2; exit "$rc""#
 );
 
 /// How long connecting an exec may keep failing (a kubelet restarting answers "pod does not
@@ -94,12 +116,21 @@ const CONNECT_RETRY: Duration = Duration::from_secs(8);
 /// How long the API may take to report the status once the streams ended.
 const STATUS_WAIT: Duration = Duration::from_secs(10);
 
+/// Bytes a [`Sink::Held`] holds back: more than a facts line.
+pub(super) const HOLD: usize = 256;
+
 /// Where a stream of an exec goes.
 pub(super) enum Sink<'a> {
     /// An [`ExecSpec`]'s capped file (or nothing).
     Capped(&'a mut CappedSink),
     /// Memory, at most `cap` bytes kept.
     Memory { buf: &'a mut Vec<u8>, cap: usize },
+    /// An [`ExecSpec`]'s capped file whose last [`HOLD`] bytes are held back until the end,
+    /// where the keeping wrapper's facts line is (`kept.rs`).
+    Held {
+        sink: &'a mut CappedSink,
+        held: Vec<u8>,
+    },
     /// A file of at most `limit` bytes: past it the exec is abandoned (`over` is set).
     Limited {
         file: &'a mut tokio::fs::File,
@@ -115,6 +146,15 @@ impl Sink<'_> {
     async fn take(&mut self, bytes: &[u8]) -> Result<bool, SandboxError> {
         match self {
             Sink::Capped(sink) => sink.write(bytes).await.map(|_| true),
+            Sink::Held { sink, held } => {
+                held.extend_from_slice(bytes);
+                if held.len() > HOLD {
+                    let pass = held.len() - HOLD;
+                    sink.write(&held[..pass]).await?;
+                    held.drain(..pass);
+                }
+                Ok(true)
+            }
             Sink::Memory { buf, cap } => {
                 let room = cap.saturating_sub(buf.len());
                 buf.extend_from_slice(&bytes[..room.min(bytes.len())]);
@@ -153,7 +193,7 @@ pub(super) enum RawEnd {
 
 /// The end of an exec whose pod ended under it: killed, when what ran in the pod ended it
 /// (the stop that follows reports how); the cluster's doing is an error.
-fn gone(pod: &str, how: Ended) -> Result<RawEnd, SandboxError> {
+pub(super) fn gone(pod: &str, how: Ended) -> Result<RawEnd, SandboxError> {
     match how {
         Ended::ByWorkload(_) => Ok(RawEnd::Cut),
         Ended::ByCluster(why) => Err(KubeError::PodGone {
@@ -193,8 +233,13 @@ pub(super) fn exit_code_of(status: &Status) -> Result<i64, String> {
 }
 
 /// The wrapped argv of an exec and the stdin it needs (the environment), for a container
-/// whose execs without a user run as `default_user`.
-pub(super) fn wrapped(spec: &ExecSpec, default_user: Option<&str>) -> (Vec<String>, Vec<u8>) {
+/// whose execs without a user run as `default_user`; `keep`: the stem of the files that keep
+/// its output in the pod.
+pub(super) fn wrapped(
+    spec: &ExecSpec,
+    default_user: Option<&str>,
+    keep: Option<&str>,
+) -> (Vec<String>, Vec<u8>) {
     use base64_lines::encode;
     let user = spec.user.as_deref().or(default_user).unwrap_or("");
     let user = if user == "root" || user == "0" || user == "0:0" {
@@ -222,6 +267,8 @@ pub(super) fn wrapped(spec: &ExecSpec, default_user: Option<&str>) -> (Vec<Strin
     argv.push(user.to_string());
     argv.push(spec.workdir.clone().unwrap_or_default());
     argv.push(flags);
+    argv.push(keep.unwrap_or("").to_string());
+    argv.push(spec.cap_bytes.to_string());
     argv.extend(spec.argv.iter().cloned());
     (argv, stdin)
 }
@@ -316,8 +363,30 @@ impl KubernetesSandbox {
         stdin: Option<&[u8]>,
         out: &mut Sink<'_>,
         err: &mut Sink<'_>,
-        (timeout, grace): (Option<Duration>, Duration),
+        limits: (Option<Duration>, Duration),
     ) -> Result<RawEnd, SandboxError> {
+        self.run_reporting(pod, argv, stdin, out, err, limits)
+            .await?
+            .map_err(|message| {
+                KubeError::Exec {
+                    pod: pod.to_string(),
+                    message,
+                }
+                .into()
+            })
+    }
+
+    /// [`run`](Self::run), an exec whose stream ended without its status while the pod still
+    /// runs being `Ok(Err(why))`: the command may still run, or have ended, in the pod.
+    pub(super) async fn run_reporting(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+        out: &mut Sink<'_>,
+        err: &mut Sink<'_>,
+        (timeout, grace): (Option<Duration>, Duration),
+    ) -> Result<Result<RawEnd, String>, SandboxError> {
         let mut process = self.attach(pod, argv, stdin.is_some()).await?;
         let mut stdout = process.stdout();
         let mut stderr = process.stderr();
@@ -394,23 +463,23 @@ impl KubernetesSandbox {
         }
         if stage > 0 {
             process.abort();
-            return Ok(RawEnd::TimedOut);
+            return Ok(Ok(RawEnd::TimedOut));
         }
         if cut {
             process.abort();
-            return Ok(RawEnd::Cut);
+            return Ok(Ok(RawEnd::Cut));
         }
         let got = match (early, status) {
             (Some(got), _) => Ok(got),
             (None, Some(status)) => tokio::time::timeout(STATUS_WAIT, status).await,
-            (None, None) => return Ok(RawEnd::Cut),
+            (None, None) => return Ok(Ok(RawEnd::Cut)),
         };
         match got {
             Ok(Some(status)) => match exit_code_of(&status) {
-                Ok(code) => Ok(RawEnd::Exited(code)),
+                Ok(code) => Ok(Ok(RawEnd::Exited(code))),
                 Err(message) => {
                     if let Some(how) = self.pod_ended(pod).await {
-                        return gone(pod, how);
+                        return gone(pod, how).map(Ok);
                     }
                     Err(KubeError::Exec {
                         pod: pod.to_string(),
@@ -424,17 +493,26 @@ impl KubernetesSandbox {
             // restarted) while the command may still run — the harness's failure, never the
             // agent's.
             Ok(None) | Err(_) => match self.pod_settled(pod).await {
-                Some(how) => gone(pod, how),
-                None => Err(KubeError::Exec {
-                    pod: pod.to_string(),
-                    message: "the exec stream ended without the command's status while the pod still runs (the connection through the apiserver and the kubelet was lost)".to_string(),
+                Some(how) => gone(pod, how).map(Ok),
+                None => {
+                    // Why the client's side of the stream ended, if it knows.
+                    let why =
+                        match tokio::time::timeout(Duration::from_secs(2), process.join()).await {
+                            Ok(Err(e)) => format!(": {e}"),
+                            Ok(Ok(())) => " (closed by the far side)".to_string(),
+                            Err(_) => String::new(),
+                        };
+                    tracing::warn!(pod, "an exec stream ended without its status{why}");
+                    Ok(Err(format!(
+                        "the exec stream ended without the command's status while the pod still runs (the connection through the apiserver and the kubelet was lost{why})"
+                    )))
                 }
-                .into()),
             },
         }
     }
 
-    /// A toolbox command as root, its output in memory (at most 1 MiB each), under `timeout`.
+    /// A toolbox command as root, its output in memory (at most 1 MiB each), under `timeout`:
+    /// kept in the pod and checked, so an exit comes with all of its output (`kept.rs`).
     pub(super) async fn harness(
         &self,
         pod: &str,
@@ -442,27 +520,21 @@ impl KubernetesSandbox {
         stdin: Option<&[u8]>,
         timeout: Duration,
     ) -> Result<(RawEnd, Vec<u8>, Vec<u8>), SandboxError> {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let end = {
-            let mut o = Sink::Memory {
-                buf: &mut out,
-                cap: 1 << 20,
-            };
-            let mut e = Sink::Memory {
-                buf: &mut err,
-                cap: 1 << 20,
-            };
-            self.run(
+        let mut out = Vec::new();
+        let kept = self
+            .run_kept(
                 pod,
                 argv,
                 stdin,
-                &mut o,
-                &mut e,
+                &mut Sink::Memory {
+                    buf: &mut out,
+                    cap: 1 << 20,
+                },
+                1 << 20,
                 (Some(timeout), Duration::from_secs(1)),
             )
-            .await?
-        };
-        Ok((end, out, err))
+            .await?;
+        Ok((kept.end, out, kept.err))
     }
 
     /// `kill SIGNAL -1` from the toolbox as root: every process of the container but PID 1
@@ -497,19 +569,73 @@ impl KubernetesSandbox {
     ) -> Result<ExecOutcome, SandboxError> {
         let started = Instant::now();
         let default_user = self.default_user(pod).await;
-        let (argv, stdin) = wrapped(spec, default_user.as_deref());
+        // A sidecar's container has no scratch volume to keep the output in.
+        let stem = (!super::names::is_sidecar(pod)).then(super::kept::new_stem);
+        let (argv, stdin) = wrapped(spec, default_user.as_deref(), stem.as_deref());
         let mut stdout = CappedSink::open(spec.stdout.as_deref(), spec.cap_bytes).await?;
         let mut stderr = CappedSink::open(spec.stderr.as_deref(), spec.cap_bytes).await?;
+        let mut err_sink = Sink::Held {
+            sink: &mut stderr,
+            held: Vec::new(),
+        };
+        let begun = tokio::time::Instant::now();
         let end = self
-            .run(
+            .run_reporting(
                 pod,
                 &argv,
                 (!stdin.is_empty()).then_some(&stdin[..]),
                 &mut Sink::Capped(&mut stdout),
-                &mut Sink::Capped(&mut stderr),
+                &mut err_sink,
                 (spec.timeout, spec.grace),
             )
-            .await?;
+            .await;
+        let Sink::Held { held, .. } = err_sink else {
+            unreachable!("the sink stays what it was made")
+        };
+        let end = match (end, stem) {
+            (Ok(Ok(end)), Some(stem)) => {
+                self.check_kept_exec(pod, stem, (end, None), &held, &mut stdout, &mut stderr)
+                    .await?;
+                end
+            }
+            // The stream lost the command's end: the pod's copy has it once it ended.
+            (Ok(Err(why)), Some(stem)) => {
+                let limits = (spec.timeout, spec.grace);
+                match self.await_facts(pod, &stem, begun, limits).await? {
+                    Some(facts) => {
+                        let end = RawEnd::Exited(facts.code);
+                        let known = (end, Some(facts));
+                        self.check_kept_exec(pod, stem, known, &held, &mut stdout, &mut stderr)
+                            .await?;
+                        end
+                    }
+                    None if spec.timeout.is_some() => {
+                        stderr.write(&held).await?;
+                        RawEnd::TimedOut
+                    }
+                    None => {
+                        return Err(KubeError::Exec {
+                            pod: pod.to_string(),
+                            message: why,
+                        }
+                        .into());
+                    }
+                }
+            }
+            (end, _) => {
+                stderr.write(&held).await?;
+                match end? {
+                    Ok(end) => end,
+                    Err(message) => {
+                        return Err(KubeError::Exec {
+                            pod: pod.to_string(),
+                            message,
+                        }
+                        .into());
+                    }
+                }
+            }
+        };
         stdout.finish().await?;
         stderr.finish().await?;
         let end = match end {
@@ -585,11 +711,14 @@ mod tests {
             timeout: None,
             grace: Duration::ZERO,
         };
-        let (argv, stdin) = wrapped(&spec, Some("agent"));
+        let (argv, stdin) = wrapped(&spec, Some("agent"), None);
         assert!(!argv.iter().any(|a| a.contains("s3cret")));
         assert_eq!(argv[0], "/.arbiter/toolbox/busybox");
         let tail: Vec<&str> = argv[5..].iter().map(String::as_str).collect();
-        assert_eq!(tail, ["agent", "/app", "e", "python3", "-c", "print(1)"]);
+        assert_eq!(
+            tail,
+            ["agent", "/app", "e", "", "10", "python3", "-c", "print(1)"]
+        );
         let text = String::from_utf8(stdin).unwrap();
         assert_eq!(
             text,
@@ -600,9 +729,10 @@ mod tests {
             env: Vec::new(),
             ..spec
         };
-        let (argv, stdin) = wrapped(&root, Some("agent"));
+        let (argv, stdin) = wrapped(&root, Some("agent"), Some("/k"));
         assert_eq!(argv[5], "", "root needs no switch");
         assert_eq!(argv[7], "-");
+        assert_eq!(argv[8], "/k", "the stem of the kept output");
         assert!(stdin.is_empty());
     }
 

@@ -34,14 +34,13 @@ use crate::sandbox::{
 };
 
 /// Reads NUL-terminated paths on stdin (absolute, with a `.` before each: relative to `/`,
-/// and none taken for an option); writes one archive of them (tar flags `$1`) to stdout, its
-/// byte count, counted on this side, ending stderr. `xargs` makes the argument list in linear
+/// and none taken for an option); writes one archive of them (tar flags `$1`) to stdout (kept
+/// in the pod and checked, `kept.rs`). `xargs` makes the argument list in linear
 /// time (a shell's `set -- "$@" p` per path is quadratic: a freeze of 40,000 paths was still
 /// in it after five minutes); `$2` is the number of paths, so that a list `xargs` cut in two
 /// (it must not: each batch is far below its `-s`) fails instead of making two archives.
 const ARCHIVE: &str = r#"B=/.arbiter/toolbox/busybox; f=$1 n=$2
-set -o pipefail
-{ $B xargs -0 -s 1048576 $B sh -c 'n=$0 f=$1; shift; [ $# = "$n" ] || { echo "the list was cut: $# of $n paths" >&2; exit 93; }; exec /.arbiter/toolbox/busybox tar -c -f - -C / $f "$@"' "$n" "$f" | $B tee /dev/fd/3 | $B wc -c >&2; } 3>&1"#;
+exec $B xargs -0 -s 1048576 $B sh -c 'n=$0 f=$1; shift; [ $# = "$n" ] || { echo "the list was cut: $# of $n paths" >&2; exit 93; }; exec /.arbiter/toolbox/busybox tar -c -f - -C / $f "$@"' "$n" "$f""#;
 
 /// Reads NUL-terminated absolute paths on stdin and removes each (whatever it is).
 const REMOVE: &str = r#"B=/.arbiter/toolbox/busybox

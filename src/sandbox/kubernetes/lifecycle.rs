@@ -659,6 +659,7 @@ impl KubernetesSandbox {
         };
         self.states.lock().await.remove(id.as_str());
         self.integrity.replayed.lock().await.remove(id.as_str());
+        self.kept.forget(id.as_str());
         let params = DeleteParams {
             grace_period_seconds: Some(0),
             ..DeleteParams::background()

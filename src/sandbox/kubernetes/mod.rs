@@ -21,6 +21,7 @@ mod error;
 mod exec;
 mod frozen;
 mod images;
+mod kept;
 mod lifecycle;
 mod mounts;
 mod names;
@@ -92,6 +93,8 @@ pub struct KubernetesSandbox {
     warm: warm::WarmPools,
     /// Requests sent, counted by the client's own service stack.
     requests: Arc<AtomicU64>,
+    /// Harness output kept in pods (`kept.rs`).
+    kept: kept::KeptFiles,
 }
 
 impl KubernetesSandbox {
@@ -183,6 +186,7 @@ impl KubernetesSandbox {
             sidecars: Mutex::new(HashMap::new()),
             slots,
             integrity: changes::Integrity::default(),
+            kept: kept::KeptFiles::default(),
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
             no_network_policy: OnceCell::new(),
@@ -226,6 +230,12 @@ impl KubernetesSandbox {
     /// their restarts, exec and attach upgrades, deletes), counted under kube's client.
     pub fn api_requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Exec streams that arrived short (or without their facts) and were completed from the
+    /// output the pod kept (`kept.rs`), so far.
+    pub fn kept_rereads(&self) -> u64 {
+        self.kept.rereads()
     }
 
     /// The job's end: unclaimed warm pods are deleted and no more are started; how many
@@ -280,6 +290,7 @@ impl Sandbox for KubernetesSandbox {
             pushes,
             warm_claimed = self.warm_claimed(),
             warm_unclaimed = unclaimed,
+            rereads = self.kept.rereads(),
             "kubernetes api requests"
         );
     }

@@ -4,8 +4,9 @@
 //! elsewhere), so nothing is trusted unchecked: an upload goes into a root-only scratch file
 //! in chunks of at most [`CHUNK`], each chunk's arrival checked by the size of the file on the
 //! far side, and the whole is unpacked only once its size and sha256 there match what was
-//! sent; a download's bytes are counted on the far side too (`tee` into `wc -c`) and must
-//! match what arrived. Every exec has a deadline.
+//! sent; a download's archive is kept in the pod before it is sent, and what arrived is
+//! checked against that copy (size and sha256) and completed from it when a stream came
+//! short (`kept.rs`). Every exec has a deadline.
 
 use std::path::Path;
 use std::time::Duration;
@@ -43,11 +44,12 @@ sum=$($B sha256sum "$f"); sum=${sum%% *}
 [ $# = 0 ] || $B rm -rf -- "$@" || { $B rm -f "$f"; echo "removing $* failed" >&2; exit 95; }
 $B tar -x --numeric-owner -f "$f" -C "$d"; r=$?; $B rm -f "$f"; exit $r"#;
 
-/// Download script: `$1` the path, `$2` extra tar flags (`--no-recursion` or empty). The
-/// archive goes to stdout; its byte count, counted on this side, ends stderr. The root is
-/// its entries but the kernel's filesystems and the harness's own (busybox tar has no
+/// Download script: `$1` the path, `$2` extra tar flags (`--no-recursion` or empty), `$3`
+/// the most bytes the archive may have plus one (more is not written: the pod keeps the
+/// archive before sending it, `kept.rs`). The archive goes to stdout. The root is its
+/// entries but the kernel's filesystems and the harness's own (busybox tar has no
 /// `--one-file-system`: `/proc` would be read whole).
-const DOWNLOAD: &str = r#"B=/.arbiter/toolbox/busybox; p=$1 f=$2
+const DOWNLOAD: &str = r#"B=/.arbiter/toolbox/busybox; p=$1 f=$2 max=$3
 [ -e "$p" ] || [ -L "$p" ] || exit 44
 case $p in /) dir=/; set --
     for e in /* /.[!.]* /..?*; do
@@ -60,7 +62,7 @@ case $p in /) dir=/; set --
     set -- "$name";;
 esac
 set -o pipefail
-{ $B tar -c -f - -C "$dir" $f "$@" | $B tee /dev/fd/3 | $B wc -c >&2; } 3>&1"#;
+$B tar -c -f - -C "$dir" $f "$@" | $B head -c "$max""#;
 
 impl KubernetesSandbox {
     /// [`Sandbox::upload`](crate::sandbox::Sandbox::upload), and with `replacing`
@@ -158,7 +160,11 @@ impl KubernetesSandbox {
         // A pod created and not started yet (an image's index reads one): wait until it runs.
         self.await_started(pod).await?;
         let flags = if entry_only { "--no-recursion" } else { "" };
-        let argv = toolbox_argv("sh", &["-c", DOWNLOAD, "arbiter-download", path, flags]);
+        let max = limit.saturating_add(1).to_string();
+        let argv = toolbox_argv(
+            "sh",
+            &["-c", DOWNLOAD, "arbiter-download", path, flags, &max],
+        );
         let got = self
             .tar_to_file(pod, &argv, None, to, limit, TRANSFER_DEADLINE)
             .await?;
@@ -186,9 +192,8 @@ impl KubernetesSandbox {
             RawEnd::Exited(0) if counted == Some(written) => {
                 Ok(Fetched::Archive { bytes: written })
             }
-            // The archive command ended well: the bytes were lost between the pod and here
-            // (seen under a burst of execs on a loaded node: exit 0, nothing on either
-            // stream), the harness's failure.
+            // The archive command ended well and its bytes did not arrive whole even from
+            // the pod's copy: the harness's failure.
             RawEnd::Exited(0) => {
                 discard(to);
                 Err(SandboxError::Lost {
@@ -213,8 +218,8 @@ impl KubernetesSandbox {
         }
     }
 
-    /// Runs `argv`, a `tar` whose last line on stderr is the count of bytes it sent, with its
-    /// stdout into a new file `to` of at most `limit` bytes (the file is not flushed).
+    /// Runs `argv`, a `tar` to stdout, with its stdout into a new file `to` of at most
+    /// `limit` bytes (the file is not flushed), kept in the pod and checked (`kept.rs`).
     pub(super) async fn tar_to_file(
         &self,
         pod: &str,
@@ -227,7 +232,6 @@ impl KubernetesSandbox {
         let mut file = tokio::fs::File::create(to)
             .await
             .map_err(SandboxError::io(to))?;
-        let mut err = Vec::new();
         let mut out = Sink::Limited {
             file: &mut file,
             path: to,
@@ -235,28 +239,31 @@ impl KubernetesSandbox {
             limit,
             over: false,
         };
-        let end = self
-            .run(
+        let kept = self
+            .run_kept(
                 pod,
                 argv,
                 stdin,
                 &mut out,
-                &mut Sink::Memory {
-                    buf: &mut err,
-                    cap: 64 * 1024,
-                },
+                64 * 1024,
                 (Some(deadline), Duration::from_secs(2)),
             )
             .await;
         let Sink::Limited { written, over, .. } = out else {
             unreachable!("the sink stays what it was made")
         };
-        let stderr = String::from_utf8_lossy(&err).into_owned();
-        let counted = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .and_then(|l| l.trim().parse::<u64>().ok());
+        let (end, stderr, over) = match kept {
+            Ok(kept) => (
+                Ok(kept.end),
+                String::from_utf8_lossy(&kept.err).into_owned(),
+                over || kept.over,
+            ),
+            Err(e) => (Err(e), String::new(), over),
+        };
+        // An exit is checked against the pod's copy: what arrived is what it counted.
+        let counted = matches!(end, Ok(RawEnd::Exited(_)))
+            .then_some(written)
+            .filter(|_| !over);
         Ok(Received {
             file,
             end,
@@ -277,7 +284,7 @@ pub(super) struct Received {
     pub written: u64,
     /// More than the limit came (the rest was not written).
     pub over: bool,
-    /// The bytes the pod counted, from the last line of its stderr.
+    /// The bytes the pod counted (its kept copy's size), when the command exited.
     pub counted: Option<u64>,
     pub stderr: String,
 }

@@ -1,0 +1,676 @@
+//! Output kept in the pod: a harness command's output lands in the pod's root-only scratch
+//! first, then is sent, and what arrived is checked against the pod's copy.
+//!
+//! An exec stream cannot be trusted to deliver all of an exited command's output: under load
+//! the apiserver and the kubelet have been seen to end stdout or stderr early and still send
+//! exit 0 (kubernetes/kubernetes#124571; 4 in 1,000 execs of the stress test beside a CI run
+//! lost a tail). So the command's stdout and stderr go to files, their sizes and stdout's
+//! sha256 to a facts file, and only then are the facts, stderr and stdout sent. A stream that
+//! arrived short is completed from the kept file (`tail -c +N`: a read again, never the
+//! command run again and never the trial retried); facts that did not arrive are read from
+//! their file. What still differs after [`REREADS`] reads is [`SandboxError::Lost`], an infra
+//! error.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::KubernetesSandbox;
+use super::exec::{RawEnd, Sink};
+use super::names::{SCRATCH, is_sidecar, random_suffix};
+use crate::digest::{hex, sha256_hex};
+use crate::sandbox::SandboxError;
+use crate::sandbox::sink::CappedSink;
+use crate::sandbox::toolbox::toolbox_argv;
+
+/// Shell lines writing the facts of the kept files `$k.o` and `$k.e` of a command that
+/// ended with `$rc` to `$k.f` and into `$f`: `arbiter-kept CODE OUT_BYTES ERR_BYTES
+/// SHA256_OF_OUT SHA256_OF_ERR`. A macro, so that `concat!` takes it into the scripts.
+macro_rules! facts_line {
+    () => {
+        r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
+f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"; printf '%s\n' "$f" >"$k.f""#
+    };
+}
+pub(super) use facts_line;
+
+/// The keeping wrapper of a harness command: `$1` the kept files' stem, `$2` how many stale
+/// stems follow (removed first), then the command. Its stdout and stderr go to `$1.o` and
+/// `$1.e`, the facts line to `$1.f`; then the facts and stderr are sent on stderr, stdout on
+/// stdout, and the command's exit code is the exec's.
+const KEEP: &str = concat!(
+    r#"B=/.arbiter/toolbox/busybox; k=$1 n=$2; shift 2
+while [ "$n" -gt 0 ]; do $B rm -f "$1.o" "$1.e" "$1.f"; shift; n=$((n-1)); done
+: >"$k.o" && : >"$k.e" || { echo "cannot keep output in $k" >&2; exit 125; }
+"$@" >"$k.o" 2>"$k.e"; rc=$?
+"#,
+    facts_line!(),
+    r#"
+$B cat "$k.f" "$k.e" >&2; $B cat "$k.o"; exit "$rc""#
+);
+
+/// Reads of a kept file's missing part (or of the facts), at most.
+const REREADS: usize = 3;
+/// Kept output of more bytes is removed from the pod as soon as it arrived whole (the
+/// scratch volume counts toward the pod's ephemeral storage, which must never fill on the
+/// harness's account); smaller ones go with the pod's next kept exec.
+const REMOVE_NOW: u64 = 16 << 20;
+/// How often the facts of an exec whose status was lost are looked for.
+const FACTS_POLL: Duration = Duration::from_millis(500);
+/// Deadline of one read of a kept file.
+const REREAD_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Kept files per pod and what re-reading them did.
+#[derive(Default)]
+pub(super) struct KeptFiles {
+    /// Stems of kept files read whole, by pod: removed by the pod's next kept exec.
+    stale: std::sync::Mutex<HashMap<String, Vec<String>>>,
+    /// Reads that completed a short stream (or fetched lost facts) from a kept file.
+    rereads: AtomicU64,
+}
+
+impl KeptFiles {
+    fn take_stale(&self, pod: &str) -> Vec<String> {
+        let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
+        stale.remove(pod).unwrap_or_default()
+    }
+
+    fn add_stale(&self, pod: &str, stem: String) {
+        let mut stale = self.stale.lock().unwrap_or_else(|e| e.into_inner());
+        stale.entry(pod.to_string()).or_default().push(stem);
+    }
+
+    /// A pod that is gone keeps nothing.
+    pub(super) fn forget(&self, pod: &str) {
+        self.take_stale(pod);
+    }
+
+    /// Streams completed (or facts fetched) from kept files so far.
+    pub(super) fn rereads(&self) -> u64 {
+        self.rereads.load(Ordering::Relaxed)
+    }
+}
+
+/// The facts the keeping wrapper wrote after the command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Facts {
+    pub code: i64,
+    /// Bytes of the kept stdout and stderr.
+    out: u64,
+    err: u64,
+    sha_out: String,
+    sha_err: String,
+}
+
+fn parse_facts(line: &[u8]) -> Option<Facts> {
+    let text = std::str::from_utf8(line).ok()?;
+    let mut fields = text.strip_prefix("arbiter-kept ")?.split(' ');
+    let code = fields.next()?.parse().ok()?;
+    let out = fields.next()?.parse().ok()?;
+    let err = fields.next()?.parse().ok()?;
+    let sha = |s: &str| {
+        (s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_string())
+    };
+    let sha_out = sha(fields.next()?)?;
+    let sha_err = sha(fields.next()?)?;
+    fields.next().is_none().then_some(Facts {
+        code,
+        out,
+        err,
+        sha_out,
+        sha_err,
+    })
+}
+
+/// The facts line at the head of the wrapper's stderr and the command's own stderr after
+/// it; `None` when the head is not a whole facts line.
+fn split_facts(err: &[u8]) -> Option<(Facts, &[u8])> {
+    let end = err.iter().position(|&b| b == b'\n')?;
+    Some((parse_facts(&err[..end])?, &err[end + 1..]))
+}
+
+/// How a kept command ended.
+pub(super) struct Kept {
+    pub end: RawEnd,
+    /// The command's stderr: whole when it exited (at most the cap asked for).
+    pub err: Vec<u8>,
+    /// Its stdout was more than the sink takes (not checked then, and not all of it kept).
+    pub over: bool,
+}
+
+impl Sink<'_> {
+    /// Bytes this sink kept (`None`: it keeps nothing to check).
+    fn received(&self) -> Option<u64> {
+        match self {
+            Sink::Memory { buf, .. } => Some(buf.len() as u64),
+            Sink::Limited { written, .. } => Some(*written),
+            Sink::Capped(sink) => sink.path().map(|_| sink.kept),
+            Sink::Held { .. } => None,
+        }
+    }
+
+    /// Whether `bytes` of output are more than this sink keeps.
+    fn too_small_for(&self, bytes: u64) -> bool {
+        match self {
+            Sink::Memory { cap, .. } => bytes > *cap as u64,
+            Sink::Limited { limit, over, .. } => *over || bytes > *limit,
+            Sink::Capped(_) | Sink::Held { .. } => false,
+        }
+    }
+
+    /// SHA-256 of what this sink kept (a file's is flushed and read back).
+    async fn sha256(&mut self) -> Result<Option<String>, SandboxError> {
+        match self {
+            Sink::Memory { buf, .. } => Ok(Some(sha256_hex(buf))),
+            Sink::Limited { file, path, .. } => {
+                file.flush()
+                    .await
+                    .map_err(SandboxError::io(path.to_path_buf()))?;
+                file_sha256(path).await.map(Some)
+            }
+            Sink::Capped(sink) => {
+                sink.flush().await?;
+                match sink.path() {
+                    Some(path) => file_sha256(path).await.map(Some),
+                    None => Ok(None),
+                }
+            }
+            Sink::Held { .. } => Ok(None),
+        }
+    }
+}
+
+/// A new stem for the files that keep an exec's output in the pod.
+pub(super) fn new_stem() -> String {
+    format!("{SCRATCH}/keep-{}", random_suffix())
+}
+
+/// The facts line a keeping exec wrapper ended its stderr with (after a `\x1f`), and the
+/// command's own stderr before it.
+fn split_trailer(held: &[u8]) -> Option<(Facts, &[u8])> {
+    let body = held.strip_suffix(b"\n")?;
+    let at = body.iter().rposition(|&b| b == 0x1f)?;
+    Some((parse_facts(&body[at + 1..])?, &held[..at]))
+}
+
+async fn file_sha256(path: &Path) -> Result<String, SandboxError> {
+    let mut file = tokio::fs::File::open(path)
+        .await
+        .map_err(SandboxError::io(path.to_path_buf()))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .await
+            .map_err(SandboxError::io(path.to_path_buf()))?;
+        if n == 0 {
+            return Ok(hex(&hasher.finalize()));
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+fn lost(pod: &str, message: String) -> SandboxError {
+    SandboxError::Lost {
+        op: format!("exec in pod {pod}"),
+        message,
+    }
+}
+
+impl KubernetesSandbox {
+    /// Run the harness command `argv` as [`run`](Self::run) does, its output kept in the pod
+    /// and checked: on exit, the sink holds all of stdout (unless it is too small, `over`)
+    /// and the returned stderr all of stderr (at most `err_cap` bytes). A sidecar (no scratch
+    /// volume) is read as it comes.
+    pub(super) async fn run_kept(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+        out: &mut Sink<'_>,
+        err_cap: usize,
+        limits: (Option<Duration>, Duration),
+    ) -> Result<Kept, SandboxError> {
+        let mut err = Vec::new();
+        if is_sidecar(pod) {
+            let end = {
+                let mut err_sink = Sink::Memory {
+                    buf: &mut err,
+                    cap: err_cap,
+                };
+                self.run(pod, argv, stdin, out, &mut err_sink, limits)
+                    .await?
+            };
+            let over = matches!(out, Sink::Limited { over: true, .. });
+            return Ok(Kept { end, err, over });
+        }
+        let stem = new_stem();
+        let stale = self.kept.take_stale(pod);
+        let count = stale.len().to_string();
+        let mut args: Vec<&str> = vec!["-c", KEEP, "arbiter-keep", &stem, &count];
+        args.extend(stale.iter().map(String::as_str));
+        let mut kept_argv = toolbox_argv("sh", &args);
+        kept_argv.extend(argv.iter().cloned());
+        let started = tokio::time::Instant::now();
+        let ran = {
+            let mut err_sink = Sink::Memory {
+                buf: &mut err,
+                // The facts line comes first.
+                cap: err_cap + 256,
+            };
+            self.run_reporting(pod, &kept_argv, stdin, out, &mut err_sink, limits)
+                .await
+        };
+        let mut known = None;
+        let end = match ran {
+            Ok(Ok(end)) => end,
+            Ok(Err(why)) => match self.await_facts(pod, &stem, started, limits).await? {
+                Some(facts) => {
+                    let end = RawEnd::Exited(facts.code);
+                    known = Some(facts);
+                    end
+                }
+                None if limits.0.is_some() => RawEnd::TimedOut,
+                None => return Err(lost(pod, why)),
+            },
+            Err(e) => {
+                self.kept.add_stale(pod, stem);
+                return Err(e);
+            }
+        };
+        let RawEnd::Exited(code) = end else {
+            // Timed out or cut: what arrived is all there is (no facts to check it by).
+            let over = matches!(out, Sink::Limited { over: true, .. });
+            if over {
+                self.remove_kept(pod, &stem).await;
+            } else {
+                self.kept.add_stale(pod, stem);
+            }
+            return Ok(Kept { end, err, over });
+        };
+        let (facts, own_err) = match (known, split_facts(&err)) {
+            (Some(facts), Some((_, rest))) | (None, Some((facts, rest))) => (facts, rest.to_vec()),
+            (Some(facts), None) => (facts, Vec::new()),
+            (None, None) => (self.kept_facts(pod, &stem, &err).await?, Vec::new()),
+        };
+        if facts.code != code {
+            return Err(lost(
+                pod,
+                format!(
+                    "the command's exit code was {} in the pod, the exec reported {code}",
+                    facts.code
+                ),
+            ));
+        }
+        let over = out.too_small_for(facts.out);
+        if !over {
+            self.complete(pod, &format!("{stem}.o"), facts.out, out)
+                .await?;
+            if out.sha256().await?.is_some_and(|sha| sha != facts.sha_out) {
+                return Err(lost(
+                    pod,
+                    format!(
+                        "stdout arrived with sha256 other than the pod's copy ({})",
+                        facts.sha_out
+                    ),
+                ));
+            }
+        }
+        let mut err = own_err;
+        if facts.err <= err_cap as u64 {
+            let mut sink = Sink::Memory {
+                buf: &mut err,
+                cap: err_cap,
+            };
+            self.complete(pod, &format!("{stem}.e"), facts.err, &mut sink)
+                .await?;
+            if sink.sha256().await?.is_some_and(|sha| sha != facts.sha_err) {
+                return Err(lost(
+                    pod,
+                    format!(
+                        "stderr arrived with sha256 other than the pod's copy ({})",
+                        facts.sha_err
+                    ),
+                ));
+            }
+        }
+        if facts.out + facts.err > REMOVE_NOW {
+            self.remove_kept(pod, &stem).await;
+        } else {
+            self.kept.add_stale(pod, stem);
+        }
+        Ok(Kept { end, err, over })
+    }
+
+    /// Read the kept `file` on into `sink` until it holds `size` bytes.
+    async fn complete(
+        &self,
+        pod: &str,
+        file: &str,
+        size: u64,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), SandboxError> {
+        let Some(mut got) = sink.received() else {
+            return Ok(());
+        };
+        let mut reads = 0;
+        while got < size && reads < REREADS {
+            reads += 1;
+            self.kept.rereads.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                pod,
+                file,
+                got,
+                size,
+                "an exec stream arrived short; reading the rest from the pod's copy"
+            );
+            let offset = format!("+{}", got + 1);
+            let argv = toolbox_argv("tail", &["-c", &offset, file]);
+            let mut err = Vec::new();
+            let end = self
+                .run(
+                    pod,
+                    &argv,
+                    None,
+                    sink,
+                    &mut Sink::Memory {
+                        buf: &mut err,
+                        cap: 4096,
+                    },
+                    (Some(REREAD_DEADLINE), Duration::from_secs(1)),
+                )
+                .await?;
+            if end != RawEnd::Exited(0) {
+                return Err(lost(
+                    pod,
+                    format!(
+                        "reading {file} again: {} ({end:?})",
+                        String::from_utf8_lossy(&err).trim()
+                    ),
+                ));
+            }
+            got = sink.received().unwrap_or(got);
+        }
+        if got != size {
+            return Err(lost(
+                pod,
+                format!("{got} bytes of {file} arrived, the pod kept {size}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The facts of a kept exec, read from their file (`None`: no whole facts after `tries`
+    /// reads).
+    async fn facts_file(
+        &self,
+        pod: &str,
+        stem: &str,
+        tries: usize,
+    ) -> Result<Option<Facts>, SandboxError> {
+        let file = format!("{stem}.f");
+        let argv = toolbox_argv("cat", &[&file]);
+        for _ in 0..tries {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let end = self
+                .run(
+                    pod,
+                    &argv,
+                    None,
+                    &mut Sink::Memory {
+                        buf: &mut out,
+                        cap: 4096,
+                    },
+                    &mut Sink::Memory {
+                        buf: &mut err,
+                        cap: 4096,
+                    },
+                    (Some(Duration::from_secs(60)), Duration::from_secs(1)),
+                )
+                .await?;
+            if end == RawEnd::Exited(0)
+                && let Some((facts, _)) = split_facts(&out)
+            {
+                return Ok(Some(facts));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The facts of a kept exec whose stream ended without its status while the pod runs:
+    /// the command goes on in the pod (or has ended), so its facts are awaited until the
+    /// exec's deadline (`limits`, from `started`), then it gets the deadline's signals.
+    /// `None`: the deadline passed first (the command was killed), or no deadline and the
+    /// facts did not come within a day.
+    pub(super) async fn await_facts(
+        &self,
+        pod: &str,
+        stem: &str,
+        started: tokio::time::Instant,
+        (timeout, grace): (Option<Duration>, Duration),
+    ) -> Result<Option<Facts>, SandboxError> {
+        self.kept.rereads.fetch_add(1, Ordering::Relaxed);
+        let deadline = started + timeout.unwrap_or(Duration::from_secs(24 * 3600));
+        loop {
+            if let Some(facts) = self.facts_file(pod, stem, 1).await? {
+                tracing::warn!(
+                    pod,
+                    "an exec's status did not arrive; its end read from the pod"
+                );
+                return Ok(Some(facts));
+            }
+            if let Some(how) = self.pod_settled(pod).await {
+                return Err(match super::exec::gone(pod, how) {
+                    Err(e) => e,
+                    Ok(_) => lost(pod, "its pod ended while the exec's status was lost".into()),
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                if timeout.is_some() {
+                    self.signal_all(pod, "-TERM").await;
+                    tokio::time::sleep(grace).await;
+                    self.signal_all(pod, "-KILL").await;
+                }
+                return Ok(None);
+            }
+            tokio::time::sleep(FACTS_POLL).await;
+        }
+    }
+
+    /// The facts of a kept harness command whose stream lost them, read from their file.
+    async fn kept_facts(
+        &self,
+        pod: &str,
+        stem: &str,
+        received: &[u8],
+    ) -> Result<Facts, SandboxError> {
+        self.kept.rereads.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            pod,
+            "an exec's facts did not arrive; reading them from the pod"
+        );
+        if let Some(facts) = self.facts_file(pod, stem, REREADS).await? {
+            return Ok(facts);
+        }
+        let file = format!("{stem}.f");
+        Err(lost(
+            pod,
+            format!(
+                "the command's facts arrived neither on its stream nor from {file}; stderr: {}",
+                String::from_utf8_lossy(received)
+                    .trim()
+                    .chars()
+                    .take(400)
+                    .collect::<String>()
+            ),
+        ))
+    }
+
+    /// Check an exec's streams (run by the exec wrapper keeping its output under `stem`)
+    /// against the pod's copy and complete them from it; `held` is what [`Sink::Held`] held
+    /// back of stderr. An exec that did not exit, or whose facts are nowhere (the wrapper
+    /// ended before writing them: a user or working dir refused, a command not found, the
+    /// wrapper killed), is taken as it arrived.
+    pub(super) async fn check_kept_exec(
+        &self,
+        pod: &str,
+        stem: String,
+        (end, known): (RawEnd, Option<Facts>),
+        held: &[u8],
+        stdout: &mut CappedSink,
+        stderr: &mut CappedSink,
+    ) -> Result<(), SandboxError> {
+        let RawEnd::Exited(code) = end else {
+            stderr.write(held).await?;
+            self.kept.add_stale(pod, stem);
+            return Ok(());
+        };
+        let facts = match (known, split_trailer(held)) {
+            (known, Some((facts, own))) => {
+                stderr.write(own).await?;
+                known.unwrap_or(facts)
+            }
+            (Some(facts), None) => {
+                stderr.write(held).await?;
+                facts
+            }
+            (None, None) => {
+                stderr.write(held).await?;
+                match self.facts_file(pod, &stem, 1).await? {
+                    Some(facts) => {
+                        self.kept.rereads.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            pod,
+                            "an exec's facts did not arrive; read them from the pod"
+                        );
+                        facts
+                    }
+                    None => {
+                        self.kept.add_stale(pod, stem);
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        if facts.code != code {
+            // What runs in the container could have written them (a root agent can reach the
+            // scratch volume): the exit the API reported stands, the streams as they came.
+            tracing::warn!(
+                pod,
+                kept = facts.code,
+                code,
+                "an exec's kept exit code differs"
+            );
+            self.kept.add_stale(pod, stem);
+            return Ok(());
+        }
+        for (stream, sink, size, sha) in [
+            ("o", stdout, facts.out, &facts.sha_out),
+            ("e", stderr, facts.err, &facts.sha_err),
+        ] {
+            let mut sink = Sink::Capped(sink);
+            if sink.received().is_none() {
+                continue;
+            }
+            self.complete(pod, &format!("{stem}.{stream}"), size, &mut sink)
+                .await?;
+            if sink.sha256().await?.is_some_and(|got| &got != sha) {
+                return Err(lost(
+                    pod,
+                    format!("an exec's output arrived other than the pod's copy (sha256 {sha})"),
+                ));
+            }
+        }
+        if facts.out + facts.err > REMOVE_NOW {
+            self.remove_kept(pod, &stem).await;
+        } else {
+            self.kept.add_stale(pod, stem);
+        }
+        Ok(())
+    }
+
+    /// Remove the kept files of `stem` now (best effort: they go with the pod anyway).
+    async fn remove_kept(&self, pod: &str, stem: &str) {
+        let files = [
+            format!("{stem}.o"),
+            format!("{stem}.e"),
+            format!("{stem}.f"),
+        ];
+        let mut args = vec!["-f"];
+        args.extend(files.iter().map(String::as_str));
+        let argv = toolbox_argv("rm", &args);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let removed = self
+            .run(
+                pod,
+                &argv,
+                None,
+                &mut Sink::Memory {
+                    buf: &mut out,
+                    cap: 0,
+                },
+                &mut Sink::Memory {
+                    buf: &mut err,
+                    cap: 4096,
+                },
+                (Some(Duration::from_secs(60)), Duration::from_secs(1)),
+            )
+            .await;
+        if !matches!(removed, Ok(RawEnd::Exited(0))) {
+            tracing::debug!(pod, stem, "removing kept output: {removed:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_are_read_only_whole() {
+        let sha = "a".repeat(64);
+        let line = format!("arbiter-kept 0 12 3 {sha} {sha}\nboom\n");
+        let (facts, rest) = split_facts(line.as_bytes()).expect("facts");
+        assert_eq!(
+            facts,
+            Facts {
+                code: 0,
+                out: 12,
+                err: 3,
+                sha_out: sha.clone(),
+                sha_err: sha.clone(),
+            }
+        );
+        assert_eq!(rest, b"boom\n");
+        // Cut anywhere before its newline, the line is no facts.
+        let whole = format!("arbiter-kept 44 0 0 {sha} {sha}\n");
+        for cut in 0..whole.len() {
+            assert!(split_facts(&whole.as_bytes()[..cut]).is_none(), "{cut}");
+        }
+        assert!(split_facts(whole.as_bytes()).is_some());
+        // The command's own stderr never stands in for the facts.
+        assert!(split_facts(format!("arbiter-kept 0 1 2 {sha} nothex\n").as_bytes()).is_none());
+        assert!(split_facts(format!("arbiter-kept 0 1 2 {sha}\n").as_bytes()).is_none());
+        assert!(
+            split_facts(format!("oops\narbiter-kept 0 1 2 {sha} {sha}\n").as_bytes()).is_none()
+        );
+        assert!(split_facts(format!("arbiter-kept 0 1 2 {sha} {sha} x\n").as_bytes()).is_none());
+    }
+
+    #[test]
+    fn stale_stems_are_handed_over_once() {
+        let kept = KeptFiles::default();
+        kept.add_stale("p", "a".into());
+        kept.add_stale("p", "b".into());
+        kept.add_stale("q", "c".into());
+        assert_eq!(kept.take_stale("p"), ["a", "b"]);
+        assert!(kept.take_stale("p").is_empty());
+        kept.forget("q");
+        assert!(kept.take_stale("q").is_empty());
+    }
+}
