@@ -537,6 +537,34 @@ impl KubernetesSandbox {
         Ok((kept.end, out, kept.err))
     }
 
+    /// A toolbox command as root, its output in memory as the stream brought it (at most
+    /// 64 KiB each), under a minute: for a command that must not be kept in the pod (it kills
+    /// the keeping wrapper) and may be run again.
+    pub(super) async fn harness_streamed(
+        &self,
+        pod: &str,
+        argv: &[String],
+    ) -> Result<(RawEnd, Vec<u8>, Vec<u8>), SandboxError> {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let end = self
+            .run(
+                pod,
+                argv,
+                None,
+                &mut Sink::Memory {
+                    buf: &mut out,
+                    cap: 64 * 1024,
+                },
+                &mut Sink::Memory {
+                    buf: &mut err,
+                    cap: 64 * 1024,
+                },
+                (Some(Duration::from_secs(60)), Duration::from_secs(1)),
+            )
+            .await?;
+        Ok((end, out, err))
+    }
+
     /// `kill SIGNAL -1` from the toolbox as root: every process of the container but PID 1
     /// (and the kill itself). Best effort: failures are logged.
     pub(super) async fn signal_all(&self, pod: &str, signal: &str) {

@@ -306,9 +306,8 @@ impl KubernetesSandbox {
             self.await_handover(pod, net_none).await?;
         } else if net_none {
             let argv = toolbox_argv("sh", &["-c", PROVE_NO_NETWORK]);
-            let (end, _, err) = self
-                .harness(pod, &argv, None, Duration::from_secs(30))
-                .await?;
+            // Its exit code is the proof (no output to keep).
+            let (end, _, err) = self.harness_streamed(pod, &argv).await?;
             if end != RawEnd::Exited(0) {
                 return Err(no_network_proof(pod, &err));
             }
@@ -456,9 +455,8 @@ impl KubernetesSandbox {
                     });
                 }
             }
-            let (end, _, err) = self
-                .harness(pod, &probe, None, Duration::from_secs(30))
-                .await?;
+            // Its exit code is the answer (no output to keep).
+            let (end, _, err) = self.harness_streamed(pod, &probe).await?;
             match end {
                 RawEnd::Exited(0) => return Ok(()),
                 RawEnd::Exited(NOT_HANDED_OVER) if prove_no_network => {}
@@ -585,10 +583,22 @@ impl KubernetesSandbox {
         // No status read first: an exec into a pod that ended fails, and then its status
         // says how it ended (one request less per stop).
         let argv = toolbox_argv("sh", &["-c", STOP]);
-        let (end, out, err) = match self
-            .harness(pod, &argv, None, Duration::from_secs(60))
-            .await
-        {
+        // Not kept in the pod (`kept.rs`): the stop kills every process but PID 1, the
+        // keeping wrapper too. It is idempotent instead: an exit whose count line did not
+        // arrive is run again.
+        let mut stopped = self.harness_streamed(pod, &argv).await;
+        for _ in 0..2 {
+            match &stopped {
+                Ok((RawEnd::Exited(0), out, _))
+                    if !String::from_utf8_lossy(out).contains("oom_kill=") =>
+                {
+                    tracing::warn!(pod, "the stop's count line did not arrive; stopping again");
+                    stopped = self.harness_streamed(pod, &argv).await;
+                }
+                _ => break,
+            }
+        }
+        let (end, out, err) = match stopped {
             Ok(done) => done,
             Err(e) => {
                 // The pod ended while it was being stopped (or just before: its status may
