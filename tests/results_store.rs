@@ -16,9 +16,13 @@ fn postgres() -> Option<String> {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
             if std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() == Ok("1") {
-                panic!("ARBITER_REQUIRE_DOCKER=1 but ARBITER_TEST_POSTGRES is not set (run scripts/postgres up)");
+                panic!(
+                    "ARBITER_REQUIRE_DOCKER=1 but ARBITER_TEST_POSTGRES is not set (run scripts/postgres up)"
+                );
             }
-            eprintln!("skipping the PostgreSQL part: ARBITER_TEST_POSTGRES is not set (scripts/postgres up; scripts/postgres env)");
+            eprintln!(
+                "skipping the PostgreSQL part: ARBITER_TEST_POSTGRES is not set (scripts/postgres up; scripts/postgres env)"
+            );
             None
         }
     }
@@ -43,7 +47,10 @@ fn job_id(dir: &Path) -> String {
 /// Every row of `jobs` (as SQL text list) in every table, but the time it was indexed, as CSV.
 fn dump(db: &str, jobs: &str) -> String {
     let tables: [(&str, &str); 11] = [
-        ("jobs", "job_id, name, dir, host, arbiter_version, backend, attempts, pass_threshold, trials, scored, passed, infra, started_at, finished_at, config"),
+        (
+            "jobs",
+            "job_id, name, dir, host, arbiter_version, backend, attempts, pass_threshold, trials, scored, passed, infra, started_at, finished_at, config",
+        ),
         ("arms", "*"),
         ("trials", "*"),
         ("rewards", "*"),
@@ -95,7 +102,12 @@ fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
     let id_a = job_id(&a);
     let q = arbiter_db(
         auto,
-        &["query", "SELECT agent, trials, scored, passed, infra FROM arms ORDER BY agent", "--format", "csv"],
+        &[
+            "query",
+            "SELECT agent, trials, scored, passed, infra FROM arms ORDER BY agent",
+            "--format",
+            "csv",
+        ],
     );
     assert_eq!(
         stdout(&q),
@@ -109,8 +121,9 @@ fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
     // Another job: the same folder made anew on another night (its own job-id).
     let b = tmp.path().join("jobs/b");
     copy_dir(&a, &b);
-    std::fs::write(b.join("job-id"), "another-night\n").expect("write");
-    let jobs = format!("'{id_a}', 'another-night'");
+    let id_b = format!("{id_a}-b");
+    std::fs::write(b.join("job-id"), format!("{id_b}\n")).expect("write");
+    let jobs = format!("'{id_a}', '{id_b}'");
 
     // SQLite: `arbiter index` of the folder, twice, gives the same rows.
     let lite = tmp.path().join("r.db");
@@ -119,7 +132,11 @@ fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
     let folder = folder.to_str().expect("utf-8");
     let o = arbiter_db(lite, &["index", folder]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).ends_with(&format!("2 job(s), 4 trial(s) indexed into {lite}\n")), "{}", stdout(&o));
+    assert!(
+        stdout(&o).ends_with(&format!("2 job(s), 4 trial(s) indexed into {lite}\n")),
+        "{}",
+        stdout(&o)
+    );
     let first = dump(lite, &jobs);
     let o = arbiter_db(lite, &["index", folder, "-q"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -129,7 +146,11 @@ fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
     for sql in ["DELETE FROM trials", "DROP TABLE jobs"] {
         let o = arbiter_db(lite, &["query", sql]);
         assert_eq!(o.status.code(), Some(2), "{sql}");
-        assert!(stderr(&o).starts_with("error: query refused: "), "{}", stderr(&o));
+        assert!(
+            stderr(&o).starts_with("error: query refused: "),
+            "{}",
+            stderr(&o)
+        );
         assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     }
     assert_eq!(dump(lite, &jobs), first);
@@ -159,12 +180,17 @@ fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
         });
         assert!(o1.status.success(), "{}", stderr(&o1));
         assert!(o2.status.success(), "{}", stderr(&o2));
-        assert_eq!(dump(&pg, &jobs), first, "PostgreSQL holds what SQLite holds");
+        assert_eq!(
+            dump(&pg, &jobs),
+            first,
+            "PostgreSQL holds what SQLite holds"
+        );
     }
     let o = arbiter_db(&pg, &["query", "DELETE FROM trials"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).starts_with("error: query refused: cannot execute DELETE in a read-only transaction"),
+        stderr(&o)
+            .starts_with("error: query refused: cannot execute DELETE in a read-only transaction"),
         "{}",
         stderr(&o)
     );
@@ -182,7 +208,10 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         stderr(&o),
-        format!("error: {}: not a job directory (no job.yaml) and none below it\n", empty.display())
+        format!(
+            "error: {}: not a job directory (no job.yaml) and none below it\n",
+            empty.display()
+        )
     );
     let o = arbiter_db("off", &["index", empty.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(2));
@@ -211,9 +240,15 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert!(
-        err.starts_with(&format!("error: {}: line 1: not a whole record", job.join("trials.jsonl").display())),
+        err.starts_with(&format!(
+            "error: {}: line 1: not a whole record",
+            job.join("trials.jsonl").display()
+        )),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(!Path::new(db).exists(), "nothing written when a job is refused");
+    assert!(
+        !Path::new(db).exists(),
+        "nothing written when a job is refused"
+    );
 }

@@ -93,7 +93,9 @@ pub(super) async fn query(cmd: QueryCmd) -> Result<u8, ResultsError> {
 /// store that fails is a warning, never the job's failure; `ARBITER_DB=off` skips it.
 pub(super) async fn after_job(dir: &Path) {
     if let Err(e) = try_after_job(dir).await {
-        eprintln!("warning: results store: {e} (the job dir is unaffected; `arbiter index` it later)");
+        eprintln!(
+            "warning: results store: {e} (the job dir is unaffected; `arbiter index` it later)"
+        );
     }
 }
 

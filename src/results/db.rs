@@ -43,7 +43,7 @@ pub(crate) struct Answer {
 }
 
 /// A key for PostgreSQL's advisory lock around migrations.
-const MIGRATION_LOCK: i64 = 0x6172_6269_7465_72; // "arbiter"
+const MIGRATION_LOCK: i64 = 0x0061_7262_6974_6572; // "arbiter"
 
 impl Store {
     /// Open for writing (a SQLite file is made with its directory when missing) and migrate
@@ -70,7 +70,9 @@ impl Store {
         match version {
             None => Err(ResultsError::Location {
                 what: store.shown.clone(),
-                message: "not a results store (no schema_version; index jobs with `arbiter index DIR`)".into(),
+                message:
+                    "not a results store (no schema_version; index jobs with `arbiter index DIR`)"
+                        .into(),
             }),
             Some(v) if v > schema::VERSION => Err(ResultsError::Newer {
                 store: store.shown.clone(),
@@ -108,7 +110,9 @@ impl Store {
         let mut conn = AnyConnection::connect_with(&opts).await.map_err(db)?;
         if engine == Engine::Sqlite {
             // Two processes indexing at once wait for each other's transaction.
-            conn.execute("PRAGMA busy_timeout = 60000").await.map_err(db)?;
+            conn.execute("PRAGMA busy_timeout = 60000")
+                .await
+                .map_err(db)?;
             if read_only {
                 conn.execute("PRAGMA query_only = 1").await.map_err(db)?;
             }

@@ -34,7 +34,7 @@ impl Location {
         let path = raw.strip_prefix("sqlite:").unwrap_or(raw);
         if path.is_empty() {
             return Err(bad(
-                "empty: expected a file path (SQLite) or postgres://…".into(),
+                "empty: expected a file path (SQLite) or postgres://…".into()
             ));
         }
         Ok(Location::Sqlite(PathBuf::from(path)))

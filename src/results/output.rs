@@ -115,7 +115,9 @@ fn json_value(c: &Cell) -> serde_json::Value {
         Cell::Null => serde_json::Value::Null,
         Cell::Bool(b) => (*b).into(),
         Cell::Int(i) => (*i).into(),
-        Cell::Real(f) => serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into),
+        Cell::Real(f) => {
+            serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into)
+        }
         Cell::Text(s) => s.clone().into(),
         Cell::Blob(n) => format!("<{n} bytes>").into(),
     }
@@ -135,6 +137,10 @@ fn json(answer: &Answer) -> String {
         }
         out.push('}');
     }
-    out.push_str(if answer.rows.is_empty() { "]\n" } else { "\n]\n" });
+    out.push_str(if answer.rows.is_empty() {
+        "]\n"
+    } else {
+        "\n]\n"
+    });
     out
 }

@@ -102,11 +102,13 @@ pub(crate) fn read_job(dir: &Path) -> Result<JobRows, ResultsError> {
     let report = if records.is_empty() {
         None
     } else {
-        Some(crate::report::load_job(dir).map_err(|e| ResultsError::Field {
-            path: dir.join("trials.jsonl"),
-            field: "file".into(),
-            message: e.to_string(),
-        })?)
+        Some(
+            crate::report::load_job(dir).map_err(|e| ResultsError::Field {
+                path: dir.join("trials.jsonl"),
+                field: "file".into(),
+                message: e.to_string(),
+            })?,
+        )
     };
     let facts: HashMap<&str, &crate::report::load::Trial> = report
         .iter()
@@ -138,7 +140,7 @@ pub(crate) fn read_job(dir: &Path) -> Result<JobRows, ResultsError> {
     for (id, rec) in &records {
         let fact = facts.get(id.as_str()).ok_or_else(|| ResultsError::Field {
             path: jsonl.clone(),
-            field: format!("{id}"),
+            field: id.to_string(),
             message: "a record `arbiter report` does not read".into(),
         })?;
         scored += i64::from(fact.outcome.scored());
@@ -186,10 +188,7 @@ pub(crate) fn read_job(dir: &Path) -> Result<JobRows, ResultsError> {
                 ("name", text(&name)),
                 ("dir", text(&abs.to_string_lossy())),
                 ("host", opt_text(hostname())),
-                (
-                    "arbiter_version",
-                    str_at(lock.as_ref(), "/arbiter_version"),
-                ),
+                ("arbiter_version", str_at(lock.as_ref(), "/arbiter_version")),
                 ("backend", opt_text(backend)),
                 (
                     "attempts",
@@ -251,10 +250,16 @@ fn read_records(dir: &Path) -> Result<Vec<(String, Value)>, ResultsError> {
             field: format!("line {}", i + 1),
             message,
         };
-        let value: Value = serde_json::from_str(line)
-            .map_err(|e| bad(format!("not a whole record ({e}); nothing of this job was indexed")))?;
-        crate::report::load::readable(line)
-            .map_err(|e| bad(format!("not a trial record ({e}); nothing of this job was indexed")))?;
+        let value: Value = serde_json::from_str(line).map_err(|e| {
+            bad(format!(
+                "not a whole record ({e}); nothing of this job was indexed"
+            ))
+        })?;
+        crate::report::load::readable(line).map_err(|e| {
+            bad(format!(
+                "not a trial record ({e}); nothing of this job was indexed"
+            ))
+        })?;
         let id = value
             .get("id")
             .and_then(Value::as_str)
@@ -447,8 +452,14 @@ fn trial_rows(
                 ("tampered", flag(fact.tampered)),
                 ("reward", fact.reward.map_or(Val::Null, Val::Real)),
                 ("termination_kind", str_at(Some(rec), "/termination/kind")),
-                ("termination_exit_code", int_at(rec, "/termination/exit_code")),
-                ("termination_detail", str_at(Some(rec), "/termination/detail")),
+                (
+                    "termination_exit_code",
+                    int_at(rec, "/termination/exit_code"),
+                ),
+                (
+                    "termination_detail",
+                    str_at(Some(rec), "/termination/detail"),
+                ),
                 ("claim_status", str_at(Some(rec), "/claim/status")),
                 ("claim_source", str_at(Some(rec), "/claim/source")),
                 (
@@ -489,7 +500,12 @@ fn trial_rows(
                 &schema::REWARDS,
                 row(
                     &schema::REWARDS,
-                    [a, b, ("name", text(name)), ("value", value.map_or(Val::Null, Val::Real))],
+                    [
+                        a,
+                        b,
+                        ("name", text(name)),
+                        ("value", value.map_or(Val::Null, Val::Real)),
+                    ],
                 ),
             );
         }
@@ -501,7 +517,12 @@ fn trial_rows(
                 &schema::PHASES,
                 row(
                     &schema::PHASES,
-                    [a, b, ("phase", text(phase)), ("seconds", real_at(value, "/seconds"))],
+                    [
+                        a,
+                        b,
+                        ("phase", text(phase)),
+                        ("seconds", real_at(value, "/seconds")),
+                    ],
                 ),
             );
         }

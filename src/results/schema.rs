@@ -329,7 +329,9 @@ pub(crate) fn step(from: i64) -> Vec<String> {
     match from {
         0 => {
             let mut out: Vec<String> = TABLES.iter().map(|t| t.create()).collect();
-            out.push("CREATE INDEX IF NOT EXISTS trials_by_agent_task ON trials (agent, task)".into());
+            out.push(
+                "CREATE INDEX IF NOT EXISTS trials_by_agent_task ON trials (agent, task)".into(),
+            );
             out.push("CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs (name)".into());
             out
         }

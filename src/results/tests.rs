@@ -5,12 +5,12 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::ResultsError;
 use super::db::{Answer, Cell, Store};
 use super::location::Location;
 use super::output::{Format, render};
 use super::read::{Val, read_job};
 use super::schema;
-use super::ResultsError;
 
 /// A rich record: continuation with two attempts, usage, integrity findings, regrade history.
 fn rich() -> serde_json::Value {
@@ -86,15 +86,27 @@ fn others() -> Vec<serde_json::Value> {
 
 fn job_dir(dir: &Path, records: &[serde_json::Value]) {
     std::fs::create_dir_all(dir.join("trials")).expect("mkdir");
-    std::fs::write(dir.join("job.yaml"), "agents: [agent]\nvariants: [v1, v2]\n").expect("yaml");
-    std::fs::write(dir.join("lock.json"), r#"{"arbiter_version": "0.1.0", "attempts": 1, "pass_threshold": 1.0}"#).expect("lock");
+    std::fs::write(
+        dir.join("job.yaml"),
+        "agents: [agent]\nvariants: [v1, v2]\n",
+    )
+    .expect("yaml");
+    std::fs::write(
+        dir.join("lock.json"),
+        r#"{"arbiter_version": "0.1.0", "attempts": 1, "pass_threshold": 1.0}"#,
+    )
+    .expect("lock");
     std::fs::write(dir.join(crate::job::JOB_ID_FILE), "job-one\n").expect("id");
     let mut lines = String::new();
     for r in records {
         let id = r["id"].as_str().expect("id");
         let t = dir.join("trials").join(id);
         std::fs::create_dir_all(&t).expect("mkdir");
-        std::fs::write(t.join("result.json"), serde_json::to_vec_pretty(r).expect("json")).expect("write");
+        std::fs::write(
+            t.join("result.json"),
+            serde_json::to_vec_pretty(r).expect("json"),
+        )
+        .expect("write");
         lines.push_str(&r.to_string());
         lines.push('\n');
     }
@@ -123,14 +135,20 @@ fn every_fact_of_a_rich_record_reaches_its_table() {
     assert_eq!(job.job_id, "job-one");
     assert_eq!(job.trials, 4);
     let get = |table: &str, row: usize, col: &str| {
-        let t = schema::TABLES.iter().find(|t| t.name == table).expect("table");
+        let t = schema::TABLES
+            .iter()
+            .find(|t| t.name == table)
+            .expect("table");
         job.rows(table)[row][t.column(col).expect("column")].clone()
     };
     let t = |s: &str| Val::Text(s.to_string());
     // Facts kept apart in the trial row.
     assert_eq!(get("trials", 0, "termination_kind"), t("exited"));
     assert_eq!(get("trials", 0, "claim_semantic_status"), t("succeeded"));
-    assert_eq!(get("trials", 0, "claim_record"), t(r#"{"status":"succeeded"}"#));
+    assert_eq!(
+        get("trials", 0, "claim_record"),
+        t(r#"{"status":"succeeded"}"#)
+    );
     assert_eq!(get("trials", 0, "verifier_status"), t("passed"));
     assert_eq!(get("trials", 0, "changes_added"), Val::Int(3));
     assert_eq!(get("trials", 0, "changes_outside_workdir"), Val::Int(1));
@@ -139,10 +157,17 @@ fn every_fact_of_a_rich_record_reaches_its_table() {
     assert_eq!(get("trials", 0, "seconds"), Val::Real(3.5));
     assert_eq!(get("trials", 0, "backend"), t("docker"));
     // Rewards, phases, usage.
-    assert_eq!(job.rows("rewards").len(), 2 + 2 + 1, "two keys twice, one key once; the infra error none");
+    assert_eq!(
+        job.rows("rewards").len(),
+        2 + 2 + 1,
+        "two keys twice, one key once; the infra error none"
+    );
     assert_eq!(get("usage", 0, "input_tokens"), Val::Int(51234));
     assert_eq!(get("usage", 0, "upstream_errors"), Val::Int(3));
-    assert_eq!(get("usage", 0, "upstream_errors_by_kind"), t(r#"{"429":2,"500":1}"#));
+    assert_eq!(
+        get("usage", 0, "upstream_errors_by_kind"),
+        t(r#"{"429":2,"500":1}"#)
+    );
     assert_eq!(get("usage", 0, "budget_max_cost_usd"), Val::Real(2.0));
     assert_eq!(get("usage", 0, "budget_exhausted"), Val::Int(0));
     assert_eq!(get("usage", 0, "cache_write_tokens"), Val::Int(2));
@@ -168,7 +193,10 @@ fn every_fact_of_a_rich_record_reaches_its_table() {
         .map(|r| (r[3].clone(), r[5].clone()))
         .collect();
     assert!(infra.contains(&(t("agent"), Val::Int(1))), "{infra:?}");
-    assert!(infra.contains(&(t("environment"), Val::Int(0))), "{infra:?}");
+    assert!(
+        infra.contains(&(t("environment"), Val::Int(0))),
+        "{infra:?}"
+    );
 }
 
 #[test]
@@ -190,8 +218,14 @@ fn outcomes_are_counted_as_the_report_counts_them() {
     let report_passed = report.trials.iter().filter(|t| t.outcome.passed()).count();
     let report_scored = report.trials.iter().filter(|t| t.outcome.scored()).count();
     let jobs = &job.rows("jobs")[0];
-    assert_eq!(jobs[schema::JOBS.column("passed").expect("c")], Val::Int(report_passed as i64));
-    assert_eq!(jobs[schema::JOBS.column("scored").expect("c")], Val::Int(report_scored as i64));
+    assert_eq!(
+        jobs[schema::JOBS.column("passed").expect("c")],
+        Val::Int(report_passed as i64)
+    );
+    assert_eq!(
+        jobs[schema::JOBS.column("scored").expect("c")],
+        Val::Int(report_scored as i64)
+    );
     assert_eq!(jobs[schema::JOBS.column("infra").expect("c")], Val::Int(1));
     // Arms in job order with their counts.
     let arms: Vec<(Val, Val, Val)> = job
@@ -214,7 +248,7 @@ async fn indexing_again_gives_the_same_rows() {
     let dir = tmp.path().join("job");
     job_dir(&dir, &all_records());
     let db = Location::Sqlite(tmp.path().join("r.db"));
-    let dump = |store: &mut Store| {
+    let dump = || {
         let mut out = Vec::new();
         for t in schema::TABLES {
             let cols: Vec<&str> = t
@@ -230,18 +264,23 @@ async fn indexing_again_gives_the_same_rows() {
                 t.key.join(", ")
             ));
         }
-        let _ = store;
         out
     };
     let mut store = Store::open(&db).await.expect("open");
-    store.index(&read_job(&dir).expect("read")).await.expect("index");
+    store
+        .index(&read_job(&dir).expect("read"))
+        .await
+        .expect("index");
     let mut first = Vec::new();
-    for q in dump(&mut store) {
+    for q in dump() {
         first.push(rows(&mut store, &q).await);
     }
-    store.index(&read_job(&dir).expect("read")).await.expect("index");
+    store
+        .index(&read_job(&dir).expect("read"))
+        .await
+        .expect("index");
     let mut second = Vec::new();
-    for q in dump(&mut store) {
+    for q in dump() {
         second.push(rows(&mut store, &q).await);
     }
     assert_eq!(first, second);
@@ -253,7 +292,10 @@ async fn indexing_again_gives_the_same_rows() {
     extra["task"] = json!("t9");
     more.push(extra);
     job_dir(&dir, &more);
-    store.index(&read_job(&dir).expect("read")).await.expect("index");
+    store
+        .index(&read_job(&dir).expect("read"))
+        .await
+        .expect("index");
     let n = rows(&mut store, "SELECT COUNT(*) FROM trials").await;
     assert_eq!(n.rows, [[Cell::Int(5)]]);
     let n = rows(&mut store, "SELECT COUNT(*) FROM jobs").await;
@@ -271,14 +313,21 @@ async fn a_truncated_record_is_reported_and_nothing_indexed() {
     std::fs::write(&jsonl, &text[..text.len() - 40]).expect("write");
     let e = read_job(&dir).expect_err("truncated");
     let shown = e.to_string();
-    assert!(shown.starts_with(&format!("{}: line 4: not a whole record", jsonl.display())), "{shown}");
+    assert!(
+        shown.starts_with(&format!("{}: line 4: not a whole record", jsonl.display())),
+        "{shown}"
+    );
     assert!(e.is_usage());
     // A truncated result.json.
     job_dir(&dir, &all_records());
     let result = dir.join("trials/t1__agent__v1__1/result.json");
     std::fs::write(&result, b"{\"id\": \"t1").expect("write");
     let e = read_job(&dir).expect_err("truncated");
-    assert!(e.to_string().starts_with(&format!("{}: file: not a whole record", result.display())), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with(&format!("{}: file: not a whole record", result.display())),
+        "{e}"
+    );
     // A line that is JSON but not a record the report reads.
     job_dir(&dir, &all_records());
     std::fs::write(&jsonl, format!("{text}{{\"id\": \"x\"}}\n")).expect("write");
@@ -296,7 +345,9 @@ async fn a_newer_store_is_refused_and_left_alone() {
     {
         use sqlx::Connection;
         let url = format!("sqlite://{}", path.display());
-        let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("connect");
+        let mut conn = sqlx::SqliteConnection::connect(&url)
+            .await
+            .expect("connect");
         sqlx::query("UPDATE schema_version SET version = 99")
             .execute(&mut conn)
             .await
@@ -306,15 +357,36 @@ async fn a_newer_store_is_refused_and_left_alone() {
         Store::open(&db).await.err().expect("newer"),
         Store::open_read_only(&db).await.err().expect("newer"),
     ] {
-        assert!(matches!(e, ResultsError::Newer { found: 99, known: 1, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                ResultsError::Newer {
+                    found: 99,
+                    known: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert_eq!(
             e.to_string(),
-            format!("{}: schema version 99 is newer than this arbiter knows (1); use a newer arbiter", path.display())
+            format!(
+                "{}: schema version 99 is newer than this arbiter knows (1); use a newer arbiter",
+                path.display()
+            )
         );
     }
-    let mut store = Store::open_read_only(&Location::Sqlite(path.clone())).await;
-    assert!(store.is_err());
-    let _ = store.as_mut();
+    // Left as it was.
+    let url = format!("sqlite://{}", path.display());
+    use sqlx::Connection;
+    let mut conn = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    let (version,): (i64,) = sqlx::query_as("SELECT version FROM schema_version")
+        .fetch_one(&mut conn)
+        .await
+        .expect("version");
+    assert_eq!(version, 99);
 }
 
 #[tokio::test]
@@ -342,7 +414,10 @@ async fn queries_are_read_only_and_render_three_ways() {
     }
     let e = ro.query("SELEC 1").await.expect_err("syntax");
     assert_eq!(e.to_string(), "query refused: near \"SELEC\": syntax error");
-    let n = ro.query("SELECT COUNT(*) FROM trials").await.expect("count");
+    let n = ro
+        .query("SELECT COUNT(*) FROM trials")
+        .await
+        .expect("count");
     assert_eq!(n.rows, [[Cell::Int(4)]], "nothing was written");
 
     let answer = ro
@@ -350,7 +425,10 @@ async fn queries_are_read_only_and_render_three_ways() {
         .await
         .expect("query");
     assert_eq!(answer.columns, ["variant", "passed", "rate", "none"]);
-    assert_eq!(answer.rows[0], [text("v1"), Cell::Int(1), Cell::Real(1.0), Cell::Null]);
+    assert_eq!(
+        answer.rows[0],
+        [text("v1"), Cell::Int(1), Cell::Real(1.0), Cell::Null]
+    );
     assert_eq!(
         render(&answer, Format::Table),
         "variant  passed  rate  none\n-------  ------  ----  ----\nv1       1       1\nv2       0       0\n(2 rows)\n"
@@ -365,7 +443,10 @@ async fn queries_are_read_only_and_render_three_ways() {
     );
     let quoted = ro.query("SELECT 'a,\"b\"' AS x").await.expect("q");
     assert_eq!(render(&quoted, Format::Csv), "x\r\n\"a,\"\"b\"\"\"\r\n");
-    let empty = ro.query("SELECT job_id FROM jobs WHERE 1 = 0").await.expect("q");
+    let empty = ro
+        .query("SELECT job_id FROM jobs WHERE 1 = 0")
+        .await
+        .expect("q");
     assert_eq!(render(&empty, Format::Json), "[]\n");
     assert_eq!(empty.columns, ["job_id"]);
 }
@@ -389,12 +470,21 @@ fn a_job_dir_without_a_job_id_gets_one_from_its_contents() {
 
 #[test]
 fn every_column_is_documented() {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results.md"))
-        .expect("docs/results.md");
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results.md"))
+            .expect("docs/results.md");
     for t in schema::TABLES {
-        assert!(doc.contains(&format!("### `{}`", t.name)), "docs/results.md: no section for {}", t.name);
+        assert!(
+            doc.contains(&format!("### `{}`", t.name)),
+            "docs/results.md: no section for {}",
+            t.name
+        );
         for (c, _) in t.columns {
-            assert!(doc.contains(&format!("`{c}`")), "docs/results.md: column {}.{c} undocumented", t.name);
+            assert!(
+                doc.contains(&format!("`{c}`")),
+                "docs/results.md: column {}.{c} undocumented",
+                t.name
+            );
         }
     }
 }
