@@ -72,6 +72,15 @@ fn dump(db: &str, jobs: &str) -> String {
     out
 }
 
+/// Two `arbiter` processes started together with `ARBITER_DB=db`.
+fn at_once(db: &str, one: &[&str], two: &[&str]) -> (Output, Output) {
+    std::thread::scope(|s| {
+        let h1 = s.spawn(|| arbiter_db(db, one));
+        let h2 = s.spawn(|| arbiter_db(db, two));
+        (h1.join().expect("join"), h2.join().expect("join"))
+    })
+}
+
 #[test]
 fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
     if !docker_available() {
@@ -118,6 +127,40 @@ fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
     let report = common::arbiter(&["report", a.to_str().expect("utf-8"), "--format", "json"]);
     assert!(report.status.success(), "{}", stderr(&report));
 
+    // `resume` indexes its job too; a store that cannot be written is a warning, not the
+    // job's failure or exit code.
+    let resumed = tmp.path().join("resumed.db");
+    let o = arbiter_db(
+        resumed.to_str().expect("utf-8"),
+        &["resume", a.to_str().expect("utf-8"), "-q"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let q = arbiter_db(
+        resumed.to_str().expect("utf-8"),
+        &[
+            "query",
+            "SELECT job_id, trials FROM jobs",
+            "--format",
+            "csv",
+        ],
+    );
+    assert_eq!(
+        stdout(&q),
+        format!("job_id,trials\r\n{id_a},2\r\n"),
+        "{}",
+        stderr(&q)
+    );
+    let o = arbiter_db(
+        "/dev/null/results.db",
+        &["resume", a.to_str().expect("utf-8"), "-q"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: results store: /dev/null: "),
+        "{}",
+        stderr(&o)
+    );
+
     // Another job: the same folder made anew on another night (its own job-id).
     let b = tmp.path().join("jobs/b");
     copy_dir(&a, &b);
@@ -142,6 +185,13 @@ fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(dump(lite, &jobs), first, "re-indexing is idempotent");
 
+    // Two processes into one SQLite file at once: the same jobs in opposite orders.
+    let (a_s, b_s) = (a.to_str().expect("utf-8"), b.to_str().expect("utf-8"));
+    let (o1, o2) = at_once(lite, &["index", a_s, b_s, "-q"], &["index", b_s, a_s, "-q"]);
+    assert!(o1.status.success(), "{}", stderr(&o1));
+    assert!(o2.status.success(), "{}", stderr(&o2));
+    assert_eq!(dump(lite, &jobs), first);
+
     // A write in a query: one line, exit 2, nothing changed.
     for sql in ["DELETE FROM trials", "DROP TABLE jobs"] {
         let o = arbiter_db(lite, &["query", sql]);
@@ -159,25 +209,11 @@ fn jobs_are_indexed_into_sqlite_and_postgres_and_queries_stay_read_only() {
         return;
     };
     // Two processes at once: different jobs, then the same jobs in opposite orders.
-    let (a_s, b_s) = (a.to_str().expect("utf-8"), b.to_str().expect("utf-8"));
     for (one, two) in [
         (vec!["index", a_s, "-q"], vec!["index", b_s, "-q"]),
         (vec!["index", a_s, b_s, "-q"], vec!["index", b_s, a_s, "-q"]),
     ] {
-        let spawn = |args: &[&str]| {
-            Command::new(env!("CARGO_BIN_EXE_arbiter"))
-                .env("ARBITER_DB", &pg)
-                .args(args)
-                .output()
-        };
-        let (o1, o2) = std::thread::scope(|s| {
-            let h1 = s.spawn(|| spawn(&one));
-            let h2 = s.spawn(|| spawn(&two));
-            (
-                h1.join().expect("join").expect("run"),
-                h2.join().expect("join").expect("run"),
-            )
-        });
+        let (o1, o2) = at_once(&pg, &one, &two);
         assert!(o1.status.success(), "{}", stderr(&o1));
         assert!(o2.status.success(), "{}", stderr(&o2));
         assert_eq!(
