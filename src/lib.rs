@@ -10,6 +10,7 @@ pub mod job;
 pub mod outcome;
 pub(crate) mod regrade;
 pub(crate) mod report;
+pub(crate) mod results;
 pub mod sandbox;
 pub mod task;
 pub(crate) mod taskcheck;

@@ -60,6 +60,7 @@ fn every_script_passes_shellcheck() {
     for must in [
         "scripts/k8s",
         "scripts/lib.sh",
+        "scripts/postgres",
         "scripts/test",
         "scripts/k8s.d/settings.sh",
     ] {

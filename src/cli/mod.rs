@@ -7,6 +7,7 @@ mod datasets;
 mod gc;
 pub(crate) mod packet;
 mod report;
+mod results;
 mod tasks;
 mod tasks_load;
 mod verify;
@@ -88,6 +89,16 @@ enum Command {
         after_help = "Example:\n  arbiter datasets pull terminal-bench@2.0 --registry registry.json"
     )]
     Datasets(datasets::DatasetsCmd),
+    /// Index finished jobs into the results store (SQLite file or PostgreSQL); idempotent.
+    #[command(
+        after_help = "Examples:\n  arbiter index jobs/\n  arbiter index jobs/nightly --db postgres://ci:secret@db.internal/arbiter"
+    )]
+    Index(results::IndexCmd),
+    /// Read-only SQL over the results store (docs/results.md has the schema).
+    #[command(
+        after_help = "Examples:\n  arbiter query 'SELECT agent, SUM(passed), SUM(scored) FROM trials GROUP BY agent'\n  arbiter query 'SELECT * FROM jobs ORDER BY started_at DESC LIMIT 5' --format json"
+    )]
+    Query(results::QueryCmd),
     /// Task QA: `tasks check` runs the oracle, nop, repeats and an exploit battery on tasks.
     #[command(after_help = "Example:\n  arbiter tasks check tasks/ -n 4")]
     Tasks(tasks::TasksCmd),
@@ -210,6 +221,8 @@ enum CliError {
     /// The job cannot start on its backend: one line per problem.
     #[error("{0}")]
     Preflight(#[from] job::PreflightError),
+    #[error("{0}")]
+    Results(#[from] crate::results::ResultsError),
 }
 
 impl CliError {
@@ -227,6 +240,8 @@ impl CliError {
             CliError::Report(_) | CliError::Toolbox(_) => exit::USAGE,
             CliError::Regrade(crate::regrade::RegradeError::Store(_)) => exit::FAILURE,
             CliError::Regrade(_) => exit::USAGE,
+            CliError::Results(e) if e.is_usage() => exit::USAGE,
+            CliError::Results(_) => exit::FAILURE,
         }
     }
 }
@@ -335,6 +350,8 @@ pub fn main() -> ExitCode {
             Command::Agents(cmd) => Ok(agents::main(cmd).await),
             Command::Datasets(cmd) => Ok(datasets::main(cmd).await),
             Command::Tasks(cmd) => Ok(tasks::main(cmd).await),
+            Command::Index(cmd) => Ok(results::index(cmd).await?),
+            Command::Query(cmd) => Ok(results::query(cmd).await?),
         }
     });
     // Trials still cleaning up after a second interrupt are abandoned here on purpose.
@@ -420,6 +437,8 @@ async fn run(
         return Ok(end(exit::INTERRUPTED));
     }
     let _ = reporter.await;
+    // The job's records into the results store (a warning when it fails; never the exit code).
+    results::after_job(&spec.dir).await;
 
     say(&report::summary_table(&summary));
     let infra: usize = summary.iter().map(|a| a.infra).sum();

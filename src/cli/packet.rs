@@ -268,6 +268,7 @@ impl Packet {
                 (Phase::Run, "report_io_failed", None)
             }
             CliError::Report(_) => (Phase::Configuration, "report_invalid", None),
+            CliError::Results(_) => (Phase::Run, "results_store_failed", None),
             CliError::Regrade(crate::regrade::RegradeError::Usage { field, .. }) => {
                 (Phase::Arguments, "invalid_value", Some(field.clone()))
             }

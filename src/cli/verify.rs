@@ -67,6 +67,8 @@ pub(super) async fn main(cmd: VerifyCmd) -> Result<u8, CliError> {
         }
     });
     let outcome = crate::regrade::regrade(&spec, &args, sandbox, cancel_rx).await?;
+    // The regraded records into the results store (a warning when it fails).
+    super::results::after_job(&spec.dir).await;
     let mut text = String::new();
     if !cmd.quiet {
         text.push_str(&table(&outcome));

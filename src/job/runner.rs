@@ -52,6 +52,7 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
     })?;
     // We hold the job dir: anything still labelled with this job is a leftover of a killed run.
     reap_job(&*sandbox, &spec.job_label()).await;
+    store.ensure_job_id()?;
     store.write_file("job.yaml", spec.config_yaml.as_bytes())?;
     let lock = serde_json::to_vec_pretty(&spec.lock).map_err(|e| StoreError {
         path: spec.dir.join("lock.json"),

@@ -39,6 +39,10 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> 
     Ok(())
 }
 
+/// The job's identity (one line), written at its first run and kept by every resume, so the
+/// results store tells two jobs run in the same folder apart (docs/results.md).
+pub(crate) const JOB_ID_FILE: &str = "job-id";
+
 /// Errors of earlier runs of trials run again with `--retry-infra`, by trial id.
 const CARRIED: &str = "retry-infra.json";
 
@@ -210,6 +214,26 @@ impl JobStore {
         self.write_file(CARRIED, &bytes)
     }
 
+    /// The job's id from its `job-id` file; a job without one (its first run) gets a new
+    /// random one, written atomically.
+    pub(crate) fn ensure_job_id(&self) -> Result<String, StoreError> {
+        let path = self.root.join(JOB_ID_FILE);
+        match fs::read_to_string(&path) {
+            Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError { path, source: e }),
+        }
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| StoreError {
+            path: path.clone(),
+            source: io::Error::other(e.to_string()),
+        })?;
+        let id = crate::digest::hex(&bytes);
+        write_atomic(&path, format!("{id}\n").as_bytes())?;
+        Ok(id)
+    }
+
     /// Read a finished trial's record.
     pub(crate) fn load(&self, id: &str) -> Option<TrialRecord> {
         let bytes = fs::read(self.trial_dir(id).join("result.json")).ok()?;
@@ -287,6 +311,18 @@ mod tests {
         .expect("write");
         assert!(store.reconcile_jsonl(&["a", "b", "c"]).expect("reconcile"));
         assert_eq!(lines(&jsonl).len(), 3);
+    }
+
+    #[test]
+    fn job_id_is_written_once_and_kept() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = JobStore::open(tmp.path()).expect("open");
+        let id = store.ensure_job_id().expect("id");
+        assert_eq!(id.len(), 32);
+        assert_eq!(store.ensure_job_id().expect("id"), id, "a resume keeps it");
+        let other = tempfile::tempdir().expect("tmp");
+        let again = JobStore::open(other.path()).expect("open");
+        assert_ne!(again.ensure_job_id().expect("id"), id);
     }
 
     #[test]

@@ -371,6 +371,12 @@ struct RawLock {
     pass_threshold: Option<f64>,
 }
 
+/// Whether `line` of `trials.jsonl` is a record [`load_job`] reads (it skips the others with
+/// a warning; the results store refuses a job that has one).
+pub(crate) fn readable(line: &str) -> Result<(), serde_json::Error> {
+    serde_json::from_str::<RawTrial<'_>>(line).map(|_| ())
+}
+
 /// Read a job directory's `trials.jsonl` (plus `lock.json` and `job.yaml` when present).
 pub(crate) fn load_job(dir: &Path) -> Result<JobData, ReportError> {
     let jsonl = dir.join("trials.jsonl");
