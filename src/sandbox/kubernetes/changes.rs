@@ -306,10 +306,13 @@ impl KubernetesSandbox {
                 pod,
                 &argv,
                 None,
-                &mut Sink::Memory {
-                    buf: &mut out,
-                    cap: MAX_WALK_BYTES,
-                },
+                (
+                    &mut Sink::Memory {
+                        buf: &mut out,
+                        cap: MAX_WALK_BYTES,
+                    },
+                    super::kept::Keep::File,
+                ),
                 64 * 1024,
                 (Some(WALK_DEADLINE), Duration::from_secs(1)),
             )

@@ -526,10 +526,13 @@ impl KubernetesSandbox {
                 pod,
                 argv,
                 stdin,
-                &mut Sink::Memory {
-                    buf: &mut out,
-                    cap: 1 << 20,
-                },
+                (
+                    &mut Sink::Memory {
+                        buf: &mut out,
+                        cap: 1 << 20,
+                    },
+                    super::kept::Keep::File,
+                ),
                 1 << 20,
                 (Some(timeout), Duration::from_secs(1)),
             )

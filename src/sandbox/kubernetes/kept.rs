@@ -38,20 +38,42 @@ f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"; printf '%s\n' "$f" >
 }
 pub(super) use facts_line;
 
-/// The keeping wrapper of a harness command: `$1` the kept files' stem, `$2` how many stale
-/// stems follow (removed first), then the command. Its stdout and stderr go to `$1.o` and
-/// `$1.e`, the facts line to `$1.f`; then the facts and stderr are sent on stderr, stdout on
-/// stdout, and the command's exit code is the exec's.
+/// The keeping wrapper of a harness command: `$1` the kept files' stem, `$2` the mode
+/// ([`Keep`]: `file` or `stream`), `$3` how many stale stems follow (removed first), then the
+/// command. `file`: its stdout and stderr go to `$1.o` and `$1.e`, the facts line to `$1.f`;
+/// then the facts and stderr are sent on stderr, stdout on stdout. `stream`: stdout is sent
+/// as it comes and counted (its digest in the facts is `-`), stderr goes to `$1.e`; then the
+/// facts and stderr are sent on stderr. The command's exit code is the exec's.
 const KEEP: &str = concat!(
-    r#"B=/.arbiter/toolbox/busybox; k=$1 n=$2; shift 2
+    r#"B=/.arbiter/toolbox/busybox; k=$1 m=$2 n=$3; shift 3
 while [ "$n" -gt 0 ]; do $B rm -f "$1.o" "$1.e" "$1.f"; shift; n=$((n-1)); done
 : >"$k.o" && : >"$k.e" || { echo "cannot keep output in $k" >&2; exit 125; }
+if [ "$m" = file ]; then
 "$@" >"$k.o" 2>"$k.e"; rc=$?
 "#,
     facts_line!(),
     r#"
-$B cat "$k.f" "$k.e" >&2; $B cat "$k.o"; exit "$rc""#
+$B cat "$k.f" "$k.e" >&2; $B cat "$k.o"; exit "$rc"
+fi
+{ { "$@" 2>"$k.e"; echo $? >"$k.r"; } | $B tee /dev/fd/3 | $B wc -c >"$k.n"; } 3>&1
+rc=$($B cat "$k.r"); o=$($B cat "$k.n"); e=$($B wc -c <"$k.e"); se=$($B sha256sum <"$k.e")
+f="arbiter-kept $rc $((o+0)) $((e+0)) - ${se%% *}"; printf '%s\n' "$f" >"$k.f"; $B rm -f "$k.r" "$k.n"
+$B cat "$k.f" "$k.e" >&2; exit "$rc""#
 );
+
+/// How a harness command's stdout is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Keep {
+    /// Whole in the pod before it is sent: a stream that came short is completed from it.
+    File,
+    /// Sent as it comes and counted in the pod (output too large to hold twice in the pod's
+    /// ephemeral storage): a stream that came short is [`SandboxError::Lost`].
+    Stream,
+}
+
+/// Output a [`Keep::File`] may hold, at most (the pod's ephemeral storage has 256 MiB for
+/// the harness).
+pub(super) const KEEP_FILE_MAX: u64 = 64 << 20;
 
 /// Reads of a kept file's missing part (or of the facts), at most.
 const REREADS: usize = 3;
@@ -102,7 +124,8 @@ pub(super) struct Facts {
     /// Bytes of the kept stdout and stderr.
     out: u64,
     err: u64,
-    sha_out: String,
+    /// `None`: stdout was only counted ([`Keep::Stream`]).
+    sha_out: Option<String>,
     sha_err: String,
 }
 
@@ -115,7 +138,10 @@ fn parse_facts(line: &[u8]) -> Option<Facts> {
     let sha = |s: &str| {
         (s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_string())
     };
-    let sha_out = sha(fields.next()?)?;
+    let sha_out = match fields.next()? {
+        "-" => None,
+        given => Some(sha(given)?),
+    };
     let sha_err = sha(fields.next()?)?;
     fields.next().is_none().then_some(Facts {
         code,
@@ -232,7 +258,7 @@ impl KubernetesSandbox {
         pod: &str,
         argv: &[String],
         stdin: Option<&[u8]>,
-        out: &mut Sink<'_>,
+        (out, keep): (&mut Sink<'_>, Keep),
         err_cap: usize,
         limits: (Option<Duration>, Duration),
     ) -> Result<Kept, SandboxError> {
@@ -252,7 +278,11 @@ impl KubernetesSandbox {
         let stem = new_stem();
         let stale = self.kept.take_stale(pod);
         let count = stale.len().to_string();
-        let mut args: Vec<&str> = vec!["-c", KEEP, "arbiter-keep", &stem, &count];
+        let mode = match keep {
+            Keep::File => "file",
+            Keep::Stream => "stream",
+        };
+        let mut args: Vec<&str> = vec!["-c", KEEP, "arbiter-keep", &stem, mode, &count];
         args.extend(stale.iter().map(String::as_str));
         let mut kept_argv = toolbox_argv("sh", &args);
         kept_argv.extend(argv.iter().cloned());
@@ -308,17 +338,27 @@ impl KubernetesSandbox {
             ));
         }
         let over = out.too_small_for(facts.out);
-        if !over {
-            self.complete(pod, &format!("{stem}.o"), facts.out, out)
-                .await?;
-            if out.sha256().await?.is_some_and(|sha| sha != facts.sha_out) {
-                return Err(lost(
-                    pod,
-                    format!(
-                        "stdout arrived with sha256 other than the pod's copy ({})",
-                        facts.sha_out
-                    ),
-                ));
+        match (&facts.sha_out, over) {
+            (_, true) => {}
+            (Some(sha_out), false) => {
+                self.complete(pod, &format!("{stem}.o"), facts.out, out)
+                    .await?;
+                if out.sha256().await?.is_some_and(|sha| &sha != sha_out) {
+                    return Err(lost(
+                        pod,
+                        format!("stdout arrived with sha256 other than the pod's copy ({sha_out})"),
+                    ));
+                }
+            }
+            // Only counted in the pod: nothing to read again.
+            (None, false) => {
+                let got = out.received().unwrap_or(facts.out);
+                if got != facts.out {
+                    return Err(lost(
+                        pod,
+                        format!("{got} bytes of stdout arrived, the pod sent {}", facts.out),
+                    ));
+                }
             }
         }
         let mut err = own_err;
@@ -457,14 +497,18 @@ impl KubernetesSandbox {
         self.kept.rereads.fetch_add(1, Ordering::Relaxed);
         let deadline = started + timeout.unwrap_or(Duration::from_secs(24 * 3600));
         loop {
-            if let Some(facts) = self.facts_file(pod, stem, 1).await? {
-                tracing::warn!(
-                    pod,
-                    "an exec's status did not arrive; its end read from the pod"
-                );
-                return Ok(Some(facts));
+            match self.facts_file(pod, stem, 1).await {
+                Ok(Some(facts)) => {
+                    tracing::warn!(
+                        pod,
+                        "an exec's status did not arrive; its end read from the pod"
+                    );
+                    return Ok(Some(facts));
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(pod, "reading an exec's facts: {e}"),
             }
-            if let Some(how) = self.pod_settled(pod).await {
+            if let Some(how) = self.pod_ended(pod).await {
                 return Err(match super::exec::gone(pod, how) {
                     Err(e) => e,
                     Ok(_) => lost(pod, "its pod ended while the exec's status was lost".into()),
@@ -541,7 +585,15 @@ impl KubernetesSandbox {
             }
             (None, None) => {
                 stderr.write(held).await?;
-                match self.facts_file(pod, &stem, 1).await? {
+                // Killed by a signal, the wrapper itself most likely was (an OOM kill, an
+                // eviction, a root agent's `kill -9 -1`): no facts were written. A read that
+                // fails (the container ended) leaves the streams as they came, too.
+                let facts = if code >= 128 {
+                    None
+                } else {
+                    self.facts_file(pod, &stem, 1).await.unwrap_or(None)
+                };
+                match facts {
                     Some(facts) => {
                         self.kept.rereads.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
@@ -569,8 +621,12 @@ impl KubernetesSandbox {
             self.kept.add_stale(pod, stem);
             return Ok(());
         }
+        let Some(sha_out) = facts.sha_out.as_ref() else {
+            self.kept.add_stale(pod, stem);
+            return Ok(());
+        };
         for (stream, sink, size, sha) in [
-            ("o", stdout, facts.out, &facts.sha_out),
+            ("o", stdout, facts.out, sha_out),
             ("e", stderr, facts.err, &facts.sha_err),
         ] {
             let mut sink = Sink::Capped(sink);
@@ -642,7 +698,7 @@ mod tests {
                 code: 0,
                 out: 12,
                 err: 3,
-                sha_out: sha.clone(),
+                sha_out: Some(sha.clone()),
                 sha_err: sha.clone(),
             }
         );
@@ -655,6 +711,11 @@ mod tests {
         assert!(split_facts(whole.as_bytes()).is_some());
         // The command's own stderr never stands in for the facts.
         assert!(split_facts(format!("arbiter-kept 0 1 2 {sha} nothex\n").as_bytes()).is_none());
+        // A stream's stdout is counted, not digested; its stderr always is.
+        let counted = format!("arbiter-kept 0 1 2 - {sha}\n");
+        let counted = split_facts(counted.as_bytes());
+        assert_eq!(counted.map(|(f, _)| f.sha_out), Some(None));
+        assert!(split_facts(format!("arbiter-kept 0 1 2 {sha} -\n").as_bytes()).is_none());
         assert!(split_facts(format!("arbiter-kept 0 1 2 {sha}\n").as_bytes()).is_none());
         assert!(
             split_facts(format!("oops\narbiter-kept 0 1 2 {sha} {sha}\n").as_bytes()).is_none()

@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::KubernetesSandbox;
 use super::error::KubeError;
 use super::exec::{RawEnd, Sink};
+use super::kept::{KEEP_FILE_MAX, Keep};
 use super::names::SCRATCH;
 use crate::digest::sha256_hex;
 use crate::sandbox::toolbox::toolbox_argv;
@@ -219,7 +220,9 @@ impl KubernetesSandbox {
     }
 
     /// Runs `argv`, a `tar` to stdout, with its stdout into a new file `to` of at most
-    /// `limit` bytes (the file is not flushed), kept in the pod and checked (`kept.rs`).
+    /// `limit` bytes (the file is not flushed), checked against the pod's count (`kept.rs`):
+    /// kept whole in the pod first when `limit` allows ([`KEEP_FILE_MAX`]), so a stream that
+    /// comes short is completed from there.
     pub(super) async fn tar_to_file(
         &self,
         pod: &str,
@@ -239,12 +242,17 @@ impl KubernetesSandbox {
             limit,
             over: false,
         };
+        let keep = if limit <= KEEP_FILE_MAX {
+            Keep::File
+        } else {
+            Keep::Stream
+        };
         let kept = self
             .run_kept(
                 pod,
                 argv,
                 stdin,
-                &mut out,
+                (&mut out, keep),
                 64 * 1024,
                 (Some(deadline), Duration::from_secs(2)),
             )
