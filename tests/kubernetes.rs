@@ -303,6 +303,119 @@ async fn eight_concurrent_trials_of_one_build_build_and_push_once() {
     assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1));
 }
 
+/// A registry that hiccups: a proxy on the loopback in front of the test cluster's registry
+/// that answers HTTP 500 to the first two manifest checks (HEAD) and to the first manifest
+/// push (PUT), and forwards everything else; how many of each it saw.
+async fn hiccuping_registry() -> (String, Arc<[std::sync::atomic::AtomicUsize; 2]>) {
+    use axum::body::Body;
+    use axum::http::{Method, Request, StatusCode};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let seen: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let counts = Arc::clone(&seen);
+    let http = reqwest::Client::new();
+    let app = axum::Router::new().fallback(move |request: Request<Body>| {
+        let (counts, http) = (Arc::clone(&counts), http.clone());
+        async move {
+            let manifest = request.uri().path().contains("/manifests/");
+            let n = match (request.method(), manifest) {
+                (&Method::HEAD, true) => Some((0, 2)),
+                (&Method::PUT, true) => Some((1, 1)),
+                _ => None,
+            }
+            .map(|(which, fail)| (counts[which].fetch_add(1, Ordering::SeqCst), fail));
+            if let Some((n, fail)) = n
+                && n < fail
+            {
+                return axum::http::Response::builder()
+                    .status(StatusCode::INTERNAL_SERVER_ERROR)
+                    .body(Body::from("injected"))
+                    .expect("response");
+            }
+            let url = format!(
+                "http://127.0.0.1:5000{}",
+                request.uri().path_and_query().map_or("/", |p| p.as_str())
+            );
+            let method = request.method().clone();
+            let mut headers = request.headers().clone();
+            headers.remove("host");
+            let body = reqwest::Body::wrap_stream(request.into_body().into_data_stream());
+            let got = http
+                .request(method, url)
+                .headers(headers)
+                .body(body)
+                .send()
+                .await
+                .expect("the registry behind the proxy");
+            let mut reply = axum::http::Response::builder().status(got.status());
+            for (k, v) in got.headers() {
+                reply = reply.header(k, v);
+            }
+            reply
+                .body(Body::from(got.bytes().await.expect("reply body")))
+                .expect("response")
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (host, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_registry_that_hiccups_still_gets_one_push_of_eight_concurrent_builds() {
+    use arbiter::sandbox::kubernetes::{KubeSettings, KubernetesSandbox};
+    use std::sync::atomic::Ordering;
+    if cluster().await.is_none() || !common::docker_available() {
+        return;
+    }
+    let (host, seen) = hiccuping_registry().await;
+    let toolbox = arbiter::sandbox::toolbox::locate_toolbox().expect("toolbox");
+    let settings = KubeSettings {
+        registry: Some(host.clone()),
+        ..Default::default()
+    };
+    let sb = KubernetesSandbox::connect(settings)
+        .await
+        .expect("kubeconfig")
+        .with_toolbox(&toolbox);
+    let sb = Arc::new(sb);
+    let tmp = tempfile::tempdir().unwrap();
+    let unique = format!("{:?} hiccups", Instant::now());
+    let dockerfile = format!("FROM arbiter/busybox\nRUN echo '{unique}' > /stamp\n");
+    let spec = build_spec(&tmp.path().join("ctx"), "k8s-hiccup", &dockerfile);
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let (sb, spec) = (sb.clone(), spec.clone());
+        handles.push(tokio::spawn(async move { sb.prepare_image(&spec).await }));
+    }
+    let mut refs = Vec::new();
+    for h in handles {
+        refs.push(
+            h.await
+                .unwrap()
+                .expect("prepare through the hiccups")
+                .as_str()
+                .to_string(),
+        );
+    }
+    refs.dedup();
+    assert_eq!(refs.len(), 1, "{refs:?}");
+    assert!(refs[0].starts_with(&host), "{refs:?}");
+    assert_eq!(sb.builds_and_pushes(), (1, 1), "one build, one push");
+    let (heads, puts) = (
+        seen[0].load(Ordering::SeqCst),
+        seen[1].load(Ordering::SeqCst),
+    );
+    assert!(
+        heads >= 3,
+        "the 500s to manifest checks were asked again ({heads})"
+    );
+    assert!(
+        puts >= 2,
+        "the push refused with a 500 was tried again ({puts})"
+    );
+}
+
 // ---------------------------------------------------------------- the real binary ---
 
 fn kubectl_apply(yaml: &str) {

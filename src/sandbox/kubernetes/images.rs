@@ -15,7 +15,9 @@ use tokio::sync::OnceCell;
 use super::KubernetesSandbox;
 use super::error::KubeError;
 use super::names::{IMAGE_BUSYBOX, IMAGE_RELAY};
-use super::registry::{Reference, Registry};
+use super::registry::{
+    Backoff, Failure, Reference, Registry, after_attempts, retrying, transient_status,
+};
 use crate::sandbox::docker::DockerSandbox;
 use crate::sandbox::{ImageConfig, ImageRecipe, ImageRef, ImageSpec, Sandbox, SandboxError};
 
@@ -142,27 +144,21 @@ impl KubernetesSandbox {
             .cloned()
     }
 
-    /// Push `name:tag` with the local engine.
+    /// Push `name:tag` with the local engine: one push (however many attempts), tried again
+    /// while the registry hiccups (a 5xx, a 429, a dropped connection; [`Backoff::REGISTRY`]),
+    /// never after a refusal.
     pub(super) async fn push(&self, name: &str, tag: &str) -> Result<(), SandboxError> {
         let engine = self.engine().await?;
         let docker = engine.client();
         self.pushes.fetch_add(1, Ordering::SeqCst);
         tracing::info!(image = name, tag, "pushing image");
-        let options = PushImageOptionsBuilder::new().tag(tag).build();
-        let mut stream = docker.push_image(name, Some(options), None);
-        while let Some(item) = stream.next().await {
-            let info = item.map_err(|e| KubeError::Push {
-                image: format!("{name}:{tag}"),
-                message: e.to_string(),
+        let image = format!("{name}:{tag}");
+        retrying(Backoff::REGISTRY, &image, || push_once(docker, name, tag))
+            .await
+            .map_err(|(failure, attempts)| KubeError::Push {
+                image: image.clone(),
+                message: after_attempts(&failure.message, attempts),
             })?;
-            if let Some(detail) = info.error_detail {
-                return Err(KubeError::Push {
-                    image: format!("{name}:{tag}"),
-                    message: detail.message.unwrap_or_default(),
-                }
-                .into());
-            }
-        }
         Ok(())
     }
 
@@ -294,5 +290,124 @@ impl KubernetesSandbox {
             .await
             .get(image)
             .and_then(|p| p.digest.clone())
+    }
+}
+
+/// One attempt at pushing `name:tag`: the engine's stream read to its end.
+async fn push_once(docker: &bollard::Docker, name: &str, tag: &str) -> Result<(), Failure> {
+    let options = PushImageOptionsBuilder::new().tag(tag).build();
+    let mut stream = docker.push_image(name, Some(options), None);
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| match &e {
+            // The engine's own words (its answer, or an error in its stream): judged by what
+            // they say of the registry.
+            bollard::errors::Error::DockerResponseServerError { .. }
+            | bollard::errors::Error::DockerStreamError { .. } => push_failure(&e.to_string()),
+            // The engine's connection dropped mid-push: another attempt may go through.
+            _ => Failure::transient(e.to_string()),
+        })?;
+        if let Some(detail) = info.error_detail {
+            return Err(push_failure(&detail.message.unwrap_or_default()));
+        }
+    }
+    Ok(())
+}
+
+/// A push's failure as the engine words the registry's answer: a hiccup (the registry's 5xx
+/// or 429, a connection refused, reset or cut short, a timeout) is worth another attempt; a
+/// refusal (unauthorized, denied, unknown, any other 4xx) is not, nor anything unrecognised.
+pub(crate) fn push_failure(message: &str) -> Failure {
+    let lower = message.to_ascii_lowercase();
+    let refusal = [
+        "unauthorized",
+        "denied",
+        "forbidden",
+        "name unknown",
+        "manifest invalid",
+        "does not exist locally",
+    ];
+    if refusal.iter().any(|r| lower.contains(r)) {
+        return Failure::refused(message);
+    }
+    if let Some(code) = http_status_in(&lower) {
+        return if transient_status(code) {
+            Failure::transient(message)
+        } else {
+            Failure::refused(message)
+        };
+    }
+    let hiccup = [
+        "toomanyrequests",
+        "too many requests",
+        "internal server error",
+        "bad gateway",
+        "service unavailable",
+        "gateway timeout",
+        "connection refused",
+        "connection reset",
+        "broken pipe",
+        "timeout",
+        "timed out",
+        "unexpected eof",
+        ": eof",
+    ];
+    let transient = hiccup.iter().any(|h| lower.contains(h)) || lower.trim_end().ends_with("eof");
+    Failure {
+        message: message.to_string(),
+        transient,
+    }
+}
+
+/// The HTTP status a message names (`… HTTP status: 500 …`, `status code 503`, `HTTP 429`).
+fn http_status_in(lower: &str) -> Option<u16> {
+    ["http status: ", "status code ", "status: ", "http "]
+        .iter()
+        .find_map(|marker| {
+            lower.match_indices(marker).find_map(|(at, m)| {
+                let digits: String = lower[at + m.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit())
+                    .collect();
+                (digits.len() == 3)
+                    .then(|| digits.parse::<u16>().ok())
+                    .flatten()
+                    .filter(|c| (100..600).contains(c))
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_push_is_tried_again_on_the_registrys_hiccups_never_on_a_refusal() {
+        for hiccup in [
+            "received unexpected HTTP status: 500 Internal Server Error",
+            "received unexpected HTTP status: 503 Service Unavailable",
+            "toomanyrequests: retry later",
+            "Put \"http://127.0.0.1:5000/v2/x/blobs/uploads/abc\": EOF",
+            "read tcp 127.0.0.1:4242->127.0.0.1:5000: read: connection reset by peer",
+            "Get \"http://127.0.0.1:5000/v2/\": dial tcp 127.0.0.1:5000: connect: connection refused",
+            "net/http: request canceled (Client.Timeout exceeded while awaiting headers)",
+            "Docker stream error: received unexpected HTTP status: 500 Internal Server Error",
+        ] {
+            assert!(push_failure(hiccup).transient, "{hiccup}");
+        }
+        for refusal in [
+            "unauthorized: authentication required",
+            "denied: requested access to the resource is denied",
+            "received unexpected HTTP status: 404 Not Found",
+            "received unexpected HTTP status: 401 Unauthorized",
+            "name unknown: repository name not known to registry",
+            "An image does not exist locally with the tag: 127.0.0.1:5000/x",
+            "something nobody said before",
+            "Docker stream error: unauthorized: authentication required",
+            "Docker responded with status code 404: No such image: x:y",
+        ] {
+            assert!(!push_failure(refusal).transient, "{refusal}");
+        }
+        assert_eq!(http_status_in("http status: 502 bad gateway"), Some(502));
+        assert_eq!(http_status_in("no status here"), None);
     }
 }
