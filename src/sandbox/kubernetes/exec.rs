@@ -626,8 +626,7 @@ impl KubernetesSandbox {
         let end = match (end, stem) {
             (Ok(Ok(end)), Some(stem)) => {
                 self.check_kept_exec(pod, stem, (end, None), &held, &mut stdout, &mut stderr)
-                    .await?;
-                end
+                    .await?
             }
             // The stream lost the command's end: the pod's copy has it once it ended.
             (Ok(Err(why)), Some(stem)) => {
@@ -637,8 +636,7 @@ impl KubernetesSandbox {
                         let end = RawEnd::Exited(facts.code);
                         let known = (end, Some(facts));
                         self.check_kept_exec(pod, stem, known, &held, &mut stdout, &mut stderr)
-                            .await?;
-                        end
+                            .await?
                     }
                     None if spec.timeout.is_some() => {
                         stderr.write(&held).await?;

@@ -210,6 +210,22 @@ impl Sink<'_> {
     }
 }
 
+/// The end of an exec that exited `code` by the API's word, given the facts its wrapper
+/// wrote: the facts' code. Under load the API was seen to report exit 0 for a command that
+/// exited 3, with its stream cut (the apiserver's copy failed and it sent success); the
+/// facts are written in the pod's root-only scratch after the command ended.
+fn settled_end(pod: &str, code: i64, facts: &Facts) -> RawEnd {
+    if facts.code != code {
+        tracing::warn!(
+            pod,
+            reported = code,
+            kept = facts.code,
+            "the exec's status differs from the exit code kept in the pod; the pod's stands"
+        );
+    }
+    RawEnd::Exited(facts.code)
+}
+
 /// A new stem for the files that keep an exec's output in the pod.
 pub(super) fn new_stem() -> String {
     format!("{SCRATCH}/keep-{}", random_suffix())
@@ -328,15 +344,7 @@ impl KubernetesSandbox {
             (Some(facts), None) => (facts, Vec::new()),
             (None, None) => (self.kept_facts(pod, &stem, &err).await?, Vec::new()),
         };
-        if facts.code != code {
-            return Err(lost(
-                pod,
-                format!(
-                    "the command's exit code was {} in the pod, the exec reported {code}",
-                    facts.code
-                ),
-            ));
-        }
+        let end = settled_end(pod, code, &facts);
         let over = out.too_small_for(facts.out);
         match (&facts.sha_out, over) {
             (_, true) => {}
@@ -456,23 +464,7 @@ impl KubernetesSandbox {
         let file = format!("{stem}.f");
         let argv = toolbox_argv("cat", &[&file]);
         for _ in 0..tries {
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            let end = self
-                .run(
-                    pod,
-                    &argv,
-                    None,
-                    &mut Sink::Memory {
-                        buf: &mut out,
-                        cap: 4096,
-                    },
-                    &mut Sink::Memory {
-                        buf: &mut err,
-                        cap: 4096,
-                    },
-                    (Some(Duration::from_secs(60)), Duration::from_secs(1)),
-                )
-                .await?;
+            let (end, out, _) = self.harness_streamed(pod, &argv).await?;
             if end == RawEnd::Exited(0)
                 && let Some((facts, _)) = split_facts(&out)
             {
@@ -568,11 +560,11 @@ impl KubernetesSandbox {
         held: &[u8],
         stdout: &mut CappedSink,
         stderr: &mut CappedSink,
-    ) -> Result<(), SandboxError> {
+    ) -> Result<RawEnd, SandboxError> {
         let RawEnd::Exited(code) = end else {
             stderr.write(held).await?;
             self.kept.add_stale(pod, stem);
-            return Ok(());
+            return Ok(end);
         };
         let facts = match (known, split_trailer(held)) {
             (known, Some((facts, own))) => {
@@ -604,26 +596,15 @@ impl KubernetesSandbox {
                     }
                     None => {
                         self.kept.add_stale(pod, stem);
-                        return Ok(());
+                        return Ok(end);
                     }
                 }
             }
         };
-        if facts.code != code {
-            // What runs in the container could have written them (a root agent can reach the
-            // scratch volume): the exit the API reported stands, the streams as they came.
-            tracing::warn!(
-                pod,
-                kept = facts.code,
-                code,
-                "an exec's kept exit code differs"
-            );
-            self.kept.add_stale(pod, stem);
-            return Ok(());
-        }
+        let end = settled_end(pod, code, &facts);
         let Some(sha_out) = facts.sha_out.as_ref() else {
             self.kept.add_stale(pod, stem);
-            return Ok(());
+            return Ok(end);
         };
         for (stream, sink, size, sha) in [
             ("o", stdout, facts.out, sha_out),
@@ -647,7 +628,7 @@ impl KubernetesSandbox {
         } else {
             self.kept.add_stale(pod, stem);
         }
-        Ok(())
+        Ok(end)
     }
 
     /// Remove the kept files of `stem` now (best effort: they go with the pod anyway).
@@ -660,24 +641,8 @@ impl KubernetesSandbox {
         let mut args = vec!["-f"];
         args.extend(files.iter().map(String::as_str));
         let argv = toolbox_argv("rm", &args);
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let removed = self
-            .run(
-                pod,
-                &argv,
-                None,
-                &mut Sink::Memory {
-                    buf: &mut out,
-                    cap: 0,
-                },
-                &mut Sink::Memory {
-                    buf: &mut err,
-                    cap: 4096,
-                },
-                (Some(Duration::from_secs(60)), Duration::from_secs(1)),
-            )
-            .await;
-        if !matches!(removed, Ok(RawEnd::Exited(0))) {
+        let removed = self.harness_streamed(pod, &argv).await;
+        if !matches!(removed, Ok((RawEnd::Exited(0), _, _))) {
             tracing::debug!(pod, stem, "removing kept output: {removed:?}");
         }
     }
