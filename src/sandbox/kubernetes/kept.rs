@@ -342,6 +342,16 @@ impl KubernetesSandbox {
         let (facts, own_err) = match (known, split_facts(&err)) {
             (Some(facts), Some((_, rest))) | (None, Some((facts, rest))) => (facts, rest.to_vec()),
             (Some(facts), None) => (facts, Vec::new()),
+            // Killed by a signal, the wrapper most likely was too (the container's OOM kill,
+            // its end): no facts were written, and the caller reads the exit as before.
+            (None, None) if code >= 128 => {
+                self.kept.add_stale(pod, stem);
+                return Ok(Kept {
+                    end,
+                    err,
+                    over: false,
+                });
+            }
             (None, None) => (self.kept_facts(pod, &stem, &err).await?, Vec::new()),
         };
         let end = settled_end(pod, code, &facts);
