@@ -47,6 +47,26 @@ esac
 }
 pub(super) use resolve_command;
 
+/// Shell lines writing the facts of the kept files `$k.o` and `$k.e` of a command that
+/// ended with `$rc` to `$k.f` and into `$f`: `arbiter-kept CODE OUT_BYTES ERR_BYTES
+/// SHA256_OF_OUT SHA256_OF_ERR`. A macro, so that `concat!` takes it into the scripts.
+macro_rules! facts_line {
+    () => {
+        r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
+f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"; printf '%s\n' "$f" >"$k.f""#
+    };
+}
+pub(super) use facts_line;
+
+/// A new stem for the files that keep an exec's output in the pod (`kept.rs`).
+pub(super) fn new_stem() -> String {
+    format!(
+        "{}/keep-{}",
+        super::names::SCRATCH,
+        super::names::random_suffix()
+    )
+}
+
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
 /// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
 /// base64 each, ending with `.`; `h`: the environment sets HOME), `$4` the stem of the files
@@ -105,7 +125,7 @@ trap '' TERM INT HUP
 wait
 k=$_k; rc=$($B cat "$k.r" 2>/dev/null); rc=${rc:-125}; $B rm -f "$k.po" "$k.pe" "$k.r"
 "#,
-    super::kept::facts_line!(),
+    facts_line!(),
     r#"
 printf '\037%s\n' "$f" >&2; exit "$rc""#
 );
@@ -511,35 +531,6 @@ impl KubernetesSandbox {
         }
     }
 
-    /// A toolbox command as root, its output in memory (at most 1 MiB each), under `timeout`:
-    /// kept in the pod and checked, so an exit comes with all of its output (`kept.rs`).
-    pub(super) async fn harness(
-        &self,
-        pod: &str,
-        argv: &[String],
-        stdin: Option<&[u8]>,
-        timeout: Duration,
-    ) -> Result<(RawEnd, Vec<u8>, Vec<u8>), SandboxError> {
-        let mut out = Vec::new();
-        let kept = self
-            .run_kept(
-                pod,
-                argv,
-                stdin,
-                (
-                    &mut Sink::Memory {
-                        buf: &mut out,
-                        cap: 1 << 20,
-                    },
-                    super::kept::Keep::File,
-                ),
-                1 << 20,
-                (Some(timeout), Duration::from_secs(1)),
-            )
-            .await?;
-        Ok((kept.end, out, kept.err))
-    }
-
     /// A toolbox command as root, its output in memory as the stream brought it (at most
     /// 64 KiB each), under a minute: for a command that must not be kept in the pod (it kills
     /// the keeping wrapper) and may be run again.
@@ -601,7 +592,7 @@ impl KubernetesSandbox {
         let started = Instant::now();
         let default_user = self.default_user(pod).await;
         // A sidecar's container has no scratch volume to keep the output in.
-        let stem = (!super::names::is_sidecar(pod)).then(super::kept::new_stem);
+        let stem = (!super::names::is_sidecar(pod)).then(new_stem);
         let (argv, stdin) = wrapped(spec, default_user.as_deref(), stem.as_deref());
         let mut stdout = CappedSink::open(spec.stdout.as_deref(), spec.cap_bytes).await?;
         let mut stderr = CappedSink::open(spec.stderr.as_deref(), spec.cap_bytes).await?;

@@ -21,22 +21,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::KubernetesSandbox;
 use super::exec::{RawEnd, Sink};
-use super::names::{SCRATCH, is_sidecar, random_suffix};
+use super::names::is_sidecar;
 use crate::digest::{hex, sha256_hex};
 use crate::sandbox::SandboxError;
 use crate::sandbox::sink::CappedSink;
 use crate::sandbox::toolbox::toolbox_argv;
-
-/// Shell lines writing the facts of the kept files `$k.o` and `$k.e` of a command that
-/// ended with `$rc` to `$k.f` and into `$f`: `arbiter-kept CODE OUT_BYTES ERR_BYTES
-/// SHA256_OF_OUT SHA256_OF_ERR`. A macro, so that `concat!` takes it into the scripts.
-macro_rules! facts_line {
-    () => {
-        r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
-f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"; printf '%s\n' "$f" >"$k.f""#
-    };
-}
-pub(super) use facts_line;
 
 /// The keeping wrapper of a harness command: `$1` the kept files' stem, `$2` the mode
 /// ([`Keep`]: `file` or `stream`), `$3` how many stale stems follow (removed first), then the
@@ -51,7 +40,7 @@ while [ "$n" -gt 0 ]; do $B rm -f "$1.o" "$1.e" "$1.f"; shift; n=$((n-1)); done
 if [ "$m" = file ]; then
 "$@" >"$k.o" 2>"$k.e"; rc=$?
 "#,
-    facts_line!(),
+    super::exec::facts_line!(),
     r#"
 $B cat "$k.f" "$k.e" >&2; $B cat "$k.o"; exit "$rc"
 fi
@@ -226,11 +215,6 @@ fn settled_end(pod: &str, code: i64, facts: &Facts) -> RawEnd {
     RawEnd::Exited(facts.code)
 }
 
-/// A new stem for the files that keep an exec's output in the pod.
-pub(super) fn new_stem() -> String {
-    format!("{SCRATCH}/keep-{}", random_suffix())
-}
-
 /// The facts line a keeping exec wrapper ended its stderr with (after a `\x1f`), and the
 /// command's own stderr before it.
 fn split_trailer(held: &[u8]) -> Option<(Facts, &[u8])> {
@@ -265,6 +249,35 @@ fn lost(pod: &str, message: String) -> SandboxError {
 }
 
 impl KubernetesSandbox {
+    /// A toolbox command as root, its output in memory (at most 1 MiB each), under `timeout`:
+    /// kept in the pod and checked, so an exit comes with all of its output (`kept.rs`).
+    pub(super) async fn harness(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<(RawEnd, Vec<u8>, Vec<u8>), SandboxError> {
+        let mut out = Vec::new();
+        let kept = self
+            .run_kept(
+                pod,
+                argv,
+                stdin,
+                (
+                    &mut Sink::Memory {
+                        buf: &mut out,
+                        cap: 1 << 20,
+                    },
+                    Keep::File,
+                ),
+                1 << 20,
+                (Some(timeout), Duration::from_secs(1)),
+            )
+            .await?;
+        Ok((kept.end, out, kept.err))
+    }
+
     /// Run the harness command `argv` as [`run`](Self::run) does, its output kept in the pod
     /// and checked: on exit, the sink holds all of stdout (unless it is too small, `over`)
     /// and the returned stderr all of stderr (at most `err_cap` bytes). A sidecar (no scratch
@@ -291,7 +304,7 @@ impl KubernetesSandbox {
             let over = matches!(out, Sink::Limited { over: true, .. });
             return Ok(Kept { end, err, over });
         }
-        let stem = new_stem();
+        let stem = super::exec::new_stem();
         let stale = self.kept.take_stale(pod);
         let count = stale.len().to_string();
         let mode = match keep {
