@@ -4,9 +4,10 @@
 //! elsewhere), so nothing is trusted unchecked: an upload goes into a root-only scratch file
 //! in chunks of at most [`CHUNK`], each chunk's arrival checked by the size of the file on the
 //! far side, and the whole is unpacked only once its size and sha256 there match what was
-//! sent; a download's archive is kept in the pod before it is sent, and what arrived is
-//! checked against that copy (size and sha256) and completed from it when a stream came
-//! short (`kept.rs`). Every exec has a deadline.
+//! sent; a download's archive of up to 64 MiB is kept in the pod before it is sent, and what
+//! arrived is checked against that copy (size and sha256) and completed from it when a stream
+//! came short; a larger one is counted in the pod as it streams (`kept.rs`). Every exec has a
+//! deadline.
 
 use std::path::Path;
 use std::time::Duration;
