@@ -279,6 +279,23 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
     sb.remove(&Resource::Container(id)).await.unwrap();
 }
 
+/// The image of `spec` prepared by eight tasks at once: the references they got.
+async fn prepare_eight_at_once(
+    sb: &Arc<arbiter::sandbox::kubernetes::KubernetesSandbox>,
+    spec: &ImageSpec,
+) -> Vec<String> {
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let (sb, spec) = (Arc::clone(sb), spec.clone());
+        handles.push(tokio::spawn(async move { sb.prepare_image(&spec).await }));
+    }
+    let mut refs = Vec::new();
+    for h in handles {
+        refs.push(h.await.unwrap().expect("prepare").as_str().to_string());
+    }
+    refs
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_trials_of_one_build_build_and_push_once() {
     let Some(sb) = cluster().await else { return };
@@ -288,15 +305,7 @@ async fn eight_concurrent_trials_of_one_build_build_and_push_once() {
     let dockerfile = format!("FROM arbiter/busybox\nRUN echo '{unique}' > /stamp\n");
     let spec = build_spec(&tmp.path().join("ctx"), "k8s-once", &dockerfile);
     let before = sb.builds_and_pushes();
-    let mut handles = Vec::new();
-    for _ in 0..8 {
-        let (sb, spec) = (sb.clone(), spec.clone());
-        handles.push(tokio::spawn(async move { sb.prepare_image(&spec).await }));
-    }
-    let mut refs = Vec::new();
-    for h in handles {
-        refs.push(h.await.unwrap().expect("prepare").as_str().to_string());
-    }
+    let mut refs = prepare_eight_at_once(&sb, &spec).await;
     refs.dedup();
     assert_eq!(refs.len(), 1, "{refs:?}");
     let after = sb.builds_and_pushes();
@@ -383,21 +392,7 @@ async fn a_registry_that_hiccups_still_gets_one_push_of_eight_concurrent_builds(
     let unique = format!("{:?} hiccups", Instant::now());
     let dockerfile = format!("FROM arbiter/busybox\nRUN echo '{unique}' > /stamp\n");
     let spec = build_spec(&tmp.path().join("ctx"), "k8s-hiccup", &dockerfile);
-    let mut handles = Vec::new();
-    for _ in 0..8 {
-        let (sb, spec) = (sb.clone(), spec.clone());
-        handles.push(tokio::spawn(async move { sb.prepare_image(&spec).await }));
-    }
-    let mut refs = Vec::new();
-    for h in handles {
-        refs.push(
-            h.await
-                .unwrap()
-                .expect("prepare through the hiccups")
-                .as_str()
-                .to_string(),
-        );
-    }
+    let mut refs = prepare_eight_at_once(&sb, &spec).await;
     refs.dedup();
     assert_eq!(refs.len(), 1, "{refs:?}");
     assert!(refs[0].starts_with(&host), "{refs:?}");
