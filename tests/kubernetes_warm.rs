@@ -233,6 +233,23 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
         created_before_start >= 1,
         "a claimed warm pod was created before its trial started"
     );
+    // Proved before offered: every claimed warm pod's proof (its image's ENTRYPOINT handed
+    // over) passed before its claim, so the claim needs no exec before the trial's own.
+    let text = strip_ansi(&log);
+    let mut claimed = 0;
+    for (at, _) in text.match_indices("warm pod claimed pod=\"") {
+        let name = text[at + "warm pod claimed pod=\"".len()..]
+            .split('"')
+            .next()
+            .unwrap_or_default();
+        let proved = format!("warm pod proved pod=\"{name}\"");
+        assert!(
+            text[..at].contains(&proved),
+            "warm pod {name} was claimed before its start was proved\n{log}"
+        );
+        claimed += 1;
+    }
+    assert!(claimed >= 2, "the log names the claims ({claimed})\n{log}");
     // Pods of the job that never carried a trial were warm pods, deleted unclaimed.
     for pod in pods.iter().filter(|p| p.trials.is_empty()) {
         assert!(
@@ -240,4 +257,22 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
             "a pod of the job with no trial: {pod:?}"
         );
     }
+}
+
+/// `text` without its terminal colour codes (`ESC [ … m`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

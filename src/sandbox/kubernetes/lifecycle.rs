@@ -2,11 +2,13 @@
 //! start (a watch until Running, failing with the pod's events), the proofs before the agent
 //! starts, stop (every process but PID 1 killed; the OOM verdict), status, remove, list.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerState, Event, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use tokio::sync::OnceCell;
 
 use super::KubernetesSandbox;
 use super::ended::{Ended, ended};
@@ -14,8 +16,9 @@ use super::error::{KubeError, api_status};
 use super::exec::RawEnd;
 use super::names::{annotated_labels, label_selector, pod_name, random_suffix};
 use super::pod::{ANNOTATION_USER, MAIN, PodPlan, no_network_policy, pod_for};
-use crate::sandbox::handover::{HANDOVER_WAIT, KEEPALIVE_MARKER};
-use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
+use super::proof::{self, Answer, Proofs, no_network_proof};
+use crate::sandbox::handover::HANDOVER_WAIT;
+use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{
     Base, ContainerId, ContainerSpec, ContainerStatus, FrozenId, Listed, Lost, Mount, Network,
     Process, Resource, SandboxError, Selector, Stopped,
@@ -60,38 +63,10 @@ pub(super) struct PodState {
     /// A claimed warm pod the claim's answer showed running (with its facts): its start
     /// needs no watch.
     pub running: bool,
-}
-
-/// Proof, from inside, that a pod with network `none` has only loopback: no other interface
-/// up, no address but loopback's, no route, and the API service unreachable.
-const PROVE_NO_NETWORK: &str = r#"B=/.arbiter/toolbox/busybox
-for d in /sys/class/net/*; do i=${d##*/}; [ "$i" = lo ] && continue
-  s=$($B cat "$d/operstate" 2>/dev/null); [ "$s" = down ] || { echo "interface $i is ${s:-unknown}" >&2; exit 1; }
-done
-a=$($B ip -o addr show | $B grep -v ': lo ')
-[ -z "$a" ] || { echo "addresses besides loopback: $a" >&2; exit 1; }
-r=$($B ip route show)
-[ -z "$r" ] || { echo "routes: $r" >&2; exit 1; }
-if [ -n "$KUBERNETES_SERVICE_HOST" ]; then
-  $B nc -w 2 "$KUBERNETES_SERVICE_HOST" "${KUBERNETES_SERVICE_PORT:-443}" </dev/null >/dev/null 2>&1 && { echo "the API service answered" >&2; exit 1; }
-fi
-exit 0"#;
-
-/// The exit code of the handover probe with the proof of network `none` when the keep-alive
-/// does not run yet.
-const NOT_HANDED_OVER: i64 = 100;
-
-/// The start's failure when network `none` could not be proved.
-fn no_network_proof(pod: &str, err: &[u8]) -> SandboxError {
-    KubeError::NotStarted {
-        pod: pod.to_string(),
-        why: format!(
-            "network none not in place: {}",
-            String::from_utf8_lossy(err).trim()
-        ),
-        events: String::new(),
-    }
-    .into()
+    /// Its start's proofs were made before it was offered (a claimed warm pod, warm.rs).
+    pub proven: bool,
+    /// The proofs its start left to its first exec (`ensure_proven`): set once made.
+    pub proof: Option<(Proofs, Arc<OnceCell<()>>)>,
 }
 
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
@@ -182,13 +157,18 @@ impl KubernetesSandbox {
         if spec.network == Network::None && self.policies_allowed() {
             self.ensure_no_network_policy().await;
         }
-        // A warm pod of the same spec, claimed (warm.rs): no slot, it was created already.
+        // A warm pod of the same spec, claimed (warm.rs): no slot, it was created already,
+        // and its start's proofs were made before it was offered.
+        let proofs = Proofs {
+            handover: spec.start.process == Process::ImageEntrypoint,
+            no_network: spec.network == Network::None,
+        };
         if self.warm.enabled()
             && node.is_none()
             && replay.is_none()
             && spec.mounts.is_empty()
             && spec.owner.role == crate::sandbox::Role::Agent
-            && let Some((name, claimed)) = self.warm.claim(&pod).await
+            && let Some((name, claimed)) = self.warm.claim(&pod, proofs).await
         {
             let facts = super::changes::facts_of(&claimed);
             let running = start_verdict(&claimed) == Some(Ok(())) && facts.is_some();
@@ -203,6 +183,9 @@ impl KubernetesSandbox {
                     replay: None,
                     facts,
                     running,
+                    // Proved before it was offered (warm.rs).
+                    proven: true,
+                    proof: None,
                 },
             );
             return Ok(ContainerId::new(name));
@@ -223,6 +206,8 @@ impl KubernetesSandbox {
             replay,
             facts: None,
             running: false,
+            proven: false,
+            proof: None,
         };
         self.states.lock().await.insert(name.clone(), state);
         Ok(ContainerId::new(name))
@@ -300,17 +285,17 @@ impl KubernetesSandbox {
         }
         let running_at = tokio::time::Instant::now();
         self.seed_mounts(pod, &state.mounts).await?;
-        let net_none = state.network == Some(Network::None);
-        if state.handover {
-            // The proof of network `none` rides on the handover probe's exec.
-            self.await_handover(pod, net_none).await?;
-        } else if net_none {
-            let argv = toolbox_argv("sh", &["-c", PROVE_NO_NETWORK]);
-            // Its exit code is the proof (no output to keep).
-            let (end, _, err) = self.harness_streamed(pod, &argv).await?;
-            if end != RawEnd::Exited(0) {
-                return Err(no_network_proof(pod, &err));
-            }
+        let proofs = Proofs {
+            handover: state.handover,
+            no_network: state.network == Some(Network::None),
+        };
+        // The proofs ride on the pod's first exec (`ensure_proven`): its first upload
+        // carries them, or the first command waits for them. Nothing of the trial runs first.
+        if !state.proven
+            && proofs.argv().is_some()
+            && let Some(s) = self.states.lock().await.get_mut(pod)
+        {
+            s.proof = Some((proofs, Arc::new(OnceCell::new())));
         }
         // Where a start's time goes (scripts/bench-k8s-scale reads these).
         tracing::debug!(
@@ -415,23 +400,37 @@ impl KubernetesSandbox {
         .into())
     }
 
-    /// Wait until the keep-alive runs (the image's ENTRYPOINT handed over), as on Docker;
-    /// with `prove_no_network`, the same exec then proves network `none` (one exec, not two).
-    /// Called right after the watch saw the main container running.
-    async fn await_handover(&self, pod: &str, prove_no_network: bool) -> Result<(), SandboxError> {
-        let mut keepalive = keepalive_argv();
-        keepalive.push(KEEPALIVE_MARKER.to_string());
-        let tool = |applet: &str| toolbox_argv(applet, &[]).join(" ");
-        let mut script = crate::sandbox::handover::handover_probe(&keepalive, tool);
-        if prove_no_network {
-            script = format!("( {script} ) || exit {NOT_HANDED_OVER}\n{PROVE_NO_NETWORK}");
+    /// The proofs `pod`'s start left to its first exec, when not made yet: the caller makes
+    /// them in the cell (once, however many ask at once).
+    pub(super) async fn pending_proof(&self, pod: &str) -> Option<(Proofs, Arc<OnceCell<()>>)> {
+        let states = self.states.lock().await;
+        let (proofs, cell) = states.get(pod)?.proof.as_ref()?;
+        (!cell.initialized()).then(|| (*proofs, Arc::clone(cell)))
+    }
+
+    /// Make the proofs `pod`'s start left to its first exec, unless made: before any
+    /// command of the trial runs in it.
+    pub(super) async fn ensure_proven(&self, pod: &str) -> Result<(), SandboxError> {
+        if let Some((proofs, cell)) = self.pending_proof(pod).await {
+            cell.get_or_try_init(|| self.prove_start(pod, proofs))
+                .await?;
         }
-        let probe = toolbox_argv("sh", &["-c", &script]);
+        Ok(())
+    }
+
+    /// Prove what the start of `pod` must (proof.rs): wait until the keep-alive runs (the
+    /// image's ENTRYPOINT handed over), as on Docker, and prove network `none`, in one exec.
+    /// Called right after the watch saw the main container running, or by its first exec.
+    pub(super) async fn prove_start(&self, pod: &str, proofs: Proofs) -> Result<(), SandboxError> {
+        let Some(argv) = proofs.argv() else {
+            return Ok(());
+        };
         let started = tokio::time::Instant::now();
         let mut first = true;
+        let mut unclear = 0;
         loop {
             // The watch has just seen it running: no need to ask again the first time.
-            let state = if first {
+            let state = if first || !proofs.handover {
                 Some(ContainerState {
                     running: Some(Default::default()),
                     ..Default::default()
@@ -455,13 +454,28 @@ impl KubernetesSandbox {
                     });
                 }
             }
-            // Its exit code is the answer (no output to keep).
-            let (end, _, err) = self.harness_streamed(pod, &probe).await?;
-            match end {
-                RawEnd::Exited(0) => return Ok(()),
-                RawEnd::Exited(NOT_HANDED_OVER) if prove_no_network => {}
-                _ if prove_no_network => return Err(no_network_proof(pod, &err)),
-                _ => {}
+            let (end, out, err) = self.harness_streamed(pod, &argv).await?;
+            match proof::answer(end, &out, &err) {
+                Answer::Proven => return Ok(()),
+                Answer::NotYet => {}
+                Answer::Refused(why) if proofs.no_network => {
+                    return Err(no_network_proof(pod, &why));
+                }
+                // Only the handover to prove: a failed probe is one that did not see it yet.
+                Answer::Refused(why) => tracing::debug!(pod, why, "handover probe failed"),
+                Answer::Unclear(why) => {
+                    unclear += 1;
+                    tracing::debug!(pod, why, unclear, "start proof unclear; asking again");
+                    if unclear >= proof::UNCLEAR_TRIES {
+                        return Err(KubeError::NotStarted {
+                            pod: pod.to_string(),
+                            why: format!("the start's proof gave no answer to trust: {why}"),
+                            events: String::new(),
+                        }
+                        .into());
+                    }
+                    continue;
+                }
             }
             if started.elapsed() >= HANDOVER_WAIT {
                 return Err(SandboxError::Entrypoint {

@@ -27,6 +27,7 @@ mod mounts;
 mod names;
 mod pod;
 mod preflight;
+mod proof;
 mod registry;
 mod relay;
 mod sidecar;
@@ -314,6 +315,7 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
+        self.ensure_proven(id.as_str()).await?;
         self.exec_spec(id.as_str(), spec).await
     }
 

@@ -304,6 +304,8 @@ impl KubernetesSandbox {
                 replay: None,
                 facts: None,
                 running: false,
+                proven: false,
+                proof: None,
             },
         );
         self.sidecars.lock().await.insert(

@@ -17,6 +17,7 @@ use super::error::KubeError;
 use super::exec::{RawEnd, Sink};
 use super::kept::{KEEP_FILE_MAX, Keep};
 use super::names::SCRATCH;
+use super::proof::{self, Answer, Proofs, no_network_proof};
 use crate::digest::sha256_hex;
 use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{Fetched, SandboxError};
@@ -99,10 +100,28 @@ impl KubernetesSandbox {
             toolbox_argv("sh", &args)
         };
         if tar.len() <= CHUNK {
-            return self
-                .upload_step(pod, &step("one", tar.len()), Some(tar))
-                .await;
+            let argv = step("one", tar.len());
+            // The pod's first exec since its start: the proofs its start left ride on it
+            // (proof.rs), run before anything is unpacked.
+            if let Some((proofs, cell)) = self.pending_proof(pod).await {
+                let mut uploaded = false;
+                cell.get_or_try_init(|| async {
+                    if self.upload_proving(pod, &argv, tar, proofs).await? {
+                        uploaded = true;
+                        return Ok(());
+                    }
+                    // Not handed over yet, or no answer to trust: the proofs alone, asked
+                    // again until they hold (or fail), then the upload.
+                    self.prove_start(pod, proofs).await
+                })
+                .await?;
+                if uploaded {
+                    return Ok(());
+                }
+            }
+            return self.upload_step(pod, &argv, Some(tar)).await;
         }
+        self.ensure_proven(pod).await?;
         let mut sent = 0usize;
         for (i, chunk) in tar.chunks(CHUNK).enumerate() {
             sent += chunk.len();
@@ -115,6 +134,36 @@ impl KubernetesSandbox {
             .await
     }
 
+    /// One upload step (`argv`, a toolbox shell) run after `proofs`' script in the same
+    /// exec: `true` when the proofs held and the step is done, `false` when they did not hold
+    /// yet or gave no answer to trust (nothing was unpacked); an error when network `none` is
+    /// not in place or the step failed.
+    async fn upload_proving(
+        &self,
+        pod: &str,
+        argv: &[String],
+        tar: &[u8],
+        proofs: Proofs,
+    ) -> Result<bool, SandboxError> {
+        // `… sh -c SCRIPT arbiter-upload …`: the proofs go first in the script.
+        let at = argv.iter().position(|a| a == "-c").map(|i| i + 1);
+        let (Some(script), Some(at)) = (proofs.script(), at.filter(|&i| i < argv.len())) else {
+            return Ok(false);
+        };
+        let mut argv = argv.to_vec();
+        argv[at] = format!("{script}\n{}", argv[at]);
+        let (end, out, err) = self
+            .harness(pod, &argv, Some(tar), TRANSFER_DEADLINE)
+            .await?;
+        if proof::proved(&out) {
+            return self.upload_ended(pod, end, &err).map(|()| true);
+        }
+        match proof::answer(end, &out, &err) {
+            Answer::Refused(why) if proofs.no_network => Err(no_network_proof(pod, &why)),
+            _ => Ok(false),
+        }
+    }
+
     async fn upload_step(
         &self,
         pod: &str,
@@ -122,12 +171,17 @@ impl KubernetesSandbox {
         stdin: Option<&[u8]>,
     ) -> Result<(), SandboxError> {
         let (end, _, err) = self.harness(pod, argv, stdin, TRANSFER_DEADLINE).await?;
+        self.upload_ended(pod, end, &err)
+    }
+
+    /// What an upload step that ended `end` (stderr `err`) did.
+    fn upload_ended(&self, pod: &str, end: RawEnd, err: &[u8]) -> Result<(), SandboxError> {
         match end {
             RawEnd::Exited(0) => Ok(()),
             // The container's own filesystem would not let them go: the agent's doing.
             RawEnd::Exited(NOT_REMOVED) => Err(SandboxError::Refused {
                 op: "replace",
-                message: String::from_utf8_lossy(&err)
+                message: String::from_utf8_lossy(err)
                     .trim()
                     .chars()
                     .take(400)
@@ -138,7 +192,7 @@ impl KubernetesSandbox {
                 pod: pod.to_string(),
                 message: format!(
                     "{} ({other:?})",
-                    String::from_utf8_lossy(&err)
+                    String::from_utf8_lossy(err)
                         .trim()
                         .chars()
                         .take(400)

@@ -17,10 +17,11 @@
 //!   still starting). A warm pod that does not run within the start deadline is deleted.
 //!   Starting warm pods hold start slots like any other (`max_starting` counts every pod
 //!   pending or starting, warm or not).
-//! - **Nothing before the claim.** A warm pod runs only what a cold one runs before its
-//!   start (the harness init, the image's ENTRYPOINT handing over to the keep-alive): no exec
-//!   reaches it until a trial claimed it; the proofs of the start (the handover, network
-//!   `none`) and the trial's uploads come after the claim.
+//! - **Proved before it is offered.** A warm pod runs only what a cold one runs before its
+//!   start (the harness init, the image's ENTRYPOINT handing over to the keep-alive) and the
+//!   proofs of the start (proof.rs: the handover, network `none`; read-only, one exec once it
+//!   runs). A pod whose proof fails or gives no answer to trust is deleted, never offered.
+//!   So a claim is one request, and the trial's first exec is its own (its uploads).
 //! - **Topped up, then gone.** Each claim starts a replacement while trials are still to
 //!   start (the job tells the backend how many: a pool keeps no more pods, free or
 //!   starting, than that, so the last wave's claims start none); at the job's end
@@ -44,8 +45,10 @@ use super::error::api_status;
 use super::names::{
     ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, annotated_labels, object_labels, random_suffix,
 };
+use super::proof::{self, Answer, Proofs};
 use super::starting::StartSlots;
 use crate::digest::sha256_hex;
+use crate::sandbox::handover::HANDOVER_WAIT;
 use crate::sandbox::{LABEL_ROLE, LABEL_TRIAL};
 
 /// Label of an unclaimed warm pod: its spec key.
@@ -120,6 +123,8 @@ struct Pool {
     free: VecDeque<String>,
     /// Warm pods being created or started.
     creating: usize,
+    /// What the start of a pod of the spec must prove before it is offered.
+    proofs: Proofs,
 }
 
 #[derive(Debug, Default)]
@@ -181,7 +186,7 @@ impl WarmPools {
     /// the claimed object as the patch returned it, or `None` (none free: the trial creates
     /// its own). The pool of this
     /// spec is started on first sight and topped up after each claim.
-    pub(crate) async fn claim(&self, trial_pod: &Pod) -> Option<(String, Pod)> {
+    pub(super) async fn claim(&self, trial_pod: &Pod, proofs: Proofs) -> Option<(String, Pod)> {
         let key = spec_key(trial_pod);
         loop {
             let name = {
@@ -193,6 +198,7 @@ impl WarmPools {
                     template: trial_pod.clone(),
                     free: VecDeque::new(),
                     creating: 0,
+                    proofs,
                 });
                 pool.free.pop_front()
             };
@@ -252,6 +258,7 @@ impl WarmPools {
         let missing = want.saturating_sub(pool.free.len() + pool.creating);
         pool.creating += missing;
         let template = pool.template.clone();
+        let proofs = pool.proofs;
         for _ in 0..missing {
             let pod = warm_pod_of(&template, key);
             let task = tokio::spawn(create_warm(
@@ -263,6 +270,7 @@ impl WarmPools {
                 },
                 key.to_string(),
                 pod,
+                proofs,
             ));
             shared.tasks.push(task);
         }
@@ -322,11 +330,12 @@ struct Warming {
     closing: watch::Receiver<bool>,
 }
 
-/// Create one warm pod (under a start slot), wait until it runs, and offer it; delete it
-/// when it does not run, or when the pools closed meanwhile. (A warm pod with network `none`
+/// Create one warm pod (under a start slot), wait until it runs, prove its start, and offer
+/// it; delete it when it does not run or its proof fails, or when the pools closed
+/// meanwhile. (A warm pod with network `none`
 /// is under the namespace's deny-all policy from its creation: the trial whose pod it copies
 /// put the policy in place first.)
-async fn create_warm(w: Warming, key: String, pod: Pod) {
+async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let mut closing = w.closing;
     let closed = async move {
@@ -350,7 +359,7 @@ async fn create_warm(w: Warming, key: String, pod: Pod) {
     };
     let running = created
         && tokio::select! {
-            running = runs(&w.pods, &name) => match running {
+            running = runs(&w.pods, &name, proofs) => match running {
                 Ok(()) => true,
                 Err(why) => {
                     tracing::warn!(pod = name, "warm pod not running: {why}");
@@ -375,8 +384,49 @@ async fn create_warm(w: Warming, key: String, pod: Pod) {
     }
 }
 
+/// Wait until warm pod `name`'s main container runs, at most the start deadline, and prove
+/// its start; why not.
+async fn runs(pods: &Api<Pod>, name: &str, proofs: Proofs) -> Result<(), String> {
+    started(pods, name).await?;
+    let Some(argv) = proofs.argv() else {
+        return Ok(());
+    };
+    let begun = tokio::time::Instant::now();
+    let mut unclear = 0;
+    loop {
+        match proof::run(pods, name, super::pod::MAIN, &argv).await {
+            Answer::Proven => {
+                tracing::debug!(
+                    pod = name,
+                    proofs_s = begun.elapsed().as_secs_f64(),
+                    "warm pod proved"
+                );
+                return Ok(());
+            }
+            Answer::Refused(why) if proofs.no_network => {
+                return Err(format!("network none not in place: {why}"));
+            }
+            Answer::NotYet | Answer::Refused(_) => {}
+            Answer::Unclear(why) => {
+                unclear += 1;
+                if unclear >= proof::UNCLEAR_TRIES {
+                    return Err(format!("its proof gave no answer to trust: {why}"));
+                }
+                continue;
+            }
+        }
+        if begun.elapsed() >= HANDOVER_WAIT {
+            return Err(format!(
+                "the image's ENTRYPOINT had not run its arguments after {}s",
+                HANDOVER_WAIT.as_secs()
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// Wait until warm pod `name`'s main container runs, at most the start deadline; why not.
-async fn runs(pods: &Api<Pod>, name: &str) -> Result<(), String> {
+async fn started(pods: &Api<Pod>, name: &str) -> Result<(), String> {
     use futures_util::TryStreamExt;
     let until = tokio::time::Instant::now() + super::lifecycle::START_DEADLINE;
     let mut stream = std::pin::pin!(super::starting::watch_pod(pods.clone(), name));
