@@ -15,7 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use report_support::{
-    HOSTILE, arbiter, edit_record, output_dir, s, stderr, tool, usage, write_grid, write_rich_trial,
+    HOSTILE, arbiter, edit_record, output_dir, page_section, s, stderr, tool, usage,
+    write_change_set, write_grid, write_rich_trial,
 };
 use serde_json::Value;
 use serde_json::json;
@@ -600,4 +601,77 @@ fn pages_of_a_real_claude_code_trial_and_a_tampered_trial_render_offline_in_chro
         dom(&pages[0].1).contains(&format!("trials/{cc}/trial.html")),
         "report.html links the page"
     );
+}
+
+/// The trial page as Chromium lays it out: the facts card's change counts and the change-set
+/// table's read the same (the record's counts; implied parent directories not counted), and
+/// the facts carry no raw JSON. Leaves a screenshot to look at.
+#[test]
+fn a_trial_page_shows_one_change_count_and_no_raw_json_in_chromium() {
+    let Some(bin) = tool("chromium", "chromium") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out_dir = output_dir("trial-page-counts");
+    let dir = tmp.path().join("job");
+    use report_support::Kind::*;
+    report_support::write_job(
+        &dir,
+        &[report_support::T {
+            task: "edits",
+            agent: "ag",
+            variant: "default",
+            attempt: 1,
+            kind: Pass,
+            agent_seconds: 12.0,
+        }],
+        &["ag"],
+        &["default"],
+        1,
+    );
+    let id = "edits__ag__default__1";
+    let summary = write_change_set(&dir, id);
+    edit_record(&dir, id, |r| {
+        r["changes"] = summary.clone();
+        r["usage"] = usage(0.5, 1_000, 0);
+    });
+    let out = arbiter(&["report", &s(&dir)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = dir.join("trials").join(id).join("trial.html");
+    let shot = out_dir.join(format!("{id}.png"));
+    let _ = std::fs::remove_file(&shot);
+    let run = chromium(
+        &bin,
+        &page,
+        tmp.path(),
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1400,1600".to_string(),
+            "--hide-scrollbars".to_string(),
+        ],
+    );
+    assert_eq!(page_requests(&run.net_log), Vec::<String>::new());
+    assert_eq!(console_lines(&run.stderr), Vec::<&str>::new());
+    assert!(shot.is_file());
+    println!("screenshot: {}", shot.display());
+
+    let dom = chromium(&bin, &page, tmp.path(), &["--dump-dom".to_string()]).stdout;
+    let facts = page_section(&dom, "facts");
+    let card = facts
+        .split("<th>changes</th><td>")
+        .nth(1)
+        .and_then(|rest| rest.split("</td>").next())
+        .expect("the card's counts");
+    let header = page_section(&dom, "changes")
+        .split("<span class=\"counts\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</span>").next())
+        .expect("the table's counts");
+    assert_eq!(card, header);
+    assert_eq!(
+        card,
+        "1 added, 4 modified, 1 deleted; 3 outside the working dir"
+    );
+    assert!(!facts.contains("{\""), "no raw JSON in the facts: {facts}");
+    assert!(!facts.contains("reward · reward"));
 }

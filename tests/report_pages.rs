@@ -6,8 +6,8 @@ mod report_support;
 use std::path::Path;
 
 use report_support::{
-    HOSTILE, Kind, T, arbiter, edit_record, record, s, stderr, stdout, usage, write_job,
-    write_rich_trial,
+    HOSTILE, Kind, T, arbiter, edit_record, page_section, record, s, stderr, stdout, usage,
+    write_change_set, write_job, write_rich_trial,
 };
 use serde_json::{Value, json};
 
@@ -319,10 +319,14 @@ fn trial_pages_show_every_fact_escape_agent_text_and_are_linked_from_the_report(
         "$0.2004",
         "429: 2",
         "engine gone", // the previous error of the retry
-        "reward · reward",
+        "<tr><th>reward</th><td>0 · from reward.txt or reward.json (not kept in the trial dir)</td></tr>",
     ] {
         assert!(page.contains(fact), "page shows {fact}");
     }
+    assert!(
+        !page.contains("reward · reward"),
+        "the reward is shown once"
+    );
     // trajectory: steps, tool calls, outputs (long ones folded)
     assert!(page.contains("claude-code 2.1.332 claude-sonnet-4-5"));
     assert!(page.contains("→ <b>bash</b>"));
@@ -638,4 +642,83 @@ fn continuation_is_shown_per_arm_in_the_report_and_per_attempt_on_trial_pages() 
     let plain =
         std::fs::read_to_string(dir.join("trials/a__cc__one-shot__1/trial.html")).expect("page");
     assert!(!plain.contains("id=\"attempts\"") && !plain.contains("#attempts"));
+}
+
+/// The facts card and the change-set table count a change set the same way, the way the
+/// record does: the parent directories the engine lists only because something beneath them
+/// changed are not counted (they were: "12 modified" above the table, "4" on the card). The
+/// facts read as words: limits, budget and overrides without raw JSON, the reward once with
+/// the file it came from.
+#[test]
+fn trial_pages_count_changes_as_the_record_does_and_show_facts_as_words() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("pages");
+    write_job(
+        &dir,
+        &[t("edits", "ag", "default", 1, Kind::Pass)],
+        &["ag"],
+        &["default"],
+        1,
+    );
+    let id = "edits__ag__default__1";
+    let summary = write_change_set(&dir, id);
+    assert_eq!(
+        summary,
+        json!({"added": 1, "modified": 4, "deleted": 1, "outside_workdir": 3, "file": "agent/changes.json"})
+    );
+    std::fs::create_dir_all(dir.join("trials").join(id).join("verifier")).expect("mkdir");
+    std::fs::write(
+        dir.join("trials").join(id).join("verifier/reward.txt"),
+        "1\n",
+    )
+    .expect("reward");
+    edit_record(&dir, id, |r| {
+        r["changes"] = summary.clone();
+        r["usage"] = usage(0.5, 1_000, 0);
+        r["overrides"] = json!({"agent.timeout_sec": "600"});
+        r["limits"] = json!({"cpus": 2.0, "memory_mb": 4096, "pids_limit": 1024, "network": "no-network",
+            "storage_enforced": true, "storage_limit_mb": 10240, "storage_used_mb": 3,
+            "files_limit": 100000, "files_used": 14, "files_counted": "watchdog"});
+    });
+    let out = arbiter(&["report", &s(&dir)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page =
+        std::fs::read_to_string(dir.join("trials").join(id).join("trial.html")).expect("page");
+
+    let counts = "1 added, 4 modified, 1 deleted; 3 outside the working dir";
+    let facts = page_section(&page, "facts");
+    let card = facts
+        .split("<tr><th>changes</th><td>")
+        .nth(1)
+        .and_then(|rest| rest.split("</td>").next())
+        .expect("the facts card counts the changes");
+    let changes = page_section(&page, "changes");
+    let header = changes
+        .split("<span class=\"counts\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</span>").next())
+        .expect("the table's header counts the changes");
+    assert_eq!(card, header, "one count on the card and above the table");
+    assert_eq!(card, counts);
+    assert!(
+        changes.contains("Not counted or listed: 8 parent directories the engine lists only because something beneath changed."),
+        "{changes}"
+    );
+    assert!(changes.contains("(working dir <code>/workspace</code>)"));
+    // the table lists what it counts: 6 rows, the implied directories only as group headings
+    let rows = changes.matches("<tr><td>&nbsp;&nbsp;").count();
+    assert_eq!(rows, 6, "{changes}");
+    assert_eq!(changes.matches("<td>modified</td>").count(), 4);
+    assert!(changes.contains("<tr><td>&nbsp;&nbsp;site.py</td><td>modified</td><td>file</td><td class=\"n\">120 B</td><td>0644</td>"), "{changes}");
+
+    assert!(!facts.contains("{\""), "no raw JSON in the facts: {facts}");
+    assert!(!facts.contains("reward · reward"));
+    for fact in [
+        "<tr><th>reward</th><td>1 · from verifier/reward.txt</td></tr>",
+        "<tr><th>limits</th><td>cpus 2 · memory 4 GiB · pids 1024 · network none · disk 10 GiB (enforced, 3 MiB used) · files 100000 (14 used, counted by the watchdog)</td></tr>",
+        "<tr><th>budget</th><td>max cost $2.00 · not exhausted</td></tr>",
+        "<tr><th>overrides</th><td>agent.timeout_sec = 600</td></tr>",
+    ] {
+        assert!(facts.contains(fact), "facts show {fact}: {facts}");
+    }
 }

@@ -100,3 +100,95 @@ fn tasks_load_reports_each_task_without_docker() {
     assert_eq!(lines[2]["loaded"], false);
     assert!(lines[2]["workdir_source"].is_null());
 }
+
+/// The working dir as BuildKit reads the Dockerfile: heredoc bodies are not instructions.
+/// Small Dockerfiles in the shape of the public corpora's heredoc tasks (SkillsBench's
+/// `RUN python3 - <<'PY'` whose first line is `from huggingface_hub import …`, a shell
+/// heredoc, TermiGen's `cat > file << 'EOF'`), and one BuildKit refuses.
+#[test]
+fn tasks_load_reads_heredocs_as_buildkit_does() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path().join("corpus");
+    let dockerfiles = [
+        (
+            "a-skillsbench-python-heredoc",
+            "FROM ubuntu:24.04\nWORKDIR /root\nCOPY skills /root/.claude/skills\n\
+             RUN python3 - <<'PY'\nfrom huggingface_hub import snapshot_download\n\
+             snapshot_download(repo_id=\"vikp/surya_det3\")\nPY\n",
+        ),
+        (
+            "b-skillsbench-shell-heredoc",
+            "FROM ubuntu:24.04\nWORKDIR /root\nSHELL [\"/bin/bash\", \"-c\"]\n\
+             RUN <<'EOF'\nset -euo pipefail\nworkdir /tmp\nEOF\nCOPY DAMOP.pptx /root/papers/all/\n",
+        ),
+        (
+            "c-termigen-cat-heredocs",
+            "FROM ubuntu:22.04\nRUN cat > /workspace/app/utils.h << 'EOF'\nint add(int a, int b);\nEOF\n\
+             RUN cat > /workspace/app/Makefile << 'EOF'\nall: app\n\tgcc -o app main.c\nEOF\n\
+             WORKDIR /workspace/app\n",
+        ),
+        (
+            "d-unterminated",
+            "FROM ubuntu:24.04\nWORKDIR /app\nRUN <<EOF\necho no end\n",
+        ),
+    ];
+    for (name, dockerfile) in dockerfiles {
+        let dir = task(&root, name, "");
+        write(&dir, "environment/Dockerfile", dockerfile);
+    }
+
+    let out = arbiter(&[
+        "tasks",
+        "load",
+        "--format",
+        "jsonl",
+        &root.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let seen: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| {
+            let line: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            serde_json::json!([
+                line["name"],
+                line["workdir_source"],
+                line["workdir"],
+                line["heredocs"],
+                line["dockerfile_error"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            serde_json::json!([
+                "a-skillsbench-python-heredoc",
+                "dockerfile",
+                "/root",
+                1,
+                null
+            ]),
+            serde_json::json!([
+                "b-skillsbench-shell-heredoc",
+                "dockerfile",
+                "/root",
+                1,
+                null
+            ]),
+            serde_json::json!([
+                "c-termigen-cat-heredocs",
+                "dockerfile",
+                "/workspace/app",
+                2,
+                null
+            ]),
+            serde_json::json!([
+                "d-unterminated",
+                "none",
+                null,
+                0,
+                "line 3: unterminated heredoc"
+            ]),
+        ]
+    );
+}

@@ -2,14 +2,15 @@
 //! line per task (loaded, or refused with the loader's one-line error) with its warnings, or
 //! one JSON object per task (`--format jsonl`, what `scripts/corpus` counts): the working
 //! dir's source (task.toml's `workdir`, the Dockerfile's final-stage `WORKDIR`, neither),
-//! the agent's and the verifier's network, and the compose file names under `environment/`.
+//! the Dockerfile's heredocs and what BuildKit would refuse in it, the agent's and the
+//! verifier's network, and the compose file names under `environment/`.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::task::{self, ImageSource, Task};
+use crate::task::{self, Dockerfile, ImageSource, Task};
 
 use super::exit;
 
@@ -46,6 +47,10 @@ struct LoadLine {
     /// `task.toml`, `dockerfile` or `none` (loaded tasks only).
     workdir_source: Option<&'static str>,
     workdir: Option<String>,
+    /// Heredocs in the Dockerfile the working dir is read from (loaded tasks with one).
+    heredocs: Option<usize>,
+    /// Why BuildKit would refuse that Dockerfile (an unterminated heredoc, …).
+    dockerfile_error: Option<String>,
     agent_network: Option<&'static str>,
     verifier_network: Option<&'static str>,
     /// Compose file names present under `environment/` (the one read and task data alike).
@@ -136,13 +141,21 @@ fn load_line(dir: &Path) -> LoadLine {
         warnings: Vec::new(),
         workdir_source: None,
         workdir: None,
+        heredocs: None,
+        dockerfile_error: None,
         agent_network: None,
         verifier_network: None,
         compose_files,
     };
     match task::load(dir) {
         Ok(task) => {
-            let (source, workdir) = workdir_of(&task);
+            let dockerfile = dockerfile_of(&task);
+            let (source, workdir) = workdir_of(&task, dockerfile.as_ref());
+            line.heredocs = dockerfile.as_ref().map(|d| d.heredocs().count());
+            line.dockerfile_error = dockerfile
+                .as_ref()
+                .and_then(|d| d.error())
+                .map(ToString::to_string);
             line.loaded = true;
             line.name = Some(task.name.clone());
             line.warnings = task.warnings.iter().map(|w| relative(w)).collect();
@@ -156,21 +169,24 @@ fn load_line(dir: &Path) -> LoadLine {
     line
 }
 
-/// Where the working dir of `task` comes from: `[environment] workdir`, else the final-stage
-/// `WORKDIR` of the Dockerfile the task is built from (or of `environment/Dockerfile` beside a
-/// prebuilt `docker_image`), else neither (the base image's default).
-fn workdir_of(task: &Task) -> (&'static str, Option<String>) {
-    if let Some(dir) = &task.environment.workdir {
-        return ("task.toml", Some(dir.clone()));
-    }
-    let dockerfile = match &task.environment.source {
+/// The Dockerfile the task is built from (or `environment/Dockerfile` beside a prebuilt
+/// `docker_image`), read as BuildKit reads it; `None` when there is none to read.
+fn dockerfile_of(task: &Task) -> Option<Dockerfile> {
+    let path = match &task.environment.source {
         ImageSource::Build { dockerfile, .. } => dockerfile.clone(),
         ImageSource::Image(_) => task.dir.join("environment/Dockerfile"),
     };
-    match std::fs::read_to_string(&dockerfile)
-        .ok()
-        .and_then(|text| task::dockerfile_workdir(&text))
-    {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(Dockerfile::parse(&text))
+}
+
+/// Where the working dir of `task` comes from: `[environment] workdir`, else the final-stage
+/// `WORKDIR` of its Dockerfile, else neither (the base image's default).
+fn workdir_of(task: &Task, dockerfile: Option<&Dockerfile>) -> (&'static str, Option<String>) {
+    if let Some(dir) = &task.environment.workdir {
+        return ("task.toml", Some(dir.clone()));
+    }
+    match dockerfile.and_then(Dockerfile::workdir) {
         Some(dir) => ("dockerfile", Some(dir)),
         None => ("none", None),
     }

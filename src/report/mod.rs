@@ -22,6 +22,7 @@ pub(crate) mod junit;
 pub(crate) mod load;
 mod markup;
 pub(crate) mod model;
+mod readable;
 pub(crate) mod stats;
 pub(crate) mod text;
 pub(crate) mod trial_page;

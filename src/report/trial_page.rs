@@ -25,6 +25,8 @@ use super::ReportError;
 use super::load::{JobData, TAMPERED, Trial};
 use super::markup::esc;
 use super::model::{tokens, usd};
+use super::readable::{self, ChangeCounts};
+use crate::verifier::integrity::{CHANGES_SCHEMA, ChangeEntry, ChangesFile, summarize};
 
 /// The largest `result.json`, trajectory or change set read whole.
 const MAX_JSON_BYTES: u64 = 32 << 20;
@@ -101,13 +103,15 @@ pub(crate) enum PageMode {
 }
 
 /// Bump when `render_page`'s output changes, so pages written by an older build are redone.
-const PAGE_FORMAT: u32 = 4;
+const PAGE_FORMAT: u32 = 5;
 /// The page's second line: `<!-- arbiter-page <64 hex> -->`.
 const FINGERPRINT_TAG: &str = "<!-- arbiter-page ";
 
 /// Every file a page reads, relative to the trial directory.
-const PAGE_INPUTS: [&str; 9] = [
+const PAGE_INPUTS: [&str; 11] = [
     "result.json",
+    REWARD_FILES[0],
+    REWARD_FILES[1],
     TRAJECTORY_FILES[0],
     TRAJECTORY_FILES[1],
     "agent/model-calls.jsonl",
@@ -598,7 +602,7 @@ pub(crate) fn render_page(
             esc(&why)
         );
     }
-    facts(&mut out, rec, trial);
+    facts(&mut out, dir, rec, trial);
     if let Some(section) = &attempts {
         out.push_str(section);
     }
@@ -612,7 +616,7 @@ pub(crate) fn render_page(
     out
 }
 
-fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
+fn facts(out: &mut String, dir: &Path, rec: &Value, trial: Option<&Trial>) {
     out.push_str("<section id=\"facts\"><h2>Facts</h2><p class=\"muted\">Each fact is measured apart: how the agent ended, what it claims, what the verifier measured, what the audit concluded, what it changed and what it spent.</p><div class=\"cards\">");
     let mut c = Card::new("Termination");
     c.field("kind", rec, &["termination", "kind"]);
@@ -671,9 +675,10 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
     c.field("mode", rec, &["verifier", "mode"]);
     c.field("exit code", rec, &["verifier", "exit_code"]);
     if let Some(Value::Object(m)) = get(rec, &["verifier", "reward"]) {
-        for (k, v) in m {
-            c.text(&format!("reward · {k}"), scalar(v));
-        }
+        let source = REWARD_FILES
+            .into_iter()
+            .find(|f| dir.join(f).symlink_metadata().is_ok_and(|m| m.is_file()));
+        c.text("reward", readable::reward(m, source));
     } else if rec.get("verifier").is_some() {
         c.text("reward", "none (not a zero: the verifier wrote no reward)");
     }
@@ -735,10 +740,8 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
         }
         None => c.text("status", "not recorded"),
     }
-    if let Some(ch) = get(rec, &["changes"]) {
-        for k in ["added", "modified", "deleted", "outside_workdir"] {
-            c.field(&format!("changes · {}", k.replace('_', " ")), ch, &[k]);
-        }
+    if let Some(counts) = get(rec, &["changes"]).and_then(ChangeCounts::of_record) {
+        c.text("changes", counts.text());
     }
     c.render(out);
 
@@ -769,7 +772,7 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
                 );
             }
             if let Some(b) = get(u, &["budget"]) {
-                c.text("budget", serde_json::to_string(b).unwrap_or_default());
+                c.text("budget", readable::budget(b));
                 if get(b, &["exhausted"]).and_then(Value::as_bool) == Some(true) {
                     c.class = "bad";
                 }
@@ -797,7 +800,7 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
     c.field("finished", rec, &["finished_at"]);
     c.field("image", rec, &["image"]);
     if let Some(l) = get(rec, &["limits"]) {
-        c.text("limits", serde_json::to_string(l).unwrap_or_default());
+        c.text("limits", readable::limits(l));
     }
     if let Some(n) = get(rec, &["network"])
         && let Ok(n) = serde_json::from_value::<crate::trial::NetworkRecord>(n.clone())
@@ -807,11 +810,14 @@ fn facts(out: &mut String, rec: &Value, trial: Option<&Trial>) {
     if let Some(Value::Object(o)) = get(rec, &["overrides"])
         && !o.is_empty()
     {
-        c.text("overrides", serde_json::to_string(o).unwrap_or_default());
+        c.text("overrides", readable::overrides(o));
     }
     c.render(out);
     out.push_str("</div></section>");
 }
+
+/// The verifier's reward files as the trial dir keeps them; `reward.json` wins when both exist.
+const REWARD_FILES: [&str; 2] = ["verifier/reward.json", "verifier/reward.txt"];
 
 /// Where a trajectory is: the ATIF export first, then the agent's own file.
 const TRAJECTORY_FILES: [&str; 2] = ["agent/trajectory.atif.json", "agent/trajectory.json"];
@@ -1168,21 +1174,41 @@ fn change_of(kind: &str, v: &Value) -> Change {
             .map(bytes)
             .unwrap_or_default(),
         mode: field(&["mode"]),
-        target: field(&["target", "symlink_target", "link"]),
+        target: field(&["target", "link_target", "symlink_target", "link"]),
     }
 }
 
-fn changes(out: &mut String, dir: &Path, rec: &Value) {
-    out.push_str("<section id=\"changes\"><h2>Change set</h2>");
-    let name = "agent/changes.json";
-    let Some(v) = present(
-        out,
-        read_json(&dir.join(name)),
-        name,
-        "No change set in this trial (agent/changes.json).",
-    ) else {
-        return;
-    };
+/// The rows of a change-set file and their counts.
+struct Listed {
+    list: Vec<Change>,
+    counts: ChangeCounts,
+    workdir: Option<String>,
+    /// Parent directories listed only because something beneath them changed: neither
+    /// counted (as in the record's `changes`) nor listed.
+    implied: usize,
+}
+
+/// An `arbiter.changes.v1` file is counted the way the record's `changes` was
+/// ([`summarize`]); a file of another shape has its rows counted.
+fn listed(v: &Value) -> Listed {
+    if str_at(v, &["schema"]) == Some(CHANGES_SCHEMA)
+        && let Ok(file) = <ChangesFile as serde::Deserialize>::deserialize(v)
+    {
+        let counts = ChangeCounts::of_summary(&summarize(&file.entries, &file.workdir));
+        let implied = file.entries.iter().filter(|e| e.implied).count();
+        let list = file
+            .entries
+            .iter()
+            .filter(|e| !e.implied)
+            .map(change_of_entry)
+            .collect();
+        return Listed {
+            list,
+            counts,
+            workdir: Some(file.workdir),
+            implied,
+        };
+    }
     let mut list: Vec<Change> = Vec::new();
     let entries = v
         .get("changes")
@@ -1199,6 +1225,53 @@ fn changes(out: &mut String, dir: &Path, rec: &Value) {
             }
         }
     }
+    let count = |k: &str| list.iter().filter(|c| c.kind == k).count() as u64;
+    let counts = ChangeCounts {
+        added: count("added"),
+        modified: count("modified"),
+        deleted: count("deleted"),
+        outside_workdir: None,
+    };
+    Listed {
+        list,
+        counts,
+        workdir: None,
+        implied: 0,
+    }
+}
+
+fn change_of_entry(e: &ChangeEntry) -> Change {
+    let word = |v: serde_json::Result<Value>| v.ok().as_ref().map(scalar).unwrap_or_default();
+    Change {
+        kind: word(serde_json::to_value(e.kind)),
+        path: e.path.clone(),
+        kind_of_file: word(serde_json::to_value(e.file_type)),
+        size: e.size.map(bytes).unwrap_or_default(),
+        mode: e
+            .mode
+            .map(|m| format!("{:04o}", m & 0o7777))
+            .unwrap_or_default(),
+        target: e.link_target.clone().unwrap_or_default(),
+    }
+}
+
+fn changes(out: &mut String, dir: &Path, rec: &Value) {
+    out.push_str("<section id=\"changes\"><h2>Change set</h2>");
+    let name = "agent/changes.json";
+    let Some(v) = present(
+        out,
+        read_json(&dir.join(name)),
+        name,
+        "No change set in this trial (agent/changes.json).",
+    ) else {
+        return;
+    };
+    let Listed {
+        mut list,
+        counts,
+        workdir,
+        implied,
+    } = listed(&v);
     let findings: std::collections::HashMap<&str, (&str, &str)> =
         match get(rec, &["integrity", "findings"]) {
             Some(Value::Array(f)) => f
@@ -1216,13 +1289,21 @@ fn changes(out: &mut String, dir: &Path, rec: &Value) {
             _ => Default::default(),
         };
     list.sort_by(|a, b| a.path.cmp(&b.path));
-    let count = |k: &str| list.iter().filter(|c| c.kind == k).count();
     let _ = write!(
         out,
-        "<p class=\"muted\">From <a href=\"{name}\">{name}</a>: {} added, {} modified, {} deleted; {} integrity finding(s) marked in red.</p>",
-        count("added"),
-        count("modified"),
-        count("deleted"),
+        "<p class=\"muted\">From <a href=\"{name}\">{name}</a>{}: <span class=\"counts\">{}</span>.{} {} integrity finding(s) marked in red.</p>",
+        workdir
+            .map(|w| format!(" (working dir <code>{}</code>)", esc(&w)))
+            .unwrap_or_default(),
+        esc(&counts.text()),
+        if implied > 0 {
+            format!(
+                " Not counted or listed: {implied} parent director{} the engine lists only because something beneath changed.",
+                if implied == 1 { "y" } else { "ies" }
+            )
+        } else {
+            String::new()
+        },
         findings.len()
     );
     out.push_str("<div class=\"scroll\"><table class=\"grid\"><thead><tr><th>path</th><th>change</th><th>type</th><th>size</th><th>mode</th><th>target</th><th>finding</th></tr></thead><tbody>");

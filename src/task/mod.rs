@@ -45,7 +45,9 @@ pub use compose::{
 pub(crate) use compose::{HARBOR_FIXED_VARIABLES, HARBOR_HOST_VARIABLES, NOT_COMPOSE_FILES};
 pub(crate) use config::check_host;
 pub use dataset::expand_task_dirs;
-pub use dockerfile::{dockerfile_base_images, dockerfile_workdir};
+pub use dockerfile::{
+    Dockerfile, DockerfileError, Heredoc, WordError, dockerfile_base_images, dockerfile_workdir,
+};
 pub use error::{TaskError, TaskErrorKind};
 pub use load::{load, load_all};
 pub use model::*;

@@ -371,3 +371,66 @@ pub fn write_rich_trial(dir: &Path, id: &str, trajectory_bytes: usize) {
     )
     .expect("log");
 }
+
+/// `agent/changes.json` as a trial writes it (`arbiter.changes.v1`), from the engine's list of
+/// a trial that edited files inside and outside its working dir `/workspace`: the engine also
+/// lists every parent directory of a change as modified, which `collapse` marks implied.
+/// Returns the record's `changes` (the trial's own `summarize`): 1 added, 4 modified,
+/// 1 deleted, 3 outside the working dir.
+pub fn write_change_set(dir: &Path, id: &str) -> Value {
+    use arbiter::verifier::integrity::{
+        ChangeEntry, ChangeKind::*, ChangesFile, FileType::*, HashCaps, HashReport, collapse,
+        summarize,
+    };
+    let listed = [
+        ("/etc", Modified, Dir),
+        ("/etc/hosts", Modified, File),
+        ("/usr", Modified, Dir),
+        ("/usr/local", Modified, Dir),
+        ("/usr/local/lib", Modified, Dir),
+        ("/usr/local/lib/python3.12", Modified, Dir),
+        ("/usr/local/lib/python3.12/site.py", Modified, File),
+        ("/workspace", Modified, Dir),
+        ("/workspace/src", Modified, Dir),
+        ("/workspace/src/main.py", Modified, File),
+        ("/workspace/README.md", Modified, File),
+        ("/workspace/new.txt", Added, File),
+        ("/tmp", Modified, Dir),
+        ("/tmp/cache.db", Deleted, File),
+    ];
+    let mut entries = collapse(
+        listed
+            .iter()
+            .map(|(p, k, t)| ChangeEntry::new(*p, *k, *t))
+            .collect(),
+    );
+    for e in &mut entries {
+        e.size = (e.file_type == File && e.kind != Deleted).then_some(120);
+        e.mode = (e.kind != Deleted).then_some(0o100644);
+    }
+    let summary = summarize(&entries, "/workspace");
+    let hashing = HashReport {
+        caps: HashCaps::default(),
+        planned: 0,
+        planned_bytes: 0,
+        skipped: Default::default(),
+    };
+    let file = ChangesFile::new("/workspace", hashing, entries);
+    let agent = dir.join("trials").join(id).join("agent");
+    std::fs::create_dir_all(&agent).expect("agent dir");
+    std::fs::write(
+        agent.join("changes.json"),
+        serde_json::to_vec_pretty(&file).expect("json"),
+    )
+    .expect("changes.json");
+    serde_json::to_value(summary).expect("summary")
+}
+
+/// The text of a trial page's section `id` (`facts`, `changes`, …).
+pub fn page_section<'a>(page: &'a str, id: &str) -> &'a str {
+    let start = page
+        .find(&format!("<section id=\"{id}\">"))
+        .unwrap_or_else(|| panic!("section {id}"));
+    let end = page[start..].find("</section>").expect("section end") + start;
+    &page[start..end]
+}
