@@ -22,6 +22,13 @@ const BUILTINS: &str = "oracle, nop";
 
 /// Turn flags (and the config file they name) into a job.
 pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
+    if let Some(marker) = args.job_dir.as_deref().and_then(super::imported_marker) {
+        return Err(field(
+            marker.display().to_string(),
+            "from",
+            "this job dir was imported from another harness's records and is read-only: run, resume and verify refuse it (report, compare, check and index read it)",
+        ));
+    }
     let (mut config, config_name, base) = read_config(args)?;
     apply_model_flag(args, &mut config)?;
     let mut tasks = load_tasks(args, &config, &config_name, &base)?;
