@@ -17,6 +17,9 @@ from harbor.models.job.config import JobConfig
 from harbor.models.job.result import JobResult
 from harbor.models.trial.config import TrialConfig
 from harbor.models.trial.result import TrialResult
+from harbor.metrics.mean import Mean
+from harbor.models.job.result import JobStats
+from harbor.utils.pass_at_k import compute_pass_at_k_by_evals
 
 
 def unknown_keys(ours, theirs, path=""):
@@ -57,6 +60,46 @@ def check(model, path):
     return obj
 
 
+def same_stats(job, trials):
+    """Our job stats against Harbor's own computation over the same trial results."""
+    ours = job.stats
+    theirs = JobStats.from_trial_results(trials, n_total_trials=len(trials))
+    for key, rewards in group_rewards(trials).items():
+        theirs.evals[key].metrics.append(Mean().compute(rewards))
+    for key, pass_at_k in compute_pass_at_k_by_evals(trials).items():
+        theirs.evals[key].pass_at_k = pass_at_k
+    diffs = []
+    for field in ("n_completed_trials", "n_errored_trials", "n_cancelled_trials",
+                  "n_input_tokens", "n_output_tokens", "n_cache_tokens"):
+        if getattr(ours, field) != getattr(theirs, field):
+            diffs.append(f"{field}: {getattr(ours, field)} != {getattr(theirs, field)}")
+    if set(ours.evals) != set(theirs.evals):
+        diffs.append(f"evals: {sorted(ours.evals)} != {sorted(theirs.evals)}")
+    for key in set(ours.evals) & set(theirs.evals):
+        a, b = ours.evals[key], theirs.evals[key]
+        for field in ("n_trials", "n_errors", "pass_at_k", "metrics"):
+            if getattr(a, field) != getattr(b, field):
+                diffs.append(f"{key}.{field}: {getattr(a, field)} != {getattr(b, field)}")
+        as_sets = lambda d: {k: set(v) for k, v in d.items()}  # noqa: E731
+        if as_sets(a.exception_stats) != as_sets(b.exception_stats):
+            diffs.append(f"{key}.exception_stats differ")
+        nested = lambda d: {k: {float(x): set(v) for x, v in m.items()} for k, m in d.items()}  # noqa: E731
+        if nested(a.reward_stats) != nested(b.reward_stats):
+            diffs.append(f"{key}.reward_stats differ")
+    return diffs
+
+
+def group_rewards(trials):
+    out = {}
+    for t in trials:
+        key = JobStats.format_agent_evals_key(
+            t.agent_info.name, t.agent_info.model_info.name if t.agent_info.model_info else None,
+            t.source or "adhoc")
+        if t.reward_valid and t.verifier_result is not None:
+            out.setdefault(key, []).append(t.verifier_result.rewards)
+    return out
+
+
 def main(folders):
     problems = 0
     for folder in map(Path, folders):
@@ -64,17 +107,28 @@ def main(folders):
         for trial in sorted(p for p in folder.iterdir() if (p / "result.json").is_file()):
             files.append((TrialConfig, trial / "config.json"))
             files.append((TrialResult, trial / "result.json"))
+        job, trials = None, []
         for model, path in files:
             try:
                 obj = check(model, path)
                 extra = ""
                 if isinstance(obj, TrialResult):
                     extra = f" reward_valid={obj.reward_valid}"
+                    trials.append(obj)
+                if isinstance(obj, JobResult):
+                    job = obj
                 print(f"ok {model.__name__} {path}{extra}")
             except Exception as e:  # noqa: BLE001 - every refusal is reported
                 problems += 1
                 first = str(e).replace("\n", " | ")
                 print(f"REFUSED {model.__name__} {path}: {first}")
+        if job is not None:
+            diffs = same_stats(job, trials)
+            for d in diffs:
+                problems += 1
+                print(f"STATS {folder}: {d}")
+            if not diffs:
+                print(f"ok stats {folder}: as Harbor computes them")
     print(f"{problems} refused")
     return 1 if problems else 0
 
