@@ -156,6 +156,9 @@ fn exported_jobs_load_with_harbors_models_and_import_back_to_the_same_rates() {
     assert_eq!(pass["verifier_result"]["rewards"]["reward"], 1.0);
     assert_eq!(pass["exception_info"], Value::Null);
     assert_eq!(pass["reward_valid"], true);
+    // Harbor's own checksum of the task dir (validate.py recomputes it with Harbor).
+    let checksum = pass["task_checksum"].as_str().expect("task_checksum");
+    assert_eq!(checksum.len(), 64, "{checksum}");
     assert_eq!(
         pass["agent_result"]["metadata"]["arbiter"]["claim"]["status"],
         "missing"

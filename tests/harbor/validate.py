@@ -19,6 +19,7 @@ from harbor.models.trial.config import TrialConfig
 from harbor.models.trial.result import TrialResult
 from harbor.metrics.mean import Mean
 from harbor.models.job.result import JobStats
+from harbor.models.task.task import Task
 from harbor.utils.pass_at_k import compute_pass_at_k_by_evals
 
 
@@ -89,6 +90,21 @@ def same_stats(job, trials):
     return diffs
 
 
+def checksum_problem(trial):
+    """Harbor's own checksum of the task dir, where it still exists, against task_checksum
+    (arbiter writes its own `sha256:` digest only where it could not compute Harbor's)."""
+    path = trial.config.task.path
+    if path is None or not Path(path).is_dir() or trial.task_checksum.startswith("sha256:"):
+        return None
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = Task(path).checksum
+    if theirs != trial.task_checksum:
+        return f"task_checksum {trial.task_checksum} is not Harbor's {theirs} of {path}"
+    return None
+
+
 def group_rewards(trials):
     out = {}
     for t in trials:
@@ -115,6 +131,9 @@ def main(folders):
                 if isinstance(obj, TrialResult):
                     extra = f" reward_valid={obj.reward_valid}"
                     trials.append(obj)
+                    problem = checksum_problem(obj)
+                    if problem:
+                        raise ValueError(problem)
                 if isinstance(obj, JobResult):
                     job = obj
                 print(f"ok {model.__name__} {path}{extra}")

@@ -133,7 +133,21 @@ fn write_job(
     let mut results = Vec::new();
     let mut warnings = Vec::new();
     let mut retries = 0u64;
+    // Harbor's checksum of each task dir, where the dir still holds what the trials ran (its
+    // arbiter checksum unchanged).
+    let mut harbor_checksums: std::collections::BTreeMap<&str, Option<String>> =
+        std::collections::BTreeMap::new();
     for rec in &job.records {
+        let harbor_checksum = harbor_checksums
+            .entry(rec.task.as_str())
+            .or_insert_with(|| {
+                let dir = job.task_dir_of.get(&rec.task)?;
+                let now = crate::task::load(dir).ok()?.checksum;
+                (now == rec.task_checksum)
+                    .then(|| super::checksum::task_checksum(dir))
+                    .flatten()
+            })
+            .clone();
         let source = job.task_dir_of.get(&rec.task).and_then(|d| dataset_of(d));
         let trial_final = final_dir.join(&rec.id);
         let config = mapping::trial_config(
@@ -144,7 +158,14 @@ fn write_job(
             source.as_deref(),
         );
         let uri = format!("file://{}", trial_final.display());
-        let result = mapping::trial_result(job, rec, config.clone(), uri, source.as_deref());
+        let result = mapping::trial_result(
+            job,
+            rec,
+            config.clone(),
+            uri,
+            source.as_deref(),
+            harbor_checksum.as_deref(),
+        );
         if rec.is_tampered() && result.reward_valid {
             warnings.push(format!(
                 "{}: integrity suspect (the agent altered the verifier's toolchain): arbiter never counts it as passed, Harbor counts its reward",

@@ -294,12 +294,15 @@ pub(crate) fn reward_valid(result: &TrialResult) -> bool {
 }
 
 /// The trial's `result.json`.
+/// `harbor_checksum`: Harbor's checksum of the task as it ran, when it could be computed
+/// (else the record's own checksum stands in, arbiter's `sha256:` digest of the same dir).
 pub(crate) fn trial_result(
     job: &ArbiterJob,
     rec: &TrialRecord,
     config: TrialConfig,
     trial_uri: String,
     source: Option<&str>,
+    harbor_checksum: Option<&str>,
 ) -> TrialResult {
     let def = job.agents.get(&rec.agent).cloned().unwrap_or_default();
     let times = phase_times(rec);
@@ -345,7 +348,9 @@ pub(crate) fn trial_result(
             other: BTreeMap::new(),
         },
         source: source.map(str::to_string),
-        task_checksum: rec.task_checksum.clone(),
+        task_checksum: harbor_checksum
+            .map(str::to_string)
+            .unwrap_or_else(|| rec.task_checksum.clone()),
         config,
         agent_info: AgentInfo {
             name: agent_name(&rec.agent, &rec.variant),
@@ -429,7 +434,7 @@ mod tests {
     fn result_of(rec: &TrialRecord) -> TrialResult {
         let job = job();
         let config = trial_config(&job, rec, "/out", "job-uuid", None);
-        trial_result(&job, rec, config, "file:///out/x".into(), None)
+        trial_result(&job, rec, config, "file:///out/x".into(), None, None)
     }
 
     #[test]

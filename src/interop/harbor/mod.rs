@@ -9,6 +9,7 @@
 //! - `export.rs` / `import.rs`: the two directions, each staged in a temp dir and renamed.
 //! - `leaderboard.rs`: `--leaderboard terminal-bench-2.0`: metadata.yaml and the bot's checks.
 
+mod checksum;
 mod error;
 mod export;
 mod import;
