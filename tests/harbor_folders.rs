@@ -470,3 +470,89 @@ fn a_leaderboard_export_of_a_job_with_infra_errors_or_two_arms_is_refused() {
         "{lines:#?}"
     );
 }
+
+/// A folder Harbor wrote (tests/fixtures/harbor-folder, made with Harbor's own models by
+/// tests/harbor/make_fixture.py) imports with what Harbor knows, and nothing more.
+#[test]
+fn a_folder_harbor_wrote_imports_with_what_harbor_knows() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let folder = repo().join("tests/fixtures/harbor-folder");
+    let job = tmp.path().join("from-harbor");
+    let out = arbiter(&["import", "harbor", s(&folder), "--out", s(&job)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("imported 8 trial(s) into "),
+        "{}",
+        stdout(&out)
+    );
+
+    let report = report_json(&job);
+    let arms = report["arms"].as_array().expect("arms");
+    assert_eq!(arms.len(), 1);
+    let arm = &arms[0];
+    assert_eq!(arm["arm"], "terminus-2/default");
+    // Not graded (the build) and an API error with no valid reward: harness errors.
+    assert_eq!(arm["infra"], 2, "{arm}");
+    assert_eq!(arm["scored"], 6, "{arm}");
+    // A, D (its agent exited 2, its reward stands) and H pass; B and C fail; F has no reward.
+    assert_eq!(arm["passed"], 3, "{arm}");
+    assert_eq!(arm["unverified"], 1, "{arm}");
+    assert_eq!(arm["pass_rate"], 0.5, "{arm}");
+
+    let record = |trial: &str| -> Value {
+        let path = job.join("trials").join(trial).join("result.json");
+        serde_json::from_slice(&std::fs::read(&path).expect("record")).expect("JSON")
+    };
+    let timeout = record("hello__CCCCCCC");
+    assert_eq!(timeout["termination"]["kind"], "timeout");
+    assert_eq!(timeout["verifier"]["status"], "failed");
+    let exited = record("hello__DDDDDDD");
+    assert_eq!(exited["termination"]["kind"], "exited");
+    assert_eq!(exited["termination"]["exit_code"], 2);
+    assert_eq!(exited["verifier"]["status"], "passed");
+    let build = record("build__EEEEEEE");
+    assert_eq!(build["infra_error"]["phase"], "environment");
+    let verifier = record("build__FFFFFFF");
+    assert_eq!(verifier["verifier"]["status"], "error");
+    assert!(verifier.get("infra_error").is_none());
+    let api = record("build__GGGGGGG");
+    assert_eq!(api["infra_error"]["phase"], "agent");
+    let pass = record("hello__AAAAAAA");
+    assert_eq!(pass["claim"]["status"], "unknown");
+    assert!(
+        pass.get("usage").is_none(),
+        "Harbor's tokens are not arbiter's gateway usage"
+    );
+    assert_eq!(pass["harbor_usage"]["n_input_tokens"], 1200);
+    assert_eq!(pass["imported"]["agent_version"], "2.0.0");
+    assert_eq!(pass["phases"]["agent"]["seconds"], 5.5);
+    assert!(
+        pass["started_at"]
+            .as_str()
+            .expect("start")
+            .starts_with("2026-11-30T02:31:48")
+    );
+    let dir = job.join("trials/hello__AAAAAAA");
+    assert!(dir.join("agent/trajectory.atif.json").is_file());
+    assert!(dir.join("verifier/stdout.log").is_file());
+    assert!(dir.join("harbor/result.json").is_file());
+    // Attempts by start time within the task.
+    assert_eq!(record("hello__BBBBBBB")["attempt"], 2);
+    assert_eq!(record("build__HHHHHHH")["attempt"], 4);
+
+    // Not a Harbor folder: one line, exit 2, nothing written.
+    let bad = tmp.path().join("bad");
+    std::fs::create_dir_all(&bad).expect("mkdir");
+    std::fs::write(bad.join("config.json"), "{}").expect("write");
+    let dest = tmp.path().join("nothing");
+    let out = arbiter(&["import", "harbor", s(&bad), "--out", s(&dest)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "error: {}:file: not a Harbor 0.26 document: missing field `job_name`",
+            s(&bad.join("config.json"))
+        )
+    );
+    assert!(!dest.exists());
+}

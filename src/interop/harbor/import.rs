@@ -331,8 +331,15 @@ fn phase_of(exception_type: &str) -> &'static str {
     }
 }
 
-/// The trailing number of Harbor's non-zero exit message, when it has one.
+/// The exit code in a non-zero exit message: Harbor's `Command failed (exit N): …`, or a
+/// number ending the message (arbiter's `the agent exited with code N`).
 fn exit_code_in(message: &str) -> Option<i64> {
+    if let Some(rest) = message.split("(exit ").nth(1)
+        && let Some(code) = rest.split(')').next()
+        && let Ok(code) = code.trim().parse()
+    {
+        return Some(code);
+    }
     let digits: String = message
         .trim_end()
         .chars()
@@ -548,6 +555,10 @@ mod tests {
     #[test]
     fn exit_codes_are_read_off_the_message_end() {
         assert_eq!(exit_code_in("the agent exited with code 3"), Some(3));
+        assert_eq!(
+            exit_code_in("Command failed (exit 2): claude -p ...\nstdout: 1\nstderr: "),
+            Some(2)
+        );
         assert_eq!(
             exit_code_in("Agent exited with non-zero exit code 127"),
             Some(127)

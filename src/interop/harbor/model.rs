@@ -344,6 +344,7 @@ pub(crate) struct TrialResult {
 
 /// `harbor.models.job.result.AgentDatasetStats`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct AgentDatasetStats {
     pub n_trials: u64,
     pub n_errors: u64,
@@ -355,8 +356,10 @@ pub(crate) struct AgentDatasetStats {
     pub exception_stats: BTreeMap<String, Vec<String>>,
 }
 
-/// `harbor.models.job.result.JobStats`.
+/// `harbor.models.job.result.JobStats` (every field defaulted on read, as Harbor's are; older
+/// Harbor wrote `n_trials` / `n_errors`, which a read ignores: the stats are recomputed).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub(crate) struct JobStats {
     pub n_completed_trials: u64,
     pub n_errored_trials: u64,
@@ -383,7 +386,9 @@ pub(crate) struct JobResult {
     pub updated_at: Option<String>,
     #[serde(default)]
     pub finished_at: Option<String>,
+    #[serde(default)]
     pub n_total_trials: u64,
+    #[serde(default)]
     pub stats: JobStats,
 }
 
