@@ -224,6 +224,18 @@ fn exported_jobs_load_with_harbors_models_and_import_back_to_the_same_rates() {
         );
     }
 
+    // An imported job is not exported again (its Harbor folder is the original).
+    let again = tmp.path().join("again");
+    let out = arbiter(&["export", "harbor", s(&imported), "--out", s(&again)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("error: {}/imported.json:from: ", s(&imported))),
+        "{err}"
+    );
+    assert!(!again.exists());
+
     // An export over an existing dir is refused, and nothing is changed.
     let out = arbiter(&["export", "harbor", s(&job), "--out", s(&folder)]);
     assert_eq!(out.status.code(), Some(2));

@@ -346,3 +346,68 @@ pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), HarborError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    #[test]
+    fn files_take_harbors_names_and_harness_files_move_to_arbiter() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let from = tmp.path().join("trial");
+        write(&from.join("agent/stdout.log"), "hi");
+        write(&from.join("agent/trajectory.json"), r#"{"native": true}"#);
+        write(
+            &from.join("agent/trajectory.atif.json"),
+            r#"{"schema_version": "ATIF-v1.4", "steps": []}"#,
+        );
+        write(&from.join("agent/changes.json"), "{}");
+        write(&from.join("agent/model-calls.jsonl"), "{}\n");
+        write(&from.join("verifier/stdout.log"), "ran");
+        write(&from.join("verifier/reward.txt"), "1");
+        let to = tmp.path().join("harbor");
+        copy_trial_files(&from, &to).expect("copied");
+        let read = |p: &str| std::fs::read_to_string(to.join(p)).expect(p);
+        assert!(read("agent/trajectory.json").contains("ATIF-v1.4"));
+        assert!(read("agent/trajectory.agent.json").contains("native"));
+        assert!(!to.join("agent/trajectory.atif.json").exists());
+        assert_eq!(read("agent/stdout.log"), "hi");
+        assert_eq!(read("arbiter/changes.json"), "{}");
+        assert_eq!(read("arbiter/model-calls.jsonl"), "{}\n");
+        assert!(!to.join("agent/changes.json").exists());
+        assert_eq!(read("verifier/test-stdout.txt"), "ran");
+        assert_eq!(read("verifier/reward.txt"), "1");
+    }
+
+    #[test]
+    fn an_agents_own_atif_trajectory_keeps_its_name() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let agent = tmp.path().join("agent");
+        write(
+            &agent.join("trajectory.json"),
+            r#"{"schema_version": "ATIF-v1.2", "steps": []}"#,
+        );
+        place_trajectory(&agent).expect("placed");
+        assert!(agent.join("trajectory.json").is_file());
+        assert!(!agent.join("trajectory.agent.json").exists());
+    }
+
+    #[test]
+    fn datasets_are_named_by_their_directory() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ds = tmp.path().join("terminal-bench");
+        write(&ds.join("registry.json"), "[]");
+        write(&ds.join("hello/task.toml"), "");
+        assert_eq!(
+            dataset_of(&ds.join("hello")).as_deref(),
+            Some("terminal-bench")
+        );
+        write(&tmp.path().join("loose/task.toml"), "");
+        assert_eq!(dataset_of(&tmp.path().join("loose")), None);
+    }
+}

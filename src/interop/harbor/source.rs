@@ -62,6 +62,13 @@ fn f64_at(v: &serde_yaml::Value, key: &str) -> Option<f64> {
 }
 
 pub(crate) fn read(dir: &Path) -> Result<ArbiterJob, HarborError> {
+    if let Some(marker) = crate::job::imported_marker(dir) {
+        return Err(HarborError::input(
+            marker.display(),
+            "from",
+            "an imported job dir holds only what the other harness recorded: export the folder it came from (its `source`)",
+        ));
+    }
     let yaml_path = dir.join("job.yaml");
     let text = std::fs::read_to_string(&yaml_path).map_err(|e| {
         HarborError::input(
