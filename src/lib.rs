@@ -6,6 +6,7 @@ pub mod agent;
 pub mod cli;
 pub(crate) mod digest;
 pub mod gateway;
+pub(crate) mod interop;
 pub mod job;
 pub mod outcome;
 pub(crate) mod regrade;

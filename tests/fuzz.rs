@@ -331,6 +331,8 @@ fn check_outcome(file: Option<&[u8]>, stderr: &[u8]) -> Result<(), TestCaseError
             prop_assert!(!error.is_empty() && !error.contains('\n'), "{error:?}");
         }
         ClaimStatus::Missing => prop_assert!(file.is_none()),
+        // Only an imported job's records say `unknown`; reading a claim never does.
+        ClaimStatus::Unknown => prop_assert!(false, "a read claim is never unknown"),
     }
     // The record is what the trial writes: it must serialize.
     prop_assert!(serde_json::to_vec(&claim).is_ok());

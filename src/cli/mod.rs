@@ -5,6 +5,7 @@ mod agents;
 mod analysis;
 mod datasets;
 mod gc;
+mod interop;
 pub(crate) mod packet;
 mod report;
 mod results;
@@ -99,6 +100,16 @@ enum Command {
         after_help = "Examples:\n  arbiter query 'SELECT agent, SUM(passed), SUM(scored) FROM trials GROUP BY agent'\n  arbiter query 'SELECT * FROM jobs ORDER BY started_at DESC LIMIT 5' --format json"
     )]
     Query(results::QueryCmd),
+    /// Write a job in another harness's format: `export harbor` (a Harbor job folder).
+    #[command(
+        after_help = "Examples:\n  arbiter export harbor jobs/nightly --out harbor/nightly\n  arbiter export harbor jobs/tb2 --out sub/MyAgent__Model --leaderboard terminal-bench-2.0 ..."
+    )]
+    Export(interop::ExportCmd),
+    /// Read another harness's records as a read-only job: `import harbor` (a Harbor job folder).
+    #[command(
+        after_help = "Example:\n  arbiter import harbor harbor-jobs/2026-11-30__02-31-48 --out jobs/from-harbor"
+    )]
+    Import(interop::ImportCmd),
     /// Task QA: `tasks check` runs the oracle, nop, repeats and an exploit battery on tasks.
     #[command(after_help = "Example:\n  arbiter tasks check tasks/ -n 4")]
     Tasks(tasks::TasksCmd),
@@ -223,6 +234,8 @@ enum CliError {
     Preflight(#[from] job::PreflightError),
     #[error("{0}")]
     Results(#[from] crate::results::ResultsError),
+    #[error("{0}")]
+    Harbor(#[from] crate::interop::harbor::HarborError),
 }
 
 impl CliError {
@@ -242,6 +255,8 @@ impl CliError {
             CliError::Regrade(_) => exit::USAGE,
             CliError::Results(e) if e.is_usage() => exit::USAGE,
             CliError::Results(_) => exit::FAILURE,
+            CliError::Harbor(e) if e.is_usage() => exit::USAGE,
+            CliError::Harbor(_) => exit::FAILURE,
         }
     }
 }
@@ -352,6 +367,8 @@ pub fn main() -> ExitCode {
             Command::Tasks(cmd) => Ok(tasks::main(cmd).await),
             Command::Index(cmd) => Ok(results::index(cmd).await?),
             Command::Query(cmd) => Ok(results::query(cmd).await?),
+            Command::Export(cmd) => Ok(interop::export(cmd)?),
+            Command::Import(cmd) => Ok(interop::import(cmd)?),
         }
     });
     // Trials still cleaning up after a second interrupt are abandoned here on purpose.

@@ -39,5 +39,7 @@ pub(crate) use plan::{JobSpec, trial_id};
 pub(crate) use preflight::{PreflightError, preflight};
 pub use resolve::resolve;
 pub(crate) use runner::{RunError, reap_job, run};
-pub(crate) use store::{JOB_ID_FILE, JobStore, StoreError, write_atomic};
+pub(crate) use store::{
+    IMPORTED_MARKER, JOB_ID_FILE, JobStore, StoreError, imported_marker, write_atomic,
+};
 pub(crate) use summary::{ArmSummary, summarize};

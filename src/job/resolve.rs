@@ -22,6 +22,10 @@ const BUILTINS: &str = "oracle, nop";
 
 /// Turn flags (and the config file they name) into a job.
 pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
+    // Before its job.yaml is read (an imported one is not runnable).
+    if let Some(dir) = &args.job_dir {
+        refuse_imported(dir)?;
+    }
     let (mut config, config_name, base) = read_config(args)?;
     apply_model_flag(args, &mut config)?;
     let mut tasks = load_tasks(args, &config, &config_name, &base)?;
@@ -53,6 +57,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         (None, Some(d)) => base.join(d),
         (None, None) => PathBuf::from("jobs").join(crate::timefmt::now_compact()),
     };
+    refuse_imported(&dir)?;
     let name = config
         .name
         .clone()
@@ -431,6 +436,18 @@ fn arms(
         }
     }
     Ok(arms)
+}
+
+/// A job dir made by `arbiter import` is read-only: nothing runs into it.
+fn refuse_imported(dir: &Path) -> Result<(), ConfigError> {
+    match super::imported_marker(dir) {
+        Some(marker) => Err(field(
+            marker.display().to_string(),
+            "from",
+            "this job dir was imported from another harness's records and is read-only: run, resume and verify refuse it (report, compare, check and index read it)",
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The resolved config as saved in the job dir's `job.yaml` (secrets redacted); loadable again.

@@ -43,6 +43,16 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> 
 /// results store tells two jobs run in the same folder apart (docs/results.md).
 pub(crate) const JOB_ID_FILE: &str = "job-id";
 
+/// The marker of a job dir made by `arbiter import` from another harness's records: such a
+/// dir is read-only (no run, resume or regrade writes into it).
+pub(crate) const IMPORTED_MARKER: &str = "imported.json";
+
+/// `Some(the marker's path)` when `dir` is an imported, read-only job dir.
+pub(crate) fn imported_marker(dir: &Path) -> Option<PathBuf> {
+    let marker = dir.join(IMPORTED_MARKER);
+    marker.is_file().then_some(marker)
+}
+
 /// Errors of earlier runs of trials run again with `--retry-infra`, by trial id.
 const CARRIED: &str = "retry-infra.json";
 

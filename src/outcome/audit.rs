@@ -203,6 +203,7 @@ fn claim_words(claim: &Claim) -> String {
         }
         super::ClaimStatus::Missing => "made no claim".to_string(),
         super::ClaimStatus::Invalid => "wrote an invalid claim".to_string(),
+        super::ClaimStatus::Unknown => "made a claim not known to arbiter".to_string(),
     }
 }
 

@@ -13,6 +13,9 @@ pub enum ClaimStatus {
     Present,
     Missing,
     Invalid,
+    /// Not known: the records came from a harness that does not read claims (a job dir
+    /// imported from Harbor). Never written by a trial arbiter ran.
+    Unknown,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

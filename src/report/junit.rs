@@ -144,6 +144,7 @@ fn claim_status(t: &Trial) -> &'static str {
         crate::outcome::ClaimStatus::Present => "present",
         crate::outcome::ClaimStatus::Missing => "missing",
         crate::outcome::ClaimStatus::Invalid => "invalid",
+        crate::outcome::ClaimStatus::Unknown => "unknown",
     }
 }
 

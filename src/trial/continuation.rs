@@ -97,6 +97,7 @@ fn claim_words(claim: &Claim) -> String {
             "wrote an invalid outcome record ({})",
             claim.error.as_deref().unwrap_or("unreadable")
         ),
+        ClaimStatus::Unknown => "made a claim not known to arbiter".to_string(),
     }
 }
 

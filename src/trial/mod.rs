@@ -42,7 +42,9 @@ pub(crate) use close::audit_of;
 pub(crate) use close::initial_record;
 pub(crate) use phases::{limits_of, sandbox_network};
 pub(crate) use plan::{DEFAULT_STORAGE_LIMIT_MB, Phase, TrialPlan, TrialSettings};
-pub(crate) use record::{InfraError, NetworkRecord, TerminationKind, TrialRecord, VerifierStatus};
+pub(crate) use record::{
+    InfraError, NetworkRecord, Termination, TerminationKind, TrialRecord, VerifierStatus,
+};
 pub(crate) use run::{TrialRun, run};
 
 /// `s` reduced to `[A-Za-z0-9._-]` (anything else becomes `-`): safe in file names and ids.

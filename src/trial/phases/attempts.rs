@@ -471,6 +471,7 @@ fn claim_status_word(status: ClaimStatus) -> &'static str {
         ClaimStatus::Present => "present",
         ClaimStatus::Missing => "missing",
         ClaimStatus::Invalid => "invalid",
+        ClaimStatus::Unknown => "unknown",
     }
 }
 

@@ -1,0 +1,5 @@
+//! Interop with other harnesses' formats: Harbor job folders out and in (`harbor/`).
+//! Nothing here changes what a record means: a field of another format gets only what means
+//! the same there, and the rest goes where that format keeps extra data.
+
+pub(crate) mod harbor;
