@@ -302,7 +302,7 @@ impl KubernetesSandbox {
             pod,
             warm = state.running,
             running_s = (running_at - begun).as_secs_f64(),
-            proofs_s = running_at.elapsed().as_secs_f64(),
+            rest_s = running_at.elapsed().as_secs_f64(),
             "pod started"
         );
         Ok(())
