@@ -146,7 +146,7 @@ async fn submit(State(app): State<Shared>, body: Bytes) -> Result<Response, ApiE
         retry_infra: false,
         backend: Default::default(),
     };
-    let started = app.start(Start::Submit(args)).await;
+    let started = app.start(Start::Submit(Box::new(args))).await;
     let run = match (started, &staged) {
         (Ok(run), _) => run,
         (Err(mut e), Some(staged)) => {

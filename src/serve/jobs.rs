@@ -90,7 +90,7 @@ impl Run {
 /// What a job request asks: a new job, or its dir's own config again.
 pub(crate) enum Start {
     /// A submitted job (its flags; `config` already staged as a file under the root).
-    Submit(RunArgs),
+    Submit(Box<RunArgs>),
     /// `arbiter resume DIR [--retry-infra]`.
     Resume { dir: PathBuf, retry_infra: bool },
 }
@@ -170,10 +170,10 @@ impl App {
     /// Resolve, check and start a job; nothing starts unless every check passed.
     pub(crate) async fn start(self: &Arc<Self>, start: Start) -> Result<Arc<Run>, ApiError> {
         let args = match start {
-            Start::Submit(mut args) => {
-                args.backend = self.backend.clone();
-                args
-            }
+            Start::Submit(args) => RunArgs {
+                backend: self.backend.clone(),
+                ..*args
+            },
             Start::Resume { dir, retry_infra } => RunArgs {
                 config: Some(dir.join("job.yaml")),
                 job_dir: Some(dir),
