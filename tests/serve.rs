@@ -613,3 +613,112 @@ fn a_server_killed_mid_job_is_resumed_with_every_trial_once() {
     assert_eq!(job["counts"]["trials"], 8, "{job}");
     assert_no_leftovers(&job_dir);
 }
+
+#[test]
+fn a_job_the_cli_runs_under_the_root_is_followed_through_its_dir() {
+    if !docker_available() {
+        return;
+    }
+    let (_tmp, root, db) = dirs();
+    copy_dir(&fixture("quick"), &root.join("tasks/quick"));
+    let server = start(&root, &db, &[]);
+    let a = &server.addr;
+    let job_dir = root.join("jobs/by-cli");
+    let mut cli = Command::new(env!("CARGO_BIN_EXE_arbiter"))
+        .args([
+            "run",
+            "--quiet",
+            "--agent",
+            "oracle",
+            "-k",
+            "3",
+            "--job-dir",
+        ])
+        .arg(&job_dir)
+        .arg(root.join("tasks/quick"))
+        .env("ARBITER_DB", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("arbiter run");
+    // Listed as running while the CLI holds it.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let id = loop {
+        let (_, list) = get(a, "/api/jobs");
+        if let Some(job) = list["jobs"].as_array().and_then(|j| j.first())
+            && job["status"] == "running"
+        {
+            break job["id"].as_str().expect("id").to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the CLI's job is not listed: {list}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let events = wait_ended(a, &id);
+    assert!(cli.wait().expect("wait").success());
+    let finished: BTreeSet<&str> = events
+        .iter()
+        .filter(|(n, _)| n == "trial_finished")
+        .map(|(_, d)| d["trial"].as_str().expect("trial"))
+        .collect();
+    assert_eq!(finished.len(), 3, "{events:?}");
+    assert_eq!(events.last().expect("ended").1["status"], "finished");
+    // It was not this server's: it cannot cancel it.
+    let (status, text) = post(a, &format!("/api/jobs/{id}/cancel"), None, &json!({}));
+    assert_eq!(status, 409, "{text}");
+    one_line_error(&text);
+    let job = job_of(a, &id);
+    assert_eq!(job["status"], "finished", "{job}");
+    assert_eq!(job["counts"]["planned"], 3, "{job}");
+}
+
+#[test]
+fn retry_infra_runs_again_only_the_infra_errors_and_keeps_their_errors() {
+    if !docker_available() {
+        return;
+    }
+    let (_tmp, root, db) = dirs();
+    copy_dir(&fixture("quick"), &root.join("tasks/quick"));
+    copy_dir(&fixture("badbuild"), &root.join("tasks/badbuild"));
+    let config = "tasks: [tasks/quick, tasks/badbuild]\nagents: [oracle]\nretries: { max: 0 }\n";
+    let server = start(&root, &db, &[]);
+    let a = &server.addr;
+    let (status, text) = post(
+        a,
+        "/api/jobs",
+        None,
+        &json!({ "config": config, "job_dir": "jobs/outage" }),
+    );
+    assert_eq!(status, 201, "{text}");
+    let id = serde_json::from_str::<Value>(&text).expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    wait_ended(a, &id);
+    let job = job_of(a, &id);
+    assert_eq!(job["counts"]["infra"], 1, "{job}");
+    assert_eq!(job["counts"]["passed"], 1, "{job}");
+    let job_dir = root.join("jobs/outage");
+    let quick_before = result(&job_dir, "quick__oracle__default__1");
+    let (status, text) = post(a, &format!("/api/jobs/{id}/retry-infra"), None, &json!({}));
+    assert_eq!(status, 201, "{text}");
+    let events = wait_ended(a, &id);
+    let ran: Vec<&str> = events
+        .iter()
+        .filter(|(n, _)| n == "trial_started")
+        .map(|(_, d)| d["trial"].as_str().expect("trial"))
+        .collect();
+    assert_eq!(ran, vec!["badbuild__oracle__default__1"], "{events:?}");
+    let again = result(&job_dir, "badbuild__oracle__default__1");
+    assert_eq!(
+        again["previous_errors"].as_array().map(Vec::len),
+        Some(1),
+        "{again:#}"
+    );
+    assert_eq!(result(&job_dir, "quick__oracle__default__1"), quick_before);
+    let jsonl = std::fs::read_to_string(job_dir.join("trials.jsonl")).expect("jsonl");
+    assert_eq!(jsonl.lines().count(), 2, "{jsonl}");
+    assert_no_leftovers(&job_dir);
+}
