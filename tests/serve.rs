@@ -350,9 +350,6 @@ fn comparable(job_dir: &Path) -> std::collections::BTreeMap<String, Value> {
         "termination.seconds",
         "agent.seconds",
         "agent.result.seconds",
-        "limits.storage_used_mb",
-        "limits.files_used",
-        "output",
     ];
     let mut out = std::collections::BTreeMap::new();
     for (id, mut r) in common::presets::records(job_dir) {

@@ -1,6 +1,7 @@
 //! What a job dir under the root says of itself, read on every request: its id, whether a
 //! process runs it, its records and counts, and its files (only under the job dir).
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
@@ -45,17 +46,38 @@ pub(crate) fn id_of(root: &Path, dir: &Path) -> String {
     }
 }
 
-/// Whether another process holds the job dir's lock (`arbiter run`/`resume`, or a job of
-/// this server: the lock is per open file, so this process's own runs count too).
+/// Whether a process holds the job dir's lock (`arbiter run`/`resume`, or a job of this
+/// server). Read from the kernel's table of locks, so looking never takes the lock — a run
+/// starting at that moment is not refused; where that table cannot be read, the lock is tried
+/// (and let go at once).
 pub(crate) fn busy(dir: &Path) -> bool {
-    if !dir.join(".arbiter.lock").is_file() {
+    let lock = dir.join(".arbiter.lock");
+    let Ok(meta) = std::fs::metadata(&lock) else {
         return false;
+    };
+    match std::fs::read_to_string("/proc/locks") {
+        Ok(table) => held_in(&table, meta.dev(), meta.ino()),
+        Err(_) => matches!(JobStore::open(dir).and_then(|s| s.lock()), Ok(None)),
     }
-    match JobStore::open(dir).and_then(|s| s.lock()) {
-        Ok(Some(_held_for_a_moment)) => false,
-        Ok(None) => true,
-        Err(_) => false,
-    }
+}
+
+/// Whether `/proc/locks` (`1: FLOCK ADVISORY WRITE 31556 fe:00:953089 0 EOF`) lists a lock
+/// on the file `dev`/`ino`.
+fn held_in(table: &str, dev: u64, ino: u64) -> bool {
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    table.lines().any(|line| {
+        let Some(file) = line.split_whitespace().nth(5) else {
+            return false;
+        };
+        let mut parts = file.split(':');
+        let (Some(ma), Some(mi), Some(i)) = (parts.next(), parts.next(), parts.next()) else {
+            return false;
+        };
+        u64::from_str_radix(ma, 16) == Ok(major)
+            && u64::from_str_radix(mi, 16) == Ok(minor)
+            && i.parse::<u64>() == Ok(ino)
+    })
 }
 
 /// The finished records of the job, as `trials.jsonl` holds them (a half-written last line of
@@ -175,4 +197,34 @@ pub(crate) fn under_root(root: &Path, field: &str, path: &Path) -> Result<PathBu
         return Err(outside());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_lock_is_seen_without_taking_it() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = JobStore::open(tmp.path()).expect("store");
+        assert!(!busy(tmp.path()), "no lock file");
+        let held = store.lock().expect("lock").expect("free");
+        assert!(busy(tmp.path()));
+        // Looking did not take it: it is still ours alone, and free once let go.
+        assert!(store.lock().expect("lock").is_none());
+        drop(held);
+        assert!(!busy(tmp.path()));
+        assert!(store.lock().expect("lock").is_some());
+    }
+
+    #[test]
+    fn the_kernel_table_is_read_by_device_and_inode() {
+        let table = "1: FLOCK  ADVISORY  WRITE 31556 fe:00:953089 0 EOF\n2: POSIX  ADVISORY  WRITE 1 08:01:7 0 EOF\n";
+        let dev = (0xfe << 8) | 0x00;
+        assert!(held_in(table, dev, 953089));
+        assert!(!held_in(table, dev, 953088));
+        assert!(held_in(table, (0x08 << 8) | 0x01, 7));
+        assert!(!held_in(table, 0x0801 + 1, 7));
+        assert!(!held_in("garbage\n", dev, 953089));
+    }
 }
