@@ -719,3 +719,46 @@ fn retry_infra_runs_again_only_the_infra_errors_and_keeps_their_errors() {
     assert_eq!(jsonl.lines().count(), 2, "{jsonl}");
     assert_no_leftovers(&job_dir);
 }
+
+#[test]
+fn sigterm_stops_the_servers_jobs_and_leaves_nothing() {
+    if !docker_available() {
+        return;
+    }
+    let (_tmp, root, db) = dirs();
+    copy_dir(&fixture("quick"), &root.join("tasks/quick"));
+    let mut server = start(&root, &db, &[]);
+    let (status, text) = post(
+        &server.addr,
+        "/api/jobs",
+        None,
+        &json!({ "config": SLEEPER, "job_dir": "jobs/termed" }),
+    );
+    assert_eq!(status, 201, "{text}");
+    let id = serde_json::from_str::<Value>(&text).expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    wait_running(&server.addr, &id, 2);
+    let pid = server.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let code = loop {
+        if let Some(status) = server.child.try_wait().expect("try_wait") {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "serve did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(code, Some(0));
+    let job_dir = root.join("jobs/termed");
+    assert_no_leftovers(&job_dir);
+    assert_eq!(finished(&job_dir), 0, "nothing half-done is recorded");
+    let server = start(&root, &db, &[]);
+    let job = job_of(&server.addr, &id);
+    assert_eq!(job["status"], "interrupted", "{job}");
+}

@@ -65,9 +65,27 @@ pub(super) async fn main(cmd: ServeCmd) -> Result<u8, ServeError> {
             registry: cmd.registry,
         },
     };
-    crate::serve::serve(config, |addr| {
-        eprintln!("arbiter serve: listening on http://{addr}");
-    })
+    // Ctrl-C / SIGTERM, counted: the first stops the server's jobs gracefully, the second at once.
+    let (count, interrupts) = tokio::sync::watch::channel(0u32);
+    tokio::spawn(async move {
+        let Some(mut signals) = super::Interrupts::install() else {
+            return;
+        };
+        loop {
+            signals.next().await;
+            count.send_modify(|n| *n += 1);
+        }
+    });
+    let stopped = crate::serve::serve(
+        config,
+        |addr| eprintln!("arbiter serve: listening on http://{addr}"),
+        interrupts,
+    )
     .await?;
+    if stopped > 0 {
+        eprintln!(
+            "arbiter serve: stopped {stopped} job(s); each resumes with POST /api/jobs/<id>/resume"
+        );
+    }
     Ok(exit::OK)
 }

@@ -52,7 +52,18 @@ impl Run {
     pub(crate) fn cancel(&self) {
         self.cancelled
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = self.cancel.send(Some(CancelReason::Interrupt));
+        self.stop(CancelReason::Interrupt);
+    }
+
+    /// Ask the job to stop (a stronger reason upgrades a weaker one, as a second Ctrl-C).
+    fn stop(&self, reason: CancelReason) {
+        self.cancel.send_if_modified(|current| {
+            let stronger = current.is_none_or(|c| c < reason);
+            if stronger {
+                *current = Some(reason);
+            }
+            stronger
+        });
     }
 
     /// Stop one running trial; `false` when it is not running.
@@ -109,6 +120,26 @@ impl App {
             backend,
             runs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Stop every job this server runs with `reason` and wait until each has ended (its
+    /// running trials stopped and cleaned up; unrecorded, so a resume runs them).
+    pub(crate) async fn stop_all(&self, reason: CancelReason) -> usize {
+        let runs: Vec<Arc<Run>> = self
+            .runs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|r| r.ended().is_none())
+            .cloned()
+            .collect();
+        for run in &runs {
+            run.stop(reason);
+        }
+        while runs.iter().any(|r| r.ended().is_none()) {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        runs.len()
     }
 
     /// The run of this server for `dir`, if any (ended or not).

@@ -54,11 +54,15 @@ impl ServeConfig {
     }
 }
 
-/// Bind, tell `ready` the address, and serve until the process ends.
+/// Bind, tell `ready` the address, and serve until `interrupts` counts one: then every job
+/// this server runs is stopped as the first Ctrl-C stops `arbiter run` (running trials
+/// stopped, their containers removed, nothing half-done recorded) and waited for; a second
+/// removes everything of those jobs at once. Gives how many jobs were stopped.
 pub(crate) async fn serve(
     config: ServeConfig,
     ready: impl FnOnce(SocketAddr),
-) -> Result<(), ServeError> {
+    mut interrupts: tokio::sync::watch::Receiver<u32>,
+) -> Result<usize, ServeError> {
     config.check()?;
     let root = config
         .root
@@ -89,7 +93,19 @@ pub(crate) async fn serve(
         .local_addr()
         .map_err(|source| ServeError::Bind { addr, source })?;
     ready(local);
-    axum::serve(listener, api::router(state))
-        .await
-        .map_err(|source| ServeError::Bind { addr, source })
+    tokio::select! {
+        served = axum::serve(listener, api::router(state.clone())) => {
+            served.map_err(|source| ServeError::Bind { addr, source })?;
+            return Ok(0);
+        }
+        _ = interrupts.wait_for(|n| *n >= 1) => {}
+    }
+    tracing::info!("interrupted: stopping the jobs of this server");
+    let stopped = tokio::select! {
+        n = state.stop_all(crate::job::CancelReason::Interrupt) => n,
+        _ = interrupts.wait_for(|n| *n >= 2) => {
+            state.stop_all(crate::job::CancelReason::HardInterrupt).await
+        }
+    };
+    Ok(stopped)
 }
