@@ -215,6 +215,10 @@ fn a_bad_job_is_one_line_4xx_and_nothing_starts() {
             json!({"tasks": ["tasks/quick"], "agents": ["oracle"], "network": "wide"}),
             "network",
         ),
+        (
+            json!({"config": "tasks: [tasks/quick]\nagents:\n  - name: peek\n    kind: command\n    run: [cat, /m/passwd]\n    mounts: [{host: /etc, container: /m}]\n"}),
+            "agents.peek.mounts: /etc: not under the served root",
+        ),
     ];
     for (body, names) in cases {
         let (status, text) = post(a, "/api/jobs", None, &body);

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use axum::http::StatusCode;
 use tokio::sync::{mpsc, watch};
 
+use crate::agent::AgentKind;
 use crate::job::{self, CancelReason, JobEvent, JobSpec, JobStore, RunArgs};
 use crate::results::Location;
 use crate::sandbox::choose::{self, BackendFlags};
@@ -226,6 +227,26 @@ impl App {
                     "tasks: {}: not under the served root",
                     task.dir.display()
                 )));
+            }
+        }
+        // What an agent reads from the host (mounts, a control template) lies under the root
+        // too: a submission reaches no other file of this machine.
+        for agent in &spec.agents {
+            let (mounts, template) = match &agent.kind {
+                AgentKind::Command(c) => (c.mounts.as_slice(), None),
+                AgentKind::Aworld(a) => (a.mounts.as_slice(), a.control_template.as_ref()),
+                _ => (&[][..], None),
+            };
+            let hosts = mounts.iter().map(|m| &m.host).chain(template);
+            for host in hosts {
+                let canonical = host.canonicalize().unwrap_or_else(|_| host.clone());
+                if !canonical.starts_with(&self.root) {
+                    return Err(ApiError::bad(format!(
+                        "agents.{}.mounts: {}: not under the served root",
+                        agent.name,
+                        host.display()
+                    )));
+                }
             }
         }
         if self.run_of(&dir).is_some_and(|r| r.ended().is_none()) || dirs::busy(&dir) {
