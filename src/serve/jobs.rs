@@ -284,10 +284,17 @@ impl App {
             ended: Mutex::new(None),
             cancelled: std::sync::atomic::AtomicBool::new(false),
         });
-        self.runs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(dir.clone(), run.clone());
+        {
+            // Checked again where it is decided: two submissions of one dir, one run.
+            let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+            if runs.get(&dir).is_some_and(|r| r.ended().is_none()) {
+                return Err(ApiError::conflict(format!(
+                    "{}: job directory is in use",
+                    dir.display()
+                )));
+            }
+            runs.insert(dir.clone(), run.clone());
+        }
         let mut spec = spec;
         spec.dir = dir;
         tokio::spawn(drive(
