@@ -13,6 +13,7 @@ pub(crate) mod regrade;
 pub(crate) mod report;
 pub(crate) mod results;
 pub mod sandbox;
+pub(crate) mod serve;
 pub mod task;
 pub(crate) mod taskcheck;
 #[cfg(test)]

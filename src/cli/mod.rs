@@ -9,6 +9,7 @@ mod interop;
 pub(crate) mod packet;
 mod report;
 mod results;
+mod serve;
 mod tasks;
 mod tasks_load;
 mod verify;
@@ -100,6 +101,11 @@ enum Command {
         after_help = "Examples:\n  arbiter query 'SELECT agent, SUM(passed), SUM(scored) FROM trials GROUP BY agent'\n  arbiter query 'SELECT * FROM jobs ORDER BY started_at DESC LIMIT 5' --format json"
     )]
     Query(results::QueryCmd),
+    /// HTTP JSON API over the job dirs under a root: submit, list, follow, cancel, query.
+    #[command(
+        after_help = "Examples:\n  arbiter serve --root jobs-root\n  ARBITER_SERVE_TOKEN=s3cret arbiter serve --bind 0.0.0.0 --port 8787 --root /srv/arbiter"
+    )]
+    Serve(serve::ServeCmd),
     /// Write a job in another harness's format: `export harbor` (a Harbor job folder).
     #[command(
         after_help = "Examples:\n  arbiter export harbor jobs/nightly --out harbor/nightly\n  arbiter export harbor jobs/tb2 --out sub/MyAgent__Model --leaderboard terminal-bench-2.0 ..."
@@ -236,6 +242,8 @@ enum CliError {
     Results(#[from] crate::results::ResultsError),
     #[error("{0}")]
     Harbor(#[from] crate::interop::harbor::HarborError),
+    #[error("{0}")]
+    Serve(#[from] crate::serve::ServeError),
 }
 
 impl CliError {
@@ -257,6 +265,8 @@ impl CliError {
             CliError::Results(_) => exit::FAILURE,
             CliError::Harbor(e) if e.is_usage() => exit::USAGE,
             CliError::Harbor(_) => exit::FAILURE,
+            CliError::Serve(e) if e.is_usage() => exit::USAGE,
+            CliError::Serve(_) => exit::FAILURE,
         }
     }
 }
@@ -367,6 +377,7 @@ pub fn main() -> ExitCode {
             Command::Tasks(cmd) => Ok(tasks::main(cmd).await),
             Command::Index(cmd) => Ok(results::index(cmd).await?),
             Command::Query(cmd) => Ok(results::query(cmd).await?),
+            Command::Serve(cmd) => Ok(serve::main(cmd).await?),
             Command::Export(cmd) => Ok(interop::export(cmd)?),
             Command::Import(cmd) => Ok(interop::import(cmd)?),
         }

@@ -38,8 +38,8 @@ pub(crate) use owner::{LABEL_OWNER, Owner};
 pub(crate) use plan::{JobSpec, trial_id};
 pub(crate) use preflight::{PreflightError, preflight};
 pub use resolve::resolve;
-pub(crate) use runner::{RunError, reap_job, run};
+pub(crate) use runner::{RunError, reap_job, run, run_controlled};
 pub(crate) use store::{
     IMPORTED_MARKER, JOB_ID_FILE, JobStore, StoreError, imported_marker, write_atomic,
 };
-pub(crate) use summary::{ArmSummary, summarize};
+pub(crate) use summary::{ArmSummary, Brief, summarize};

@@ -1,6 +1,7 @@
 //! The job's async loop: it waits for inputs (a trial finished, a retry fell due, the user
 //! asked to stop), hands each to [`JobState::handle`] and carries out the actions it returns.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -44,7 +45,21 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
     spec: &JobSpec,
     sandbox: Arc<S>,
     events: mpsc::UnboundedSender<JobEvent>,
+    cancel: watch::Receiver<Option<CancelReason>>,
+) -> Result<JobOutcome, RunError> {
+    run_controlled(spec, sandbox, events, cancel, None).await
+}
+
+/// [`run`], and `trial_cancels` names running trials the user stops one by one (`arbiter
+/// serve`): such a trial is cleaned up like any cancelled trial and recorded with its
+/// termination `cancelled` ([`trial::cancelled_record`]), so it does not run again. A name
+/// that is not running is ignored.
+pub(crate) async fn run_controlled<S: Sandbox + ?Sized>(
+    spec: &JobSpec,
+    sandbox: Arc<S>,
+    events: mpsc::UnboundedSender<JobEvent>,
     mut cancel: watch::Receiver<Option<CancelReason>>,
+    mut trial_cancels: Option<mpsc::UnboundedReceiver<String>>,
 ) -> Result<JobOutcome, RunError> {
     let store = JobStore::open(&spec.dir)?;
     let _lock = store.lock()?.ok_or_else(|| RunError::Busy {
@@ -104,7 +119,9 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
     });
 
     let mut state = JobState::continuing(pending, spec.concurrency, spec.retry);
-    let (trials_cancel, trials_cancelled) = watch::channel(false);
+    // One stop switch per running trial: the job's cancel flips them all, a trial cancel one.
+    let mut switches: HashMap<String, watch::Sender<bool>> = HashMap::new();
+    let mut stopped_one: HashSet<String> = HashSet::new();
     let mut running: JoinSet<(Box<Queued>, TrialRun)> = JoinSet::new();
     let mut reaped = None;
     let mut input = match *cancel.borrow_and_update() {
@@ -120,12 +137,9 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
             match action {
                 Action::Spawn(queued) => {
                     store.fresh_trial_dir(&queued.plan.id)?;
-                    running.spawn(run_one(
-                        queued,
-                        sandbox.clone(),
-                        trials_cancelled.clone(),
-                        events.clone(),
-                    ));
+                    let (switch, stop) = watch::channel(false);
+                    switches.insert(queued.plan.id.clone(), switch);
+                    running.spawn(run_one(queued, sandbox.clone(), stop, events.clone()));
                 }
                 Action::Record(record) => {
                     store.record(&record)?;
@@ -136,7 +150,9 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
                     let _ = events.send(event);
                 }
                 Action::CancelTrials => {
-                    let _ = trials_cancel.send(true);
+                    for switch in switches.values() {
+                        let _ = switch.send(true);
+                    }
                 }
                 Action::Reap => reaped = Some(reap_job(&*sandbox, &spec.job_label()).await),
             }
@@ -147,7 +163,18 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
         let wake = state.next_wake();
         input = tokio::select! {
             joined = running.join_next(), if !running.is_empty() => match joined {
-                Some(Ok((queued, run))) => Input::TrialDone(queued, run),
+                Some(Ok((queued, run))) => {
+                    switches.remove(&queued.plan.id);
+                    let one = stopped_one.remove(&queued.plan.id);
+                    match run {
+                        // Stopped on its own while the job goes on: recorded as cancelled.
+                        TrialRun::Cancelled if one && state.cancelled().is_none() => {
+                            let record = trial::cancelled_record(&queued.plan);
+                            Input::TrialDone(queued, TrialRun::Finished(Box::new(record)))
+                        }
+                        run => Input::TrialDone(queued, run),
+                    }
+                }
                 Some(Err(e)) => {
                     tracing::error!("trial task failed: {e}");
                     Input::Tick
@@ -155,6 +182,19 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
                 None => Input::Tick,
             },
             _ = sleep_until(wake), if wake.is_some() => Input::Tick,
+            asked = next_name(&mut trial_cancels), if trial_cancels.is_some() => {
+                match asked {
+                    Some(id) => {
+                        if let Some(switch) = switches.get(&id) {
+                            tracing::info!(trial = id, "trial cancelled by the user");
+                            stopped_one.insert(id);
+                            let _ = switch.send(true);
+                        }
+                    }
+                    None => trial_cancels = None,
+                }
+                Input::Tick
+            },
             changed = cancel.changed() => match changed {
                 Ok(()) => match *cancel.borrow_and_update() {
                     Some(reason) => Input::Cancel(reason),
@@ -180,6 +220,13 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
         reaped,
         planned,
     })
+}
+
+async fn next_name(names: &mut Option<mpsc::UnboundedReceiver<String>>) -> Option<String> {
+    match names {
+        Some(names) => names.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

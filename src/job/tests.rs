@@ -254,3 +254,53 @@ async fn retry_infra_reruns_only_trials_that_ended_as_infra_errors_and_keeps_the
     );
     assert!(again.live().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_cancelled_on_its_own_is_recorded_cancelled_and_the_job_goes_on() {
+    let root = tempfile::tempdir().expect("tmp");
+    let tasks: Vec<_> = (0..2)
+        .map(|i| {
+            task_dir(
+                root.path(),
+                &format!("t{i}"),
+                "[agent]\ntimeout_sec = 3600\n",
+            )
+        })
+        .collect();
+    let mut spec = job_spec(root.path(), &tasks, &["oracle"], 1);
+    spec.concurrency = 2;
+    let fake = solving();
+    fake.on_exec(
+        "/solution/solve.sh",
+        FakeExec::exits(0).takes(Duration::from_secs(3000)),
+    );
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let (_cancel_tx, cancel) = watch::channel(None);
+    let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+    let job = tokio::spawn({
+        let spec = spec.clone();
+        let fake = fake.clone();
+        async move { run_controlled(&spec, fake, tx, cancel, Some(stop_rx)).await }
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(fake.live().len(), 2, "both agents run");
+    let victim = trial_id("t0", "oracle", "default", 1);
+    stop_tx.send(victim.clone()).expect("send");
+    stop_tx.send("not-a-trial".to_string()).expect("send");
+    let outcome = job.await.expect("job task").expect("job");
+    assert!(!outcome.interrupted);
+    assert_eq!(outcome.records.len(), 2);
+    let store = JobStore::open(&spec.dir).expect("store");
+    let stopped = store.load(&victim).expect("the cancelled trial's record");
+    assert_eq!(
+        stopped.termination.kind,
+        crate::trial::TerminationKind::Cancelled
+    );
+    assert!(!stopped.passed());
+    let other = store
+        .load(&trial_id("t1", "oracle", "default", 1))
+        .expect("the other trial's record");
+    assert!(other.passed(), "{other:?}");
+    assert_eq!(jsonl_ids(&spec).len(), 2);
+    assert!(fake.live().is_empty(), "left: {:?}", fake.live());
+}

@@ -83,6 +83,19 @@ pub(crate) fn initial_record(plan: &TrialPlan) -> TrialRecord {
     }
 }
 
+/// The record of a trial the user stopped on its own (`arbiter serve`'s trial cancel): nothing
+/// of it was judged, its termination says `cancelled`, and it does not run again on resume.
+pub(crate) fn cancelled_record(plan: &TrialPlan) -> TrialRecord {
+    let mut rec = initial_record(plan);
+    rec.termination = Termination {
+        kind: TerminationKind::Cancelled,
+        exit_code: None,
+        detail: Some("cancelled by the user".to_string()),
+    };
+    rec.finished_at = now_rfc3339();
+    rec
+}
+
 /// The audit, the finish time, and the secrets scrubbed from the trial's files and record.
 pub(super) fn finish(
     mut rec: TrialRecord,

@@ -38,6 +38,7 @@ mod tests_limits;
 mod tests_steps;
 
 pub(crate) use close::audit_of;
+pub(crate) use close::cancelled_record;
 #[cfg(test)]
 pub(crate) use close::initial_record;
 pub(crate) use phases::{limits_of, sandbox_network};
