@@ -543,6 +543,11 @@ fn a_trial_and_a_job_are_cancelled_mid_run() {
     assert_eq!(job["status"], "interrupted", "{job}");
     assert_eq!(job["cancelled"], true, "{job}");
     assert_eq!(job["counts"]["trials"], 1, "{job}");
+    // The user's stop is neither the agent's failure nor the harness's: not scored, apart.
+    assert_eq!(job["counts"]["cancelled"], 1, "{job}");
+    assert_eq!(job["counts"]["scored"], 0, "{job}");
+    assert_eq!(job["counts"]["infra"], 0, "{job}");
+    assert_eq!(job["counts"]["pass_rate"], Value::Null, "{job}");
     assert_eq!(job["resume"], format!("/api/jobs/{id}/resume"), "{job}");
     assert_no_leftovers(&job_dir);
 }

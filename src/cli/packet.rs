@@ -88,8 +88,15 @@ pub(crate) struct Counts {
     pub unverified: usize,
     /// Harness or engine failures, never counted as failed.
     pub infra_error: usize,
+    /// Trials the user cancelled (`arbiter serve`), never counted as failed; absent when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cancelled: usize,
     /// Planned and not finished (an interrupt).
     pub not_run: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Counts {
@@ -105,6 +112,7 @@ impl Counts {
             c.failed += a.failed;
             c.unverified += a.unverified;
             c.infra_error += a.infra;
+            c.cancelled += a.cancelled;
         }
         c.not_run = planned.saturating_sub(c.finished);
         c
@@ -393,6 +401,7 @@ mod tests {
             failed,
             unverified,
             infra,
+            cancelled: 0,
         };
         let c = Counts::of_job(&[arm(3, 1, 1, 1, 1), arm(2, 2, 0, 0, 0)], 6);
         assert_eq!(
@@ -404,6 +413,7 @@ mod tests {
                 failed: 1,
                 unverified: 1,
                 infra_error: 1,
+                cancelled: 0,
                 not_run: 1
             }
         );

@@ -13,6 +13,8 @@ pub(crate) struct ArmSummary {
     pub unverified: usize,
     /// Harness / engine failures: excluded from the rate.
     pub infra: usize,
+    /// Stopped by the user (`arbiter serve`'s per-trial cancel): excluded from the rate too.
+    pub cancelled: usize,
 }
 
 impl ArmSummary {
@@ -31,6 +33,7 @@ pub(crate) struct Brief {
     pub agent: String,
     pub variant: String,
     pub infra: bool,
+    pub cancelled: bool,
     pub passed: bool,
     pub unverified: bool,
 }
@@ -42,6 +45,7 @@ impl Brief {
             agent: r.agent.clone(),
             variant: r.variant.clone(),
             infra: r.is_infra(),
+            cancelled: r.is_cancelled(),
             passed: r.passed(),
             unverified: matches!(
                 r.verifier.status,
@@ -69,6 +73,7 @@ pub(crate) fn summarize<'a>(records: impl IntoIterator<Item = &'a Brief>) -> Vec
                     failed: 0,
                     unverified: 0,
                     infra: 0,
+                    cancelled: 0,
                 });
                 arms.len() - 1
             }
@@ -77,6 +82,8 @@ pub(crate) fn summarize<'a>(records: impl IntoIterator<Item = &'a Brief>) -> Vec
         arm.trials += 1;
         if r.infra {
             arm.infra += 1;
+        } else if r.cancelled {
+            arm.cancelled += 1;
         } else if r.passed {
             arm.passed += 1;
         } else {

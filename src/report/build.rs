@@ -174,7 +174,14 @@ pub(crate) fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
             tasks: column.iter().filter(|c| !c.is_empty()).count(),
             trials: trials.len(),
             scored,
-            infra: trials.len() - scored,
+            infra: trials
+                .iter()
+                .filter(|t| t.outcome == Outcome::Infra)
+                .count(),
+            cancelled: trials
+                .iter()
+                .filter(|t| t.outcome == Outcome::Cancelled)
+                .count(),
             passed,
             failed: scored - passed - unverified,
             unverified,
@@ -235,6 +242,7 @@ pub(crate) fn build(job: &JobData, compare: Option<&CompareOptions>) -> Report {
         trials: job.trials.len(),
         scored: arms.iter().map(|a| a.scored).sum(),
         infra: arms.iter().map(|a| a.infra).sum(),
+        cancelled: arms.iter().map(|a| a.cancelled).sum(),
         passed: arms.iter().map(|a| a.passed).sum(),
     };
     let mut report = Report {

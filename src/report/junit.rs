@@ -71,6 +71,9 @@ fn testcase(out: &mut String, job: &JobData, logs_root: &Path, t: &Trial) {
     let detail = t.detail.as_deref().unwrap_or("");
     match t.outcome {
         Outcome::Passed => {}
+        Outcome::Cancelled => {
+            out.push_str("      <skipped message=\"cancelled by the user (not scored)\"/>\n");
+        }
         Outcome::Failed => {
             let (kind, message) = match t.reward {
                 _ if t.tampered => (

@@ -27,6 +27,9 @@ pub(crate) enum Outcome {
     Skipped,
     /// The harness or engine failed: not scored.
     Infra,
+    /// The user stopped the trial (`arbiter serve`'s per-trial cancel): not scored — neither
+    /// the agent's failure nor the harness's.
+    Cancelled,
 }
 
 impl Outcome {
@@ -37,6 +40,7 @@ impl Outcome {
             Outcome::VerifierError => "error",
             Outcome::Skipped => "skipped",
             Outcome::Infra => "infra",
+            Outcome::Cancelled => "cancelled",
         }
     }
 
@@ -47,12 +51,13 @@ impl Outcome {
             "error" => Outcome::VerifierError,
             "skipped" => Outcome::Skipped,
             "infra" => Outcome::Infra,
+            "cancelled" => Outcome::Cancelled,
             _ => return None,
         })
     }
 
     pub(crate) fn scored(self) -> bool {
-        self != Outcome::Infra
+        !matches!(self, Outcome::Infra | Outcome::Cancelled)
     }
 
     pub(crate) fn passed(self) -> bool {
@@ -67,6 +72,7 @@ impl Outcome {
             Outcome::VerifierError => 'E',
             Outcome::Skipped => 'S',
             Outcome::Infra => 'I',
+            Outcome::Cancelled => 'C',
         }
     }
 }
@@ -459,6 +465,8 @@ pub(crate) fn load_job(dir: &Path) -> Result<JobData, ReportError> {
             raw.infra_error.is_some() || raw.termination.kind == TerminationKind::InfraError;
         let outcome = if infra {
             Outcome::Infra
+        } else if raw.termination.kind == TerminationKind::Cancelled {
+            Outcome::Cancelled
         } else {
             match raw.verifier.status {
                 VerifierStatus::Passed => Outcome::Passed,
@@ -472,7 +480,9 @@ pub(crate) fn load_job(dir: &Path) -> Result<JobData, ReportError> {
             Some(v) => *v,
             None => r.values().sum::<f64>() / r.len() as f64,
         });
-        if !infra && let Some(r) = reward {
+        if outcome.scored()
+            && let Some(r) = reward
+        {
             let keys = &mut reward_keys[arm as usize];
             for (k, v) in r {
                 let e = keys.entry(k.to_string()).or_insert((0.0, 0));
@@ -736,7 +746,50 @@ pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 
 #[cfg(test)]
 mod tests {
-    use super::natural_cmp;
+    use super::{Outcome, load_job, natural_cmp};
+
+    /// A record as `arbiter run` writes it, ended by `termination` with the verifier's `status`.
+    fn line(id: &str, termination: &str, verifier: &str) -> String {
+        format!(
+            r#"{{"schema":"arbiter.trial.v1","id":"{id}","job":"j","task":"t-{id}","agent":"a","variant":"default","attempt":1,"task_checksum":"sha256:00","termination":{termination},"claim":{{"status":"missing"}},"verifier":{verifier},"audit":null,"phases":{{}},"retries":0,"artifacts":[],"overrides":{{}},"limits":{{"cpus":1.0,"memory_mb":512,"pids_limit":64,"network":"no-network","storage_enforced":false}},"output":{{"stdout_bytes":0,"stderr_bytes":0,"truncated":false}},"started_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:01Z"}}"#
+        )
+    }
+
+    #[test]
+    fn a_trial_the_user_cancelled_is_counted_apart_and_never_scored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("job.yaml"), "name: j\nagents: [oracle]\n").expect("yaml");
+        let passed =
+            r#"{"status":"passed","mode":"snapshot","reward":{"reward":1.0},"exit_code":0}"#;
+        let skipped = r#"{"status":"skipped","mode":"snapshot","detail":"not run"}"#;
+        let lines = [
+            line("p", r#"{"kind":"exited","exit_code":0}"#, passed),
+            line(
+                "c",
+                r#"{"kind":"cancelled","detail":"cancelled by the user"}"#,
+                skipped,
+            ),
+            line(
+                "i",
+                r#"{"kind":"infra_error","detail":"engine gone"}"#,
+                skipped,
+            ),
+        ];
+        std::fs::write(dir.path().join("trials.jsonl"), lines.join("\n") + "\n").expect("jsonl");
+        let job = load_job(dir.path()).expect("load");
+        let outcome = |id: &str| job.trials.iter().find(|t| &*t.id == id).map(|t| t.outcome);
+        assert_eq!(outcome("c"), Some(Outcome::Cancelled));
+        assert_eq!(outcome("i"), Some(Outcome::Infra));
+        assert!(!Outcome::Cancelled.scored());
+        assert_eq!(Outcome::parse("cancelled"), Some(Outcome::Cancelled));
+        let report = crate::report::build::build(&job, None);
+        let t = &report.totals;
+        assert_eq!((t.trials, t.scored, t.passed), (3, 1, 1), "{t:?}");
+        assert_eq!((t.infra, t.cancelled), (1, 1), "{t:?}");
+        assert_eq!(report.arms[0].pass_rate, Some(1.0));
+        let text = crate::report::text::table(&report);
+        assert!(text.contains("1 trial(s) cancelled by the user"), "{text}");
+    }
 
     #[test]
     fn tasks_sort_as_a_reader_expects() {

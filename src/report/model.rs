@@ -55,7 +55,14 @@ pub(crate) struct Totals {
     pub trials: usize,
     pub scored: usize,
     pub infra: usize,
+    /// Stopped by the user: not scored, and not infra errors.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cancelled: usize,
     pub passed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,8 +73,11 @@ pub(crate) struct ArmStats {
     pub tasks: usize,
     pub trials: usize,
     pub scored: usize,
-    /// Not scored: excluded from every rate.
+    /// Harness or engine failures: not scored, excluded from every rate.
     pub infra: usize,
+    /// Stopped by the user (`arbiter serve`'s per-trial cancel): not scored either.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cancelled: usize,
     pub passed: usize,
     /// Scored, not passed, with a reward below the threshold.
     pub failed: usize,

@@ -283,6 +283,13 @@ pub(crate) fn table(r: &Report) -> String {
             r.totals.infra
         );
     }
+    if r.totals.cancelled > 0 {
+        let _ = writeln!(
+            out,
+            "{} trial(s) cancelled by the user are excluded from every rate, not counted as failures",
+            r.totals.cancelled
+        );
+    }
     if let Some(line) = unverified_line(r) {
         let _ = writeln!(out, "{line}");
     }
@@ -489,6 +496,13 @@ pub(crate) fn markdown(r: &Report) -> String {
             out,
             "\n{} infra error(s) are excluded from every rate and not counted as failures.",
             r.totals.infra
+        );
+    }
+    if r.totals.cancelled > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} trial(s) cancelled by the user are excluded from every rate and not counted as failures.",
+            r.totals.cancelled
         );
     }
     if let Some(line) = unverified_line(r) {

@@ -522,7 +522,7 @@ fn outcome_badge(record: Option<&Value>, trial: Option<&Trial>) -> (String, &'st
     if let Some(t) = trial {
         let class = match t.outcome {
             super::load::Outcome::Passed => "pass",
-            super::load::Outcome::Infra => "infra",
+            super::load::Outcome::Infra | super::load::Outcome::Cancelled => "infra",
             super::load::Outcome::Failed if t.tampered => "warn",
             _ => "fail",
         };

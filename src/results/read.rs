@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::error::ResultsError;
 use super::schema::{self, Table};
+use crate::report::load::Outcome;
 
 /// One value of a row.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,7 +146,7 @@ pub(crate) fn read_job(dir: &Path) -> Result<JobRows, ResultsError> {
         })?;
         scored += i64::from(fact.outcome.scored());
         passed += i64::from(fact.outcome.passed());
-        infra += i64::from(!fact.outcome.scored());
+        infra += i64::from(fact.outcome == Outcome::Infra);
         trial_rows(&job_id, id, rec, fact, &mut push);
     }
 
@@ -167,7 +168,7 @@ pub(crate) fn read_job(dir: &Path) -> Result<JobRows, ResultsError> {
                         ("trials", Val::Int(trials.len() as i64)),
                         ("scored", count(&|t| t.outcome.scored())),
                         ("passed", count(&|t| t.outcome.passed())),
-                        ("infra", count(&|t| !t.outcome.scored())),
+                        ("infra", count(&|t| t.outcome == Outcome::Infra)),
                     ],
                 ),
             );

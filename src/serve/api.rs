@@ -254,6 +254,7 @@ async fn read(State(app): State<Shared>, Path(id): Path<String>) -> Result<Respo
                     "passed": a.passed,
                     "failed": a.failed,
                     "infra": a.infra,
+                    "cancelled": a.cancelled,
                     "pass_rate": a.pass_rate(),
                 })
             })

@@ -103,9 +103,10 @@ pub(crate) struct Counts {
     /// Finished trials.
     pub trials: usize,
     pub passed: usize,
-    /// Passed or failed (infra errors are not scored).
+    /// Passed or failed (infra errors and trials the user cancelled are not scored).
     pub scored: usize,
     pub infra: usize,
+    pub cancelled: usize,
     /// passed ÷ scored, `null` before anything was scored.
     pub pass_rate: Option<f64>,
 }
@@ -119,6 +120,7 @@ pub(crate) fn counts(dir: &Path, records: &[(Value, TrialRecord)]) -> Counts {
     let passed = arms.iter().map(|a| a.passed).sum();
     let failed: usize = arms.iter().map(|a| a.failed).sum();
     let infra = arms.iter().map(|a| a.infra).sum();
+    let cancelled = arms.iter().map(|a| a.cancelled).sum();
     let scored = passed + failed;
     Counts {
         planned: planned(dir),
@@ -126,6 +128,7 @@ pub(crate) fn counts(dir: &Path, records: &[(Value, TrialRecord)]) -> Counts {
         passed,
         scored,
         infra,
+        cancelled,
         pass_rate: (scored > 0).then(|| passed as f64 / scored as f64),
     }
 }

@@ -344,9 +344,18 @@ impl TrialRecord {
         self.infra_error.is_some() || self.termination.kind == TerminationKind::InfraError
     }
 
+    /// The user stopped the trial (`arbiter serve`'s per-trial cancel): not scored, and not an
+    /// infra error either.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        !self.is_infra() && self.termination.kind == TerminationKind::Cancelled
+    }
+
     /// The verifier passed, on a filesystem whose toolchain the agent did not alter.
     pub(crate) fn passed(&self) -> bool {
-        !self.is_infra() && self.verifier.status == VerifierStatus::Passed && !self.is_tampered()
+        !self.is_infra()
+            && !self.is_cancelled()
+            && self.verifier.status == VerifierStatus::Passed
+            && !self.is_tampered()
     }
 
     /// Integrity findings the verifier ran on (integrity `suspect`).
