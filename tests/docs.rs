@@ -21,6 +21,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
+use arbiter::agent::PresetKind;
 use common::{copy_dir, docker_available, repo};
 
 /// The README's limit (issue 37): what arbiter is, the two commands, an example, links.
@@ -464,6 +465,23 @@ fn doc_commands(doc: &Path, text: &str) -> (Vec<Cmd>, Vec<NotRun>, Vec<String>) 
     (cmds, not_run, wrong)
 }
 
+/// The preset agents (`--agent KIND`) a chapter's commands run.
+fn presets_named(cmds: &[Cmd]) -> Vec<PresetKind> {
+    let mut out = Vec::new();
+    for cmd in cmds {
+        let words: Vec<&str> = cmd.text.split_whitespace().collect();
+        for pair in words.windows(2) {
+            if pair[0] == "--agent"
+                && let Some(kind) = PresetKind::from_name(pair[1])
+                && !out.contains(&kind)
+            {
+                out.push(kind);
+            }
+        }
+    }
+    out
+}
+
 /// What went wrong running one chapter's commands, or `None`; and how many ran.
 fn run_chapter(doc: &Path, cmds: &[Cmd], bin_dir: &Path) -> (usize, Option<String>) {
     let dir = tempfile::Builder::new()
@@ -702,9 +720,20 @@ fn every_console_command_of_the_book_and_the_readme_runs_with_the_exit_code_it_s
     for doc in documents() {
         let (cmds, skipped, _) = doc_commands(&doc, &read(&doc));
         not_run.extend(skipped);
-        if !cmds.is_empty() {
-            plan.push((doc, cmds));
+        if cmds.is_empty() {
+            continue;
         }
+        // A chapter that runs a preset agent needs it in the host cache (scripts/agents, which
+        // scripts/test runs): without it the chapter skips, or fails under CI.
+        let presets = presets_named(&cmds);
+        if !common::presets::ready(&presets) {
+            eprintln!(
+                "docs: skipping {}: it runs {presets:?}, not in the agent cache",
+                doc.display()
+            );
+            continue;
+        }
+        plan.push((doc, cmds));
     }
     let total: usize = plan.iter().map(|(_, c)| c.len()).sum();
     let bin = tempfile::tempdir().expect("temp dir");
