@@ -1,7 +1,7 @@
 //! The adversarial suite: hostile agents run through the real binary on a real engine, each
 //! asserting the exact typed outcome in its trial record. The agents are small scripts in
 //! `tests/adversarial/agents/` (mounted read-only at `/opt/hostile`), the tasks live in
-//! `tests/adversarial/tasks/`. README "Security and isolation" lists every attack with the
+//! `tests/adversarial/tasks/`. docs/security.md ("Security and isolation") lists every attack with the
 //! guarantee that stops it; the older attacks (forged rewards, snooping for tests, tampering
 //! daemons, SIGTERM, memory bombs, chatty output) are in `tests/docker_trials.rs`.
 

@@ -408,7 +408,7 @@ fn no_attack_passes_any_verifier_in_any_mode_and_honest_work_stays_clean() {
             }
         }
     }
-    // The table behind README's security section (`--nocapture` to see it).
+    // The table behind docs/security.md's attack battery (`--nocapture` to see it).
     for (attack, rows) in &table {
         eprintln!("{attack}");
         for row in rows {

@@ -343,7 +343,7 @@ impl AworldAgent {
     }
 
     /// The pre-flight check: `<binary> <global args> run --help` should mention
-    /// [`REQUIRED_FLAG`]. A CLI that does not (every aworld-cli released so far, see README
+    /// [`REQUIRED_FLAG`]. A CLI that does not (every aworld-cli released so far, see docs/aworld.md
     /// "Evaluating AWorld") runs without the output flags: its claim is `missing`, with the
     /// reason, and the verifier's result stands on its own — not an infrastructure error, which
     /// would retry every trial of such a CLI in vain.
