@@ -771,3 +771,100 @@ fn sigterm_stops_the_servers_jobs_and_leaves_nothing() {
     let job = job_of(&server.addr, &id);
     assert_eq!(job["status"], "interrupted", "{job}");
 }
+
+/// The server's `--backend kubernetes` (issue 36): a submitted job's trials run as pods of the
+/// test cluster and record what they record there, a trial cancelled through the API is
+/// recorded `cancelled` and not scored, and a cancelled job leaves no pod behind.
+#[test]
+fn on_kubernetes_a_submitted_job_runs_as_pods_and_cancelling_leaves_none() {
+    let Some(flags) = common::k8s::kubernetes_flags() else {
+        return;
+    };
+    let (_tmp, root, db) = dirs();
+    common::k8s::quick_built(&root.join("tasks"));
+    let server = start(&root, &db, &flags);
+    let a = &server.addr;
+
+    let submit = |config: &str, dir: &str| {
+        let (status, text) = post(
+            a,
+            "/api/jobs",
+            None,
+            &json!({ "config": config, "job_dir": dir }),
+        );
+        assert_eq!(status, 201, "{text}");
+        serde_json::from_str::<Value>(&text).expect("json")["id"]
+            .as_str()
+            .expect("id")
+            .to_string()
+    };
+
+    let id = submit(
+        "tasks: [tasks/quick-k8s]\nagents: [oracle]\nattempts: 2\nconcurrency: 2\n",
+        "jobs/pods",
+    );
+    let events = wait_ended(a, &id);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        events.last().expect("ended").1["status"],
+        "finished",
+        "{names:?}"
+    );
+    let job = job_of(a, &id);
+    assert_eq!(job["counts"]["trials"], 2, "{job}");
+    assert_eq!(job["counts"]["passed"], 2, "{job}");
+    let pods = root.join("jobs/pods");
+    for (trial, record) in common::presets::records(&pods) {
+        assert_eq!(
+            record["sandbox"]["backend"], "kubernetes",
+            "{trial}: {record:#}"
+        );
+        assert_eq!(
+            record["verifier"]["status"], "passed",
+            "{trial}: {record:#}"
+        );
+    }
+
+    let sleepers = SLEEPER.replace("tasks/quick]", "tasks/quick-k8s]");
+    assert_ne!(sleepers, SLEEPER);
+    let id = submit(&sleepers, "jobs/sleepers-k8s");
+    let running = wait_running(a, &id, 1);
+    let victim = &running[0];
+    let (status, text) = post(
+        a,
+        &format!("/api/jobs/{id}/trials/{victim}/cancel"),
+        None,
+        &json!({}),
+    );
+    assert_eq!(status, 202, "{text}");
+    let job_dir = root.join("jobs/sleepers-k8s");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !has_record(&job_dir, victim) {
+        assert!(
+            Instant::now() < deadline,
+            "no record of the cancelled trial"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let r = result(&job_dir, victim);
+    assert_eq!(r["termination"]["kind"], "cancelled", "{r:#}");
+    assert_eq!(r["sandbox"]["backend"], "kubernetes", "{r:#}");
+    let (status, text) = post(a, &format!("/api/jobs/{id}/cancel"), None, &json!({}));
+    assert_eq!(status, 202, "{text}");
+    let events = wait_ended(a, &id);
+    assert_eq!(events.last().expect("ended").1["status"], "interrupted");
+    let job = job_of(a, &id);
+    assert_eq!(job["counts"]["cancelled"], 1, "{job}");
+    assert_eq!(job["counts"]["scored"], 0, "{job}");
+    // Pod deletion is asynchronous (the kubelet's grace period): wait for the namespace to
+    // hold none of the job's pods.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let left = common::k8s::pods_of(&job_dir);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "pods left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
