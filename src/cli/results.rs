@@ -48,19 +48,29 @@ fn location(flag: Option<&str>) -> Result<Location, ResultsError> {
     })
 }
 
-/// `arbiter index DIR...`: every job dir is read and checked first; then each job is written
-/// in its own transaction.
+/// `arbiter index DIR...`: every job dir is read and checked first, so a bad one refuses the
+/// command before anything is written; then each job is read again and written in its own
+/// transaction. No job's rows are kept past its write: memory stays one job's (two, with the
+/// read-ahead) however many jobs a year of nightlies holds. The check reads on every core; the
+/// write pass reads the next job while the store writes the current one.
 pub(super) async fn index(cmd: IndexCmd) -> Result<u8, ResultsError> {
     let location = location(cmd.db.as_deref())?;
     let dirs = crate::results::find_jobs(&cmd.dirs)?;
-    let mut jobs = Vec::with_capacity(dirs.len());
-    for dir in &dirs {
-        jobs.push(crate::results::read_job(dir)?);
-    }
+    let checked = dirs.clone();
+    tokio::task::spawn_blocking(move || check_all(&checked))
+        .await
+        .map_err(|e| ResultsError::Internal(format!("the check of the job dirs: {e}")))??;
     let mut store = Store::open(&location).await?;
+    let read = |dir: PathBuf| tokio::task::spawn_blocking(move || crate::results::read_job(&dir));
+    let mut next = dirs.first().cloned().map(read);
     let mut trials = 0;
-    for job in &jobs {
-        store.index(job).await?;
+    for i in 0..dirs.len() {
+        let Some(reading) = next.take() else { break };
+        let job = reading
+            .await
+            .map_err(|e| ResultsError::Internal(format!("reading a job dir: {e}")))??;
+        next = dirs.get(i + 1).cloned().map(read);
+        store.index(&job).await?;
         trials += job.trials;
         if !cmd.quiet {
             println!(
@@ -74,10 +84,51 @@ pub(super) async fn index(cmd: IndexCmd) -> Result<u8, ResultsError> {
     }
     println!(
         "{} job(s), {trials} trial(s) indexed into {}",
-        jobs.len(),
+        dirs.len(),
         location.shown()
     );
     Ok(exit::OK)
+}
+
+/// Read every job dir, on every core, keeping nothing: the first error in `dirs`' order.
+fn check_all(dirs: &[PathBuf]) -> Result<(), ResultsError> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(dirs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut errors: Vec<(usize, ResultsError)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut errors = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(dir) = dirs.get(i) else { break };
+                        if let Err(e) = crate::results::read_job(dir) {
+                            errors.push((i, e));
+                        }
+                    }
+                    errors
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    vec![(
+                        0,
+                        ResultsError::Internal("a reading thread panicked".into()),
+                    )]
+                })
+            })
+            .collect()
+    });
+    errors.sort_by_key(|(i, _)| *i);
+    match errors.into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// `arbiter query SQL`: read-only.

@@ -41,6 +41,9 @@ pub(crate) enum ResultsError {
     /// `arbiter query` with a statement the store refused (a write, a syntax error).
     #[error("query refused: {message}")]
     Query { message: String },
+    /// A task of arbiter's own failed (a reading thread panicked): never the user's input.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl ResultsError {
@@ -54,7 +57,10 @@ impl ResultsError {
     /// A user mistake (bad input, a refused statement, a store too new): exit 2. Otherwise the
     /// store or the disk failed.
     pub(crate) fn is_usage(&self) -> bool {
-        !matches!(self, ResultsError::Io { .. } | ResultsError::Db { .. })
+        !matches!(
+            self,
+            ResultsError::Io { .. } | ResultsError::Db { .. } | ResultsError::Internal(_)
+        )
     }
 }
 
