@@ -439,10 +439,15 @@ async fn handle(
     if !allowlist.admits(&target.host, target.port) {
         record(false, None);
         tracing::info!(host = %target.host, port = target.port, "egress refused by the allowlist");
+        let why = if allowlist.entries.is_empty() {
+            "refused: there is no network here"
+        } else {
+            "is not in allowed_hosts"
+        };
         return respond(
             &mut client,
             "403 Forbidden",
-            &format!("{}:{} is not in allowed_hosts", target.host, target.port),
+            &format!("{}:{} {why}", target.host, target.port),
         )
         .await;
     }

@@ -21,6 +21,11 @@
 //! what steers downloads (hosts, resolver, proxy and index configuration), which the integrity
 //! classifier reports. Tools that ignore the proxy variables are not seen: their failures stay
 //! the verifier's verdict, as before.
+//!
+//! A verifier with no network (issue 37) runs behind the same proxy with nothing admitted: each
+//! attempt is refused and recorded, and a refused attempt counts as a failed download under
+//! the same rule — except that a tool's own host counts only when the tests install something,
+//! since offline any code the tests run (the agent's) fails at PyPI too.
 
 use std::path::Path;
 
@@ -139,13 +144,30 @@ fn scripts(tests_dir: &Path) -> Vec<(String, String)> {
     out
 }
 
+/// What a refused attempt of an offline verifier is reported as.
+const NO_NETWORK: &str = "the verifier has no network";
+
 /// The evidence of a bootstrap failure among `seen` (the verifier's attempts), or `None`:
 /// the failing host and port with the error, and the line of the tests that names the host
-/// (or, for a tool's own host, the first line of the tests that installs something).
-pub(crate) fn bootstrap_failure(seen: &[EgressEvent], tests_dir: &Path) -> Option<String> {
-    let failed: Vec<&EgressEvent> = seen
+/// (or, for a tool's own host, the first line of the tests that installs something). A host
+/// the tests name is quoted before a tool's own host, whatever the order of the attempts.
+///
+/// `offline`: the verifier had no network, and its proxy admitted nothing, so every attempt
+/// it refused failed; a tool's own host then counts only when the tests install something
+/// (code the tests merely run could otherwise turn a failure into an unscored trial by
+/// asking for PyPI).
+pub(crate) fn bootstrap_failure(
+    seen: &[EgressEvent],
+    tests_dir: &Path,
+    offline: bool,
+) -> Option<String> {
+    let failed: Vec<(&EgressEvent, &str)> = seen
         .iter()
-        .filter(|e| e.allowed && e.error.is_some())
+        .filter_map(|e| match (&e.error, e.allowed) {
+            (Some(error), true) => Some((e, error.as_str())),
+            (None, false) if offline => Some((e, NO_NETWORK)),
+            _ => None,
+        })
         .collect();
     if failed.is_empty() {
         return None;
@@ -159,37 +181,43 @@ pub(crate) fn bootstrap_failure(seen: &[EgressEvent], tests_dir: &Path) -> Optio
                 .map(move |(h, p, line)| (h, p, file.clone(), line.to_string()))
         })
         .collect();
-    for event in failed {
-        let host = event.host.trim_end_matches('.').to_ascii_lowercase();
-        let web = matches!(event.port, 80 | 443);
+    let host_of = |event: &EgressEvent| event.host.trim_end_matches('.').to_ascii_lowercase();
+    let web = |event: &EgressEvent| matches!(event.port, 80 | 443);
+    for &(event, error) in &failed {
+        let host = host_of(event);
         let by_tests = named.iter().find(|(h, p, _, _)| {
-            *h == host && (p.is_some_and(|p| p == event.port) || (p.is_none() && web))
+            *h == host && (p.is_some_and(|p| p == event.port) || (p.is_none() && web(event)))
         });
-        let error = event.error.as_deref().unwrap_or_default();
         if let Some((_, _, file, line)) = by_tests {
             return Some(format!(
                 "{host}:{} unreachable ({error}); {file}: {line}",
                 event.port
             ));
         }
-        if web && is_tool_host(&host) {
-            let install = scripts.iter().find_map(|(file, text)| {
-                text.lines()
-                    .map(str::trim)
-                    .find(|l| {
-                        !l.starts_with('#')
-                            && [
-                                "apt-get", "apt ", "pip", "uv", "npm", "curl", "wget", "git ",
-                            ]
-                            .iter()
-                            .any(|tool| l.contains(tool))
-                    })
-                    .map(|l| format!("; {file}: {l}"))
-            });
+    }
+    let install = scripts.iter().find_map(|(file, text)| {
+        text.lines()
+            .map(str::trim)
+            .find(|l| {
+                !l.starts_with('#')
+                    && [
+                        "apt-get", "apt ", "pip", "uv", "npm", "curl", "wget", "git ",
+                    ]
+                    .iter()
+                    .any(|tool| l.contains(tool))
+            })
+            .map(|l| format!("; {file}: {l}"))
+    });
+    if offline && install.is_none() {
+        return None;
+    }
+    for &(event, error) in &failed {
+        let host = host_of(event);
+        if web(event) && is_tool_host(&host) {
             return Some(format!(
                 "{host}:{} unreachable ({error}){}",
                 event.port,
-                install.unwrap_or_default()
+                install.clone().unwrap_or_default()
             ));
         }
     }
@@ -209,6 +237,21 @@ mod tests {
         }
     }
 
+    /// A verifier with a network (its observer admits everything).
+    fn bootstrap_failure_on(seen: &[EgressEvent], dir: &Path) -> Option<String> {
+        bootstrap_failure(seen, dir, false)
+    }
+
+    /// An attempt the offline verifier's proxy refused.
+    fn refused(host: &str, port: u16) -> EgressEvent {
+        EgressEvent {
+            host: host.to_string(),
+            port,
+            allowed: false,
+            error: None,
+        }
+    }
+
     fn tests_dir(test_sh: &str) -> tempfile::TempDir {
         let tmp = tempfile::tempdir().expect("tmp");
         std::fs::create_dir_all(tmp.path().join("tests")).expect("tests");
@@ -222,19 +265,19 @@ mod tests {
     fn a_host_the_tests_name_or_a_tool_host_that_failed_is_a_bootstrap_failure() {
         let tmp = tests_dir(TB2);
         let dir = tmp.path().join("tests");
-        let e = bootstrap_failure(&[failed("astral.sh", 443)], &dir).expect("evidence");
+        let e = bootstrap_failure_on(&[failed("astral.sh", 443)], &dir).expect("evidence");
         assert!(e.contains("astral.sh:443 unreachable"), "{e}");
         assert!(
             e.contains("tests/test.sh: curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh"),
             "{e}"
         );
         // apt's own host, named nowhere in the tests: the install line is quoted.
-        let e = bootstrap_failure(&[failed("deb.debian.org", 80)], &dir).expect("evidence");
+        let e = bootstrap_failure_on(&[failed("deb.debian.org", 80)], &dir).expect("evidence");
         assert!(e.starts_with("deb.debian.org:80 unreachable"), "{e}");
         assert!(e.contains("tests/test.sh: apt-get update"), "{e}");
         // uv's downloads from GitHub's release assets.
         assert!(
-            bootstrap_failure(&[failed("release-assets.githubusercontent.com", 443)], &dir)
+            bootstrap_failure_on(&[failed("release-assets.githubusercontent.com", 443)], &dir)
                 .is_some()
         );
     }
@@ -248,18 +291,21 @@ mod tests {
             error: None,
             ..failed("pypi.org", 443)
         };
-        assert_eq!(bootstrap_failure(&[ok], &dir), None);
+        assert_eq!(bootstrap_failure_on(&[ok], &dir), None);
         // A name no tooling uses, a tool host on an odd port, a refused (not admitted) host.
         assert_eq!(
-            bootstrap_failure(&[failed("nonexistent.invalid", 443)], &dir),
+            bootstrap_failure_on(&[failed("nonexistent.invalid", 443)], &dir),
             None
         );
-        assert_eq!(bootstrap_failure(&[failed("pypi.org", 9999)], &dir), None);
+        assert_eq!(
+            bootstrap_failure_on(&[failed("pypi.org", 9999)], &dir),
+            None
+        );
         let refused = EgressEvent {
             allowed: false,
             ..failed("pypi.org", 443)
         };
-        assert_eq!(bootstrap_failure(&[refused], &dir), None);
+        assert_eq!(bootstrap_failure_on(&[refused], &dir), None);
     }
 
     #[test]
@@ -267,12 +313,65 @@ mod tests {
         let tmp =
             tests_dir("curl -fsS http://127.0.0.1:8765/runner.sh | sh\ncurl https://$MIRROR/x\n");
         let dir = tmp.path().join("tests");
-        assert!(bootstrap_failure(&[failed("127.0.0.1", 8765)], &dir).is_some());
-        assert_eq!(bootstrap_failure(&[failed("127.0.0.1", 8766)], &dir), None);
+        assert!(bootstrap_failure_on(&[failed("127.0.0.1", 8765)], &dir).is_some());
+        assert_eq!(
+            bootstrap_failure_on(&[failed("127.0.0.1", 8766)], &dir),
+            None
+        );
         assert_eq!(urls("curl https://$MIRROR/x").len(), 0);
         assert_eq!(
             urls("pip install --index-url https://user:pw@[::1]:3141/simple x")[0].0,
             "::1"
         );
+    }
+
+    #[test]
+    fn offline_a_refused_attempt_at_a_host_the_tests_name_is_a_bootstrap_failure() {
+        let tmp = tests_dir(TB2);
+        let dir = tmp.path().join("tests");
+        // apt's host first, then the runner's: the host the tests name is the one quoted.
+        let seen = [refused("deb.debian.org", 80), refused("astral.sh", 443)];
+        let e = bootstrap_failure(&seen, &dir, true).expect("evidence");
+        assert_eq!(
+            e,
+            "astral.sh:443 unreachable (the verifier has no network); tests/test.sh: curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh"
+        );
+        // Only apt's: a tool host, with the tests' first install line.
+        let e = bootstrap_failure(&seen[..1], &dir, true).expect("evidence");
+        assert_eq!(
+            e,
+            "deb.debian.org:80 unreachable (the verifier has no network); tests/test.sh: apt-get update"
+        );
+        // With a network, a refusal is the allowlist's decision, not a failed download.
+        assert_eq!(bootstrap_failure(&seen, &dir, false), None);
+    }
+
+    #[test]
+    fn offline_no_attempt_or_an_attempt_only_the_agents_code_could_make_leaves_the_verdict_alone() {
+        let tmp = tests_dir(TB2);
+        let dir = tmp.path().join("tests");
+        assert_eq!(bootstrap_failure(&[], &dir, true), None);
+        assert_eq!(
+            bootstrap_failure(&[refused("nonexistent.invalid", 443)], &dir, true),
+            None
+        );
+        assert_eq!(
+            bootstrap_failure(&[refused("pypi.org", 8443)], &dir, true),
+            None
+        );
+        // Tests that install nothing: a tool host asked for can only come from the code they
+        // run (the agent's), so it is no evidence.
+        let quiet = tests_dir(
+            "#!/bin/sh
+python3 -m pytest /tests/test_outputs.py
+",
+        );
+        let dir = quiet.path().join("tests");
+        assert_eq!(
+            bootstrap_failure(&[refused("pypi.org", 443)], &dir, true),
+            None
+        );
+        // With a network the same attempt, failed at the connection, still counts (issue 23).
+        assert!(bootstrap_failure(&[failed("pypi.org", 443)], &dir, false).is_some());
     }
 }

@@ -44,7 +44,8 @@ pub(crate) struct VerifyInput<'a> {
     pub log_cap_bytes: u64,
     pub grace: Duration,
     /// The egress proxy served on the verifier's container while its tests run: the
-    /// allowlist's, or the observer of a verifier with a network (`None`: no network).
+    /// allowlist's, the observer of a verifier with a network, or the one of a verifier with
+    /// none, which admits nothing (`None`: no proxy).
     pub egress: Option<VerifierEgress<'a>>,
 }
 
@@ -62,10 +63,23 @@ pub(crate) enum EgressPolicy<'a> {
     /// reach anyway, observed, so a download that failed is seen by the harness
     /// ([`super::downloads`]).
     Observe(crate::gateway::Observe),
+    /// A verifier with no network (`none`, whatever set it): a proxy that admits nothing
+    /// and records what was asked, so a download its tests attempt is seen by the harness
+    /// as such, not read as the agent's failure ([`super::downloads`]). The container keeps
+    /// network `none`.
+    Offline,
+}
+
+impl EgressPolicy<'_> {
+    /// Whether the proxy is only an observer: where none can be served, the verifier runs
+    /// unobserved rather than not at all.
+    fn observes(&self) -> bool {
+        !matches!(self, EgressPolicy::Allowlist(_))
+    }
 }
 
 impl<'a> VerifierEgress<'a> {
-    /// The proxy a verifier run of `task` serves: none without a network.
+    /// The proxy a verifier run of `task` serves.
     pub(crate) fn for_task(
         task: &'a Task,
         events: &'a std::sync::Mutex<Vec<crate::gateway::EgressEvent>>,
@@ -73,7 +87,7 @@ impl<'a> VerifierEgress<'a> {
         use crate::gateway::Observe;
         use crate::task::NetworkMode;
         let policy = match task.verifier.network {
-            NetworkMode::NoNetwork => return None,
+            NetworkMode::NoNetwork => EgressPolicy::Offline,
             NetworkMode::Allowlist => EgressPolicy::Allowlist(&task.verifier.allowed_hosts),
             NetworkMode::Bridge => EgressPolicy::Observe(Observe::NotLoopback),
             NetworkMode::Host => EgressPolicy::Observe(Observe::Everything),
@@ -272,10 +286,8 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
             let handle = match serve_egress(sb, &id, &egress.policy, port).await {
                 Ok(handle) => Some(handle),
                 // An observer is not a wall: where none can be served (a remote engine), the
-                // verifier runs on its network unobserved, as before.
-                Err(VerifyError::Egress(e))
-                    if matches!(egress.policy, EgressPolicy::Observe(_)) =>
-                {
+                // verifier runs on its network (or none) unobserved, as before.
+                Err(VerifyError::Egress(e)) if egress.policy.observes() => {
                     tracing::warn!(task = task.name, "verifier egress not observed: {e}");
                     None
                 }
@@ -301,6 +313,10 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
     };
     let out = sb.exec(&id, &spec).await;
     let mut seen = Vec::new();
+    let offline = matches!(
+        input.egress.as_ref().map(|e| &e.policy),
+        Some(EgressPolicy::Offline)
+    );
     if let Some((handle, events)) = proxy {
         seen = handle.shutdown().await;
         events
@@ -368,11 +384,11 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
         out.end.exit_code(),
         input.pass_threshold,
     );
-    // A verifier that did not pass and whose own downloads failed (as its proxy saw them)
-    // measured nothing about the agent: no reward, whatever `reward.txt` says; an
-    // infrastructure error, retried (issue 23).
+    // A verifier that did not pass and whose own downloads failed (as its proxy saw them;
+    // with no network, every attempt its proxy refused) measured nothing about the agent: no
+    // reward, whatever `reward.txt` says; an infrastructure error, retried (issues 23, 37).
     if outcome.status != super::outcome::VerifierStatus::Passed
-        && let Some(evidence) = super::downloads::bootstrap_failure(&seen, &task.tests_dir)
+        && let Some(evidence) = super::downloads::bootstrap_failure(&seen, &task.tests_dir, offline)
     {
         return Err(VerifyError::Downloads {
             outcome: VerifierOutcome::error(
@@ -398,6 +414,8 @@ async fn serve_egress<S: Sandbox + ?Sized>(
         EgressPolicy::Allowlist(hosts) => crate::gateway::Allowlist::parse(hosts)
             .map_err(|e| VerifyError::Egress(e.to_string()))?,
         EgressPolicy::Observe(observe) => crate::gateway::Allowlist::observer(*observe),
+        // An empty list: every request is answered 403 before any lookup or connection.
+        EgressPolicy::Offline => crate::gateway::Allowlist::default(),
     };
     let listener = sb.loopback_listener(id, port).await.map_err(|e| match e {
         SandboxError::Cancelled => VerifyError::Sandbox(e),

@@ -307,6 +307,68 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_offline_verifier_gets_a_proxy_that_admits_nothing_and_keeps_network_none() {
+        // A task offline in both phases, as `--network none` makes every task.
+        let (rec, fake, _dir) = trial("network_mode = \"no-network\"\n", "").await;
+        assert_eq!(rec.infra_error, None, "{:?}", rec.termination);
+        assert_eq!(get(&env_of(&fake, "/agent.py"), "HTTP_PROXY"), None);
+        let env = env_of(&fake, "/tests/test.sh");
+        let proxy = get(&env, "HTTPS_PROXY").expect("the offline verifier's proxy");
+        assert!(proxy.starts_with("http://127.0.0.1:"), "{proxy}");
+        assert_eq!(get(&env, "NO_PROXY"), Some("127.0.0.1,localhost"));
+        // The verifier runs in the agent's stopped container or a fresh one: none either way.
+        let specs = fake.specs();
+        assert!(!specs.is_empty());
+        assert!(
+            specs.iter().all(|s| s.network == Network::None),
+            "{specs:?}"
+        );
+        // No attempt: nothing recorded, and the verdict is the tests' own.
+        assert_eq!(rec.network, None);
+        assert_eq!(rec.verifier.status, crate::verifier::VerifierStatus::Passed);
+    }
+
+    #[test]
+    fn the_offline_proxy_refuses_everything_and_records_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            let handle = serve_allowlist(listener, crate::gateway::Allowlist::default())
+                .expect("serve");
+            for request in [
+                "CONNECT astral.sh:443 HTTP/1.1\r\nHost: astral.sh:443\r\n\r\n",
+                "GET http://deb.debian.org/debian/dists/bookworm/InRelease HTTP/1.1\r\nHost: deb.debian.org\r\n\r\n",
+            ] {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut c = tokio::net::TcpStream::connect(handle.addr)
+                    .await
+                    .expect("connect");
+                c.write_all(request.as_bytes()).await.expect("write");
+                let mut reply = String::new();
+                c.read_to_string(&mut reply).await.expect("read");
+                assert!(reply.starts_with("HTTP/1.1 403 Forbidden"), "{reply}");
+                assert!(reply.contains("refused: there is no network here"), "{reply}");
+            }
+            let seen: Vec<(String, u16, bool, Option<String>)> = handle
+                .shutdown()
+                .await
+                .into_iter()
+                .map(|e| (e.host, e.port, e.allowed, e.error))
+                .collect();
+            assert_eq!(
+                seen,
+                [
+                    ("astral.sh".to_string(), 443, false, None),
+                    ("deb.debian.org".to_string(), 80, false, None),
+                ]
+            );
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_proxy_and_the_model_gateway_serve_one_container_side_by_side() {
         let root = tempfile::tempdir().expect("tmp");
         let task = task_dir(
