@@ -65,13 +65,25 @@ impl Table {
 
     /// `INSERT INTO t (…) VALUES ($1, …)`.
     pub(crate) fn insert(&self) -> String {
+        self.insert_rows(1)
+    }
+
+    /// One INSERT of `rows` rows: `$1…$n` numbered through all of them, row after row.
+    pub(crate) fn insert_rows(&self, rows: usize) -> String {
         let names: Vec<&str> = self.columns.iter().map(|(n, _)| *n).collect();
-        let params: Vec<String> = (1..=names.len()).map(|i| format!("${i}")).collect();
+        let width = names.len();
+        let values: Vec<String> = (0..rows)
+            .map(|r| {
+                let params: Vec<String> =
+                    (1..=width).map(|i| format!("${}", r * width + i)).collect();
+                format!("({})", params.join(", "))
+            })
+            .collect();
         format!(
-            "INSERT INTO {} ({}) VALUES ({})",
+            "INSERT INTO {} ({}) VALUES {}",
             self.name,
             names.join(", "),
-            params.join(", ")
+            values.join(", ")
         )
     }
 }
