@@ -46,6 +46,7 @@ fn eval(tab: &Tab, js: &str) -> Value {
 
 /// Wait until `js` evaluates to something truthy in the page; give it.
 fn wait_for(tab: &Tab, what: &str, js: &str) -> Value {
+    eprintln!("web: waiting for {what}");
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         let v = eval(tab, js);
@@ -69,6 +70,7 @@ fn wait_for(tab: &Tab, what: &str, js: &str) -> Value {
 }
 
 fn open(tab: &Arc<Tab>, url: &str) {
+    eprintln!("web: opening {url}");
     tab.navigate_to(url).expect("navigate");
     tab.wait_until_navigated().expect("navigated");
 }
@@ -279,9 +281,10 @@ fn the_history_plot_renders_from_the_store_and_the_report_links_trial_pages() {
     let shown = wait_for(
         &tab,
         "three points",
-        "(() => { const p = [...document.querySelectorAll('svg.history circle.point')]; return p.length === 3 && p.map(c => c.dataset.job + '@' + c.getAttribute('cy')); })()",
+        "(() => { const p = [...document.querySelectorAll('svg.history circle.point')]; return p.length === 3 && JSON.stringify(p.map(c => c.dataset.job + '@' + c.getAttribute('cy'))); })()",
     );
-    let shown: Vec<String> = serde_json::from_value(shown).expect("list");
+    let shown: Vec<String> =
+        serde_json::from_str(shown.as_str().expect("a JSON string")).expect("list");
     let jobs: Vec<&str> = shown
         .iter()
         .map(|s| s.split('@').next().expect("job"))
@@ -308,6 +311,7 @@ fn the_history_plot_renders_from_the_store_and_the_report_links_trial_pages() {
         );
     }
     assert_eq!(flips.matches("fail → pass").count(), 2, "{flips}");
+    eprintln!("web: screenshot");
     if let Ok(png) = tab.capture_screenshot(
         headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption::Png,
         None,
@@ -334,10 +338,9 @@ fn the_history_plot_renders_from_the_store_and_the_report_links_trial_pages() {
         link.as_str().expect("href").starts_with("trials/"),
         "{link}"
     );
-    tab.wait_for_element("a[href*=\"trial.html\"]")
-        .expect("link")
-        .click()
-        .expect("click");
+    // The link, relative to the report, is a trial page made from the job dir.
+    let href = link.as_str().expect("href");
+    open(&tab, &format!("http://{a}/jobs/{second}/{href}"));
     wait_for(
         &tab,
         "the trial page",
