@@ -282,7 +282,7 @@ async fn history_page(State(app): State<Shared>, Query(args): Query<HistoryArgs>
 const PLOT_H: f64 = 220.0;
 const PLOT_LEFT: f64 = 48.0;
 const PLOT_TOP: f64 = 14.0;
-const STEP: f64 = 64.0;
+const STEP: f64 = 84.0;
 
 /// The pass rate per job as an SVG line with one circle per job.
 fn plot(h: &crate::results::History) -> String {
