@@ -3,7 +3,8 @@
 //! list shows a running job and updates without a reload when a trial finishes; its cancel
 //! button (with the token typed into the page) cancels the job; the history page plots one
 //! point per indexed job from the store given with `--db`, with the tasks that flipped; the
-//! report and trial pages are made from the job dir.
+//! report and trial pages are made from the job dir; the compare page shows the paired
+//! comparison of two jobs.
 //!
 //! Waits are on DOM conditions with generous deadlines; nothing asserts how long anything took.
 
@@ -73,6 +74,18 @@ fn open(tab: &Arc<Tab>, url: &str) {
     eprintln!("web: opening {url}");
     tab.navigate_to(url).expect("navigate");
     tab.wait_until_navigated().expect("navigated");
+}
+
+/// A picture of the page for a person to look at (target/tmp/report-tests/web/NAME.png); a
+/// failure to take it fails nothing.
+fn screenshot(tab: &Tab, name: &str) {
+    use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+    if let Ok(png) = tab.capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true) {
+        let _ = std::fs::write(
+            report_support::output_dir("web").join(format!("{name}.png")),
+            png,
+        );
+    }
 }
 
 fn job_id(text: &str) -> String {
@@ -145,6 +158,7 @@ fn the_jobs_list_updates_live_and_its_cancel_button_cancels() {
         "yes",
         "the page was reloaded"
     );
+    screenshot(&tab, "jobs");
     assert_eq!(
         eval(&tab, &format!("{row}.querySelector('td.rate').innerText")),
         "0.0%",
@@ -311,15 +325,37 @@ fn the_history_plot_renders_from_the_store_and_the_report_links_trial_pages() {
         );
     }
     assert_eq!(flips.matches("fail → pass").count(), 2, "{flips}");
-    eprintln!("web: screenshot");
-    if let Ok(png) = tab.capture_screenshot(
-        headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption::Png,
-        None,
-        None,
-        true,
-    ) {
-        let _ = std::fs::write(report_support::output_dir("web").join("history.png"), png);
-    }
+    screenshot(&tab, "history");
+
+    // The paired comparison of the first two jobs, as `arbiter compare A B` computes it.
+    let (status, set) = get(a, &format!("/api/compare?a={}&b={}", ids[0], ids[1]));
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(
+        set["results"][0]["flipped_to_fail"],
+        json!(["a", "b"]),
+        "{set}"
+    );
+    open(
+        &tab,
+        &format!("http://{a}/compare?a={}&b={}", ids[0], ids[1]),
+    );
+    let row = wait_for(
+        &tab,
+        "the comparison row",
+        "(() => { const r = document.querySelector('table.compare tbody tr'); return r && JSON.stringify([...r.cells].map(c => c.innerText.trim())); })()",
+    );
+    let cells: Vec<String> =
+        serde_json::from_str(row.as_str().expect("a JSON string")).expect("cells");
+    // paired tasks, pass→fail, fail→pass
+    assert_eq!(cells[6..], ["2", "2", "0"], "{cells:?}");
+    screenshot(&tab, "compare");
+    assert_eq!(
+        eval(
+            &tab,
+            "document.querySelectorAll('select[name=a] option[selected]').length"
+        ),
+        1
+    );
 
     // The job's report, made from its dir, links each trial to its page.
     let second = &ids[1];
@@ -355,6 +391,7 @@ fn the_history_plot_renders_from_the_store_and_the_report_links_trial_pages() {
             "document.getElementById('title').innerText === '{second}' && document.getElementById('status').innerText === 'finished' && document.querySelectorAll('#arms tbody tr').length === 1"
         ),
     );
+    screenshot(&tab, "job");
     let src = eval(
         &tab,
         "document.getElementById('report').getAttribute('src')",
