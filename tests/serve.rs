@@ -6,165 +6,14 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use common::serve::*;
 use common::*;
-
-/// A running `arbiter serve`, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve_command(root: &Path, db: &Path, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_arbiter"));
-    cmd.args(["serve", "--port", "0", "--root"])
-        .arg(root)
-        .arg("--db")
-        .arg(db)
-        .args(extra)
-        .env_remove("ARBITER_SERVE_TOKEN")
-        .env("ARBITER_DB", "off")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn start(root: &Path, db: &Path, extra: &[&str]) -> Server {
-    let mut child = serve_command(root, db, extra).spawn().expect("spawn serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("serve ended before it listened")
-            .expect("stderr line");
-        if let Some(addr) = line.strip_prefix("arbiter serve: listening on http://") {
-            break addr.to_string();
-        }
-        eprintln!("serve: {line}");
-    };
-    // Keep draining stderr so the server never blocks on it.
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            eprintln!("serve: {line}");
-        }
-    });
-    Server { child, addr }
-}
-
-/// One HTTP/1.1 request; (status, body).
-fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(300)))
-        .expect("timeout");
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{auth}\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).expect("write");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status");
-    (status, body.to_string())
-}
-
-fn get(addr: &str, path: &str) -> (u16, Value) {
-    let (status, body) = http(addr, "GET", path, None, "");
-    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
-}
-
-fn post(addr: &str, path: &str, token: Option<&str>, body: &Value) -> (u16, String) {
-    http(addr, "POST", path, token, &body.to_string())
-}
-
-/// A refusal: exactly one line, a JSON object with `error`.
-fn one_line_error(body: &str) -> String {
-    assert_eq!(body.trim_end().lines().count(), 1, "one line: {body:?}");
-    let v: Value = serde_json::from_str(body.trim_end()).expect("JSON error");
-    v["error"].as_str().expect("error field").to_string()
-}
-
-/// The events of a job, up to `ended` (or the deadline), as (name, data).
-struct Events {
-    reader: BufReader<TcpStream>,
-}
-
-impl Events {
-    fn open(addr: &str, id: &str) -> Events {
-        let mut stream = TcpStream::connect(addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(300)))
-            .expect("timeout");
-        write!(
-            stream,
-            "GET /api/jobs/{id}/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
-        )
-        .expect("write");
-        Events {
-            reader: BufReader::new(stream),
-        }
-    }
-
-    /// The next event (chunk-size lines and comments skipped).
-    fn next(&mut self) -> Option<(String, Value)> {
-        let mut name = None;
-        loop {
-            let mut line = String::new();
-            if self.reader.read_line(&mut line).ok()? == 0 {
-                return None;
-            }
-            let line = line.trim_end();
-            if let Some(n) = line.strip_prefix("event: ") {
-                name = Some(n.to_string());
-            } else if let Some(d) = line.strip_prefix("data: ")
-                && let Some(n) = name.take()
-            {
-                return Some((n, serde_json::from_str(d).expect("event data")));
-            }
-        }
-    }
-
-    fn until_end(&mut self) -> Vec<(String, Value)> {
-        let mut out = Vec::new();
-        while let Some(event) = self.next() {
-            let end = event.0 == "ended";
-            out.push(event);
-            if end {
-                break;
-            }
-        }
-        out
-    }
-}
-
-fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let root = tmp.path().join("root");
-    std::fs::create_dir_all(&root).expect("root");
-    let db = tmp.path().join("results.db");
-    (tmp, root, db)
-}
 
 /// Entries of `root` (names), sorted.
 fn entries(root: &Path) -> Vec<String> {
@@ -342,6 +191,84 @@ fn files_are_served_only_from_job_dirs_under_the_root() {
     }
 }
 
+#[test]
+fn the_web_pages_keep_to_their_policies() {
+    let (tmp, root, db) = dirs();
+    fake_job(&root, "fakejob");
+    std::fs::write(tmp.path().join("outside.txt"), "OUTSIDE-SECRET\n").expect("outside");
+    std::fs::write(root.join("beside.txt"), "BESIDE-SECRET\n").expect("beside");
+    let server = start(&root, &db, &[]);
+    let a = &server.addr;
+    // The shells: script only from the server itself, nothing from elsewhere.
+    for path in ["/", "/jobs/fakejob-id", "/static/app.js", "/static/app.css"] {
+        let (status, head, body) = page(a, path);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(
+            head.contains("content-security-policy: default-src 'none'; script-src 'self';"),
+            "{path}: {head}"
+        );
+        assert!(head.contains("x-content-type-options: nosniff"), "{path}");
+        assert!(!head.contains("set-cookie"), "{path}: {head}");
+        assert!(
+            !body.contains("http://") && !body.contains("https://") && !body.contains("innerHTML"),
+            "{path} names another origin or writes markup"
+        );
+    }
+    assert_eq!(page(a, "/jobs/no-such-job").0, 404);
+    // The job dir's pages and files: sandboxed, and only under the job dir.
+    for path in [
+        "/jobs/fakejob-id/report.html",
+        "/jobs/fakejob-id/trials/t1/notes.txt",
+    ] {
+        let (status, head, body) = page(a, path);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(
+            head.contains("content-security-policy: sandbox; default-src 'none';"),
+            "{path}: {head}"
+        );
+    }
+    assert_eq!(
+        page(a, "/jobs/fakejob-id/trials/t1/notes.txt").2,
+        "inside\n"
+    );
+    assert!(
+        page(a, "/jobs/fakejob-id/report.html")
+            .2
+            .contains("No report yet")
+    );
+    assert_eq!(page(a, "/jobs/fakejob-id/trials/t1/trial.html").0, 404);
+    for path in [
+        "/jobs/fakejob-id/../beside.txt",
+        "/jobs/fakejob-id/%2e%2e/beside.txt",
+        "/jobs/fakejob-id/%2e%2e%2f%2e%2e%2foutside.txt",
+        "/jobs/fakejob-id/trials/../../beside.txt",
+        "/jobs/fakejob-id//etc/passwd",
+    ] {
+        let (status, _, body) = page(a, path);
+        assert!(status == 404 || status == 403, "{path}: {status} {body}");
+        assert!(!body.contains("SECRET"), "{path}: {body}");
+    }
+    // History and compare: made here, no script; their JSON from the store and the report.
+    let (status, head, body) = page(a, "/history");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; style-src 'unsafe-inline';"),
+        "{head}"
+    );
+    assert!(!body.contains("<script"), "{body}");
+    assert!(body.contains("Nothing indexed yet"), "{body}");
+    let (status, v) = get(a, "/api/history?name=nightly&agent=oracle");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["points"], json!([]), "{v}");
+    let (status, v) = get(a, "/api/history?name=nightly");
+    assert_eq!(status, 400, "{v}");
+    let (status, v) = get(a, "/api/compare?a=fakejob-id&b=nope");
+    assert_eq!(status, 404, "{v}");
+    let (status, _, body) = page(a, "/compare?a=fakejob-id&b=nope");
+    assert_eq!(status, 200);
+    assert!(body.contains("nope: no such job under the root"), "{body}");
+}
+
 /// Records of a job dir by trial id, without what differs between two runs of one job.
 fn comparable(job_dir: &Path) -> std::collections::BTreeMap<String, Value> {
     const VOLATILE: &[&str] = &[
@@ -361,17 +288,6 @@ fn comparable(job_dir: &Path) -> std::collections::BTreeMap<String, Value> {
         out.insert(id, r);
     }
     out
-}
-
-fn wait_ended(addr: &str, id: &str) -> Vec<(String, Value)> {
-    let mut events = Events::open(addr, id);
-    events.until_end()
-}
-
-fn job_of(addr: &str, id: &str) -> Value {
-    let (status, job) = get(addr, &format!("/api/jobs/{id}"));
-    assert_eq!(status, 200, "{job}");
-    job
 }
 
 const SECRET: &str = "sk-serve-literal-0123456789";
@@ -455,28 +371,6 @@ fn a_submitted_job_streams_its_events_and_records_what_the_cli_records() {
         .expect("arbiter run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(comparable(&served), comparable(&cli_dir));
-}
-
-/// A command agent that sleeps: its trials run until they are stopped.
-const SLEEPER: &str = "tasks: [tasks/quick]\nattempts: 3\nconcurrency: 2\nagents:\n  - name: sleeper\n    kind: command\n    run: [sh, -c, \"sleep 300\"]\n";
-
-fn wait_running(addr: &str, id: &str, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let job = job_of(addr, id);
-        let running: Vec<String> = job["running"]
-            .as_array()
-            .expect("running")
-            .iter()
-            .filter(|t| t["phase"] == "agent")
-            .map(|t| t["trial"].as_str().expect("trial").to_string())
-            .collect();
-        if running.len() >= n {
-            return running;
-        }
-        assert!(Instant::now() < deadline, "no {n} agents running: {job}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]

@@ -30,7 +30,8 @@ fn clip(s: &str, n: usize) -> String {
     }
 }
 
-const CSS: &str = r#"
+/// The report's style sheet (also `arbiter serve`'s compare and history pages).
+pub(crate) const CSS: &str = r#"
 :root{--fg:#1d2430;--muted:#5d6776;--line:#d9dee5;--bg:#f6f7f9;--card:#fff;--pass:#2e9e5b;--fail:#d64545;--accent:#3a6fd8}
 *{box-sizing:border-box}
 body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
@@ -451,6 +452,12 @@ fn forest(diff: f64, lo: f64, hi: f64, scale: f64, significant: bool) -> String 
         forest_x(hi, scale),
         forest_x(diff, scale)
     )
+}
+
+/// A comparison set as the report's "Comparisons" section shows it (forest plots, verdicts,
+/// flips, pairing notes), for a page that shows one outside a report.
+pub(crate) fn comparison_html(c: &ComparisonSet) -> String {
+    comparisons(c)
 }
 
 fn comparisons(c: &ComparisonSet) -> String {

@@ -20,7 +20,7 @@ pub(crate) mod gate;
 pub(crate) mod html;
 pub(crate) mod junit;
 pub(crate) mod load;
-mod markup;
+pub(crate) mod markup;
 pub(crate) mod model;
 mod readable;
 pub(crate) mod stats;

@@ -157,6 +157,23 @@ pub(crate) fn write_trial_pages(
     Ok(done)
 }
 
+/// The page of trial `id` of `job`, made now (what [`write_trial_pages`] writes); `None` when
+/// `job` has no finished trial `id` or its directory is not a plain directory (a symlink is
+/// refused, as when pages are written).
+pub(crate) fn render_trial(job: &JobData, id: &str) -> Option<String> {
+    let t = job.trials.iter().find(|t| &*t.id == id)?;
+    if !id_is_dir_name(id) {
+        return None;
+    }
+    let dir = job.dir.join("trials").join(id);
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    if meta.file_type().is_symlink() || !meta.is_dir() {
+        return None;
+    }
+    let record = read_json(&dir.join("result.json"));
+    Some(render_page(&dir, record.as_ref().ok(), Some(t), &job.name))
+}
+
 fn write_pages(
     job: &JobData,
     trials: &[Trial],

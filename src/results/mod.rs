@@ -4,7 +4,8 @@
 //!
 //! Owns: finding and reading job dirs into rows ([`read`]), the schema as data and its
 //! migrations ([`schema`]), the one query layer over both engines ([`db`]), where the store
-//! is ([`location`]) and rendering answers ([`output`]).
+//! is ([`location`]), rendering answers ([`output`]) and an agent's history across jobs
+//! ([`history`]).
 //!
 //! Invariants:
 //! - job dirs are the source of truth: every row can be made again from them, and indexing a
@@ -18,6 +19,7 @@
 
 mod db;
 mod error;
+mod history;
 mod location;
 mod output;
 mod read;
@@ -27,6 +29,9 @@ mod tests;
 
 pub(crate) use db::Store;
 pub(crate) use error::ResultsError;
+#[cfg(test)]
+pub(crate) use history::{Flip, Point};
+pub(crate) use history::{History, choices, history};
 pub(crate) use location::{ENV, Location};
 pub(crate) use output::{Format, render};
 pub(crate) use read::{find_jobs, read_job};

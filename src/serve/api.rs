@@ -37,6 +37,7 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/api/jobs/{id}/resume", post(resume))
         .route("/api/jobs/{id}/retry-infra", post(retry_infra))
         .route("/api/query", post(query))
+        .merge(super::web::routes())
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(app.clone(), authorize))
         .with_state(app)

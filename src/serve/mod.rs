@@ -1,7 +1,7 @@
 //! `arbiter serve` (SPEC §16, docs/serve.md): one process holding an HTTP JSON API over the
-//! job dirs under a root.
+//! job dirs under a root, and the web page over that API ([`web`]).
 //!
-//! Owns: the routes and their one-line JSON errors ([`api`]), the jobs this server runs and the
+//! Owns: the routes and their one-line JSON errors ([`api`]), the pages for people ([`web`]), the jobs this server runs and the
 //! events they emit ([`jobs`], [`feed`]), what a job dir under the root says of itself — its
 //! status, counts, records, files — ([`dirs`]), and following a job another process runs
 //! ([`follow`]). It holds no job logic of its own: a submitted job is resolved by the CLI's
@@ -24,6 +24,7 @@ mod error;
 mod feed;
 mod follow;
 mod jobs;
+mod web;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

@@ -4,6 +4,7 @@
 pub mod k8s;
 pub mod k8s_pod;
 pub mod presets;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
