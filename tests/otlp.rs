@@ -569,6 +569,7 @@ fn a_dead_endpoint_fails_no_trial_and_says_so_in_the_summary() {
         "{}",
         stdout(&out)
     );
+    assert!(line.contains("(connection refused)"), "{line}");
     assert!(
         line.contains(&format!("arbiter export otlp {}", job_dir.display())),
         "{line}"

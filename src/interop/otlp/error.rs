@@ -27,6 +27,16 @@ pub(crate) enum OtlpError {
 }
 
 impl OtlpError {
+    /// Why, without the what: for a summary line that already names the endpoint.
+    pub(crate) fn reason(&self) -> String {
+        match self {
+            OtlpError::Send { message, .. } | OtlpError::Exporter { message, .. } => {
+                message.clone()
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// The user's mistake (a wrong path or URL) rather than a failure on the way.
     pub(crate) fn is_usage(&self) -> bool {
         matches!(

@@ -68,7 +68,7 @@ impl TraceExporter {
         self.inner.export(spans).await.map_err(|e| OtlpError::Send {
             trial: record.id.clone(),
             endpoint: self.endpoint.clone(),
-            message: one_line(&e.to_string()),
+            message: describe(&e.to_string()),
         })
     }
 }
@@ -115,6 +115,29 @@ pub(crate) fn read_calls(trial_dir: &Path) -> Vec<CallRecord> {
     calls
 }
 
+/// What the exporter's error text (reqwest's debug output, for a failed connection) says,
+/// in a few words.
+fn describe(text: &str) -> String {
+    if let Some(rest) = text.split("Status Code: ").nth(1) {
+        let code: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        return format!("the endpoint answered HTTP {code}");
+    }
+    for (needle, said) in [
+        ("ConnectionRefused", "connection refused"),
+        ("Connection refused", "connection refused"),
+        ("TimedOut", "no answer within 10 s"),
+        ("timed out", "no answer within 10 s"),
+        ("dns error", "the host name does not resolve"),
+        ("certificate", "TLS: the certificate was refused"),
+        ("ConnectionReset", "the connection was reset"),
+    ] {
+        if text.contains(needle) {
+            return said.to_string();
+        }
+    }
+    one_line(text)
+}
+
 /// An error's text on one line (reqwest's debug output spans several).
 fn one_line(text: &str) -> String {
     let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -122,5 +145,49 @@ fn one_line(text: &str) -> String {
     match joined.char_indices().nth(MAX) {
         Some((at, _)) => format!("{}…", &joined[..at]),
         None => joined,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exporters_errors_come_out_in_a_few_words() {
+        for (text, want) in [
+            (
+                r#"Operation failed: reqwest::Error { kind: Request, url: "http://127.0.0.1:1/v1/traces", source: hyper_util::client::legacy::Error(Connect, ConnectError("tcp connect error", 127.0.0.1:1, Os { code: 111, kind: ConnectionRefused, message: "Connection refused" })) }"#,
+                "connection refused",
+            ),
+            (
+                "OpenTelemetry trace export failed. Url: http://x/v1/traces, Status Code: 401, Response: b\"no\"",
+                "the endpoint answered HTTP 401",
+            ),
+            ("something\n  else", "something else"),
+        ] {
+            assert_eq!(describe(text), want);
+        }
+    }
+
+    #[test]
+    fn a_trial_without_a_ledger_has_no_calls_and_a_bad_line_is_left_out() {
+        let dir = tempfile::tempdir().expect("tmp");
+        assert!(read_calls(dir.path()).is_empty());
+        std::fs::create_dir_all(dir.path().join("agent")).expect("agent dir");
+        let good = serde_json::json!({
+            "schema": "arbiter.model-call.v1", "seq": 1, "time": "2026-01-01T00:00:01Z",
+            "api": "chat_completions", "provider": "p", "stream": false, "status": 200,
+            "outcome": "ok", "attempts": 1, "latency_ms": 5,
+            "request": {"sha256": "x", "bytes": 0, "body": ""},
+            "response": {"sha256": "y", "bytes": 0, "body": ""}
+        });
+        std::fs::write(
+            dir.path().join("agent/model-calls.jsonl"),
+            format!("{good}\nnot json\n\n"),
+        )
+        .expect("ledger");
+        let calls = read_calls(dir.path());
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].seq, 1);
     }
 }

@@ -40,7 +40,7 @@ pub(crate) async fn export_job(
             Err(e) => {
                 tracing::warn!("{e}");
                 report.failed += 1;
-                report.last_error = Some(e.to_string());
+                report.last_error = Some(e.reason());
             }
         }
     }

@@ -71,7 +71,7 @@ impl TraceSink {
             endpoint: endpoint.to_string(),
             ..TraceReport::default()
         }));
-        let exporter = TraceExporter::new(endpoint).map_err(|e| e.to_string());
+        let exporter = TraceExporter::new(endpoint).map_err(|e| e.reason());
         let (queue, mut rx) = mpsc::unbounded_channel::<(Box<TrialRecord>, PathBuf)>();
         let tally = report.clone();
         let worker = tokio::spawn(async move {
@@ -84,17 +84,17 @@ impl TraceSink {
                         exporter
                             .send(&job_id, &record, &calls)
                             .await
-                            .map_err(|e| e.to_string())
+                            .map_err(|e| (e.to_string(), e.reason()))
                     }
-                    Err(e) => Err(e.clone()),
+                    Err(e) => Err((e.clone(), e.clone())),
                 };
                 let Ok(mut r) = tally.lock() else { return };
                 match result {
                     Ok(()) => r.sent += 1,
-                    Err(e) => {
+                    Err((e, reason)) => {
                         tracing::warn!("{e}");
                         r.failed += 1;
-                        r.last_error = Some(e);
+                        r.last_error = Some(reason);
                     }
                 }
             }

@@ -108,7 +108,9 @@ pub(crate) fn trial_spans(job_id: &str, rec: &TrialRecord, calls: &[CallRecord])
         })
         .collect();
 
-    // The root spans everything under it (the record's times are whole seconds).
+    // The root spans everything under it. The record's own times are whole seconds: its start
+    // counts only when no phase has a measured one.
+    let measured = phases.iter().any(|p| !p.3);
     let starts = phases
         .iter()
         .map(|p| p.1)
@@ -117,7 +119,10 @@ pub(crate) fn trial_spans(job_id: &str, rec: &TrialRecord, calls: &[CallRecord])
         .iter()
         .map(|p| p.2)
         .chain(calls_at.iter().map(|c| c.1));
-    let root_start = starts.flatten().chain(trial_start).reduce(f64::min);
+    let root_start = starts
+        .flatten()
+        .chain(trial_start.filter(|_| !measured))
+        .reduce(f64::min);
     let root_end = ends
         .flatten()
         .chain(secs(&rec.finished_at))
