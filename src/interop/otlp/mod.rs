@@ -14,6 +14,8 @@ mod exporter;
 mod jobdir;
 mod sink;
 mod spans;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use endpoint::traces_url;
 pub(crate) use error::OtlpError;
