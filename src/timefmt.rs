@@ -21,6 +21,19 @@ pub(crate) fn now_rfc3339() -> String {
     )
 }
 
+/// Seconds since the Unix epoch, now (with the fraction).
+pub(crate) fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// `2026-11-30T02:31:48.250000Z` for now.
+pub(crate) fn now_rfc3339_micros() -> String {
+    rfc3339_micros(now_secs())
+}
+
 /// `20261130T023148Z` for now (used in default job dir names).
 pub(crate) fn now_compact() -> String {
     let (date, time) = parts(SystemTime::now());

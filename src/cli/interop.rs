@@ -24,6 +24,24 @@ enum ExportWhat {
         after_help = "Examples:\n  arbiter export harbor jobs/nightly --out harbor/nightly\n  arbiter export harbor jobs/tb2 --out submission/MyAgent__Sonnet --leaderboard terminal-bench-2.0 \\\n    --agent-url https://example.org/my-agent --agent-display-name 'My Agent' --agent-org 'My Org' \\\n    --model 'anthropic/claude-sonnet-4-5:Claude Sonnet 4.5:Anthropic'"
     )]
     Harbor(ExportHarborCmd),
+    /// Send a job's trials as OpenTelemetry traces over OTLP/HTTP (docs/traces.md).
+    #[command(
+        after_help = "Examples:\n  arbiter export otlp jobs/nightly --endpoint http://localhost:4318\n  OTEL_EXPORTER_OTLP_HEADERS='Authorization=Bearer t0k3n' arbiter export otlp jobs/nightly --endpoint https://otlp.example.com --trial hello__oracle__default__1"
+    )]
+    Otlp(ExportOtlpCmd),
+}
+
+#[derive(Debug, Args)]
+struct ExportOtlpCmd {
+    /// The arbiter job directory.
+    job_dir: PathBuf,
+    /// The OTLP/HTTP endpoint: a collector's base URL (http://localhost:4318) or its
+    /// /v1/traces URL. Headers from OTEL_EXPORTER_OTLP_HEADERS.
+    #[arg(long, value_name = "URL", value_parser = super::parse_otlp)]
+    endpoint: String,
+    /// Only this trial (by id). Repeatable; default: every finished trial.
+    #[arg(long = "trial", value_name = "ID")]
+    trials: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -90,9 +108,33 @@ fn parse_leaderboard(raw: &str) -> Result<Leaderboard, String> {
     Leaderboard::parse(raw).ok_or_else(|| format!("expected {} (got {raw:?})", Leaderboard::NAMES))
 }
 
-/// `arbiter export harbor …`.
-pub(super) fn export(cmd: ExportCmd) -> Result<u8, HarborError> {
-    let ExportWhat::Harbor(cmd) = cmd.what;
+/// `arbiter export harbor …`, `arbiter export otlp …`.
+pub(super) async fn export(cmd: ExportCmd) -> Result<u8, super::CliError> {
+    match cmd.what {
+        ExportWhat::Harbor(cmd) => Ok(export_harbor(cmd)?),
+        ExportWhat::Otlp(cmd) => export_otlp(cmd).await,
+    }
+}
+
+/// `arbiter export otlp JOB_DIR --endpoint URL`: exit 1 when a trace was not taken.
+async fn export_otlp(cmd: ExportOtlpCmd) -> Result<u8, super::CliError> {
+    let report = crate::interop::otlp::export_job(&cmd.job_dir, &cmd.endpoint, &cmd.trials).await?;
+    if report.sent + report.failed == 0 {
+        println!(
+            "traces: no finished trial in {}, nothing sent",
+            cmd.job_dir.display()
+        );
+        return Ok(exit::OK);
+    }
+    println!("{}", report.line(&cmd.job_dir));
+    Ok(if report.failed == 0 {
+        exit::OK
+    } else {
+        exit::FAILURE
+    })
+}
+
+fn export_harbor(cmd: ExportHarborCmd) -> Result<u8, HarborError> {
     let submission = match cmd.leaderboard {
         None => None,
         Some(board) => Some(Submission {

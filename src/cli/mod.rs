@@ -106,9 +106,10 @@ enum Command {
         after_help = "Examples:\n  arbiter serve --root jobs-root\n  ARBITER_SERVE_TOKEN=s3cret arbiter serve --bind 0.0.0.0 --port 8787 --root /srv/arbiter"
     )]
     Serve(serve::ServeCmd),
-    /// Write a job in another harness's format: `export harbor` (a Harbor job folder).
+    /// Write a job in another harness's format: `export harbor` (a Harbor job folder), or
+    /// send its trials as OpenTelemetry traces: `export otlp`.
     #[command(
-        after_help = "Examples:\n  arbiter export harbor jobs/nightly --out harbor/nightly\n  arbiter export harbor jobs/tb2 --out sub/MyAgent__Model --leaderboard terminal-bench-2.0 ..."
+        after_help = "Examples:\n  arbiter export harbor jobs/nightly --out harbor/nightly\n  arbiter export harbor jobs/tb2 --out sub/MyAgent__Model --leaderboard terminal-bench-2.0 ...\n  arbiter export otlp jobs/nightly --endpoint http://localhost:4318"
     )]
     Export(interop::ExportCmd),
     /// Read another harness's records as a read-only job: `import harbor` (a Harbor job folder).
@@ -177,6 +178,11 @@ struct RunCmd {
     /// Print one JSON packet on stdout at the end (docs/json-packet.md); human output goes to stderr.
     #[arg(long)]
     json: bool,
+    /// Send each trial as an OpenTelemetry trace to this OTLP/HTTP endpoint (a collector's
+    /// base URL such as http://localhost:4318, or its /v1/traces URL; `otlp:` in the config;
+    /// docs/traces.md). Headers from OTEL_EXPORTER_OTLP_HEADERS.
+    #[arg(long = "otlp", value_name = "URL", value_parser = parse_otlp)]
+    otlp: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -196,6 +202,10 @@ struct ResumeCmd {
     /// Print one JSON packet on stdout at the end (docs/json-packet.md); human output goes to stderr.
     #[arg(long)]
     json: bool,
+    /// Send each trial that finishes now as an OpenTelemetry trace to this OTLP/HTTP endpoint
+    /// (over the job's saved `otlp:`; docs/traces.md).
+    #[arg(long = "otlp", value_name = "URL", value_parser = parse_otlp)]
+    otlp: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -244,6 +254,8 @@ enum CliError {
     Harbor(#[from] crate::interop::harbor::HarborError),
     #[error("{0}")]
     Serve(#[from] crate::serve::ServeError),
+    #[error("{0}")]
+    Otlp(#[from] crate::interop::otlp::OtlpError),
 }
 
 impl CliError {
@@ -267,6 +279,8 @@ impl CliError {
             CliError::Harbor(_) => exit::FAILURE,
             CliError::Serve(e) if e.is_usage() => exit::USAGE,
             CliError::Serve(_) => exit::FAILURE,
+            CliError::Otlp(e) if e.is_usage() => exit::USAGE,
+            CliError::Otlp(_) => exit::FAILURE,
         }
     }
 }
@@ -332,6 +346,7 @@ pub fn main() -> ExitCode {
                         context: cmd.context,
                         registry: cmd.registry,
                     },
+                    otlp: cmd.otlp,
                 };
                 run(args, quiet, cmd.fail_under, json).await
             }
@@ -350,6 +365,7 @@ pub fn main() -> ExitCode {
                     job_dir: Some(cmd.job_dir),
                     concurrency: cmd.concurrency,
                     retry_infra: cmd.retry_infra,
+                    otlp: cmd.otlp,
                     ..RunArgs::default()
                 };
                 run(args, cmd.quiet, None, json).await
@@ -378,7 +394,7 @@ pub fn main() -> ExitCode {
             Command::Index(cmd) => Ok(results::index(cmd).await?),
             Command::Query(cmd) => Ok(results::query(cmd).await?),
             Command::Serve(cmd) => Ok(serve::main(cmd).await?),
-            Command::Export(cmd) => Ok(interop::export(cmd)?),
+            Command::Export(cmd) => interop::export(cmd).await,
             Command::Import(cmd) => Ok(interop::import(cmd)?),
         }
     });
@@ -478,6 +494,9 @@ async fn run(
             spec.dir.display()
         ));
     }
+    if let Some(traces) = &outcome.traces {
+        say(&traces.line(&spec.dir));
+    }
     say(&format!("job dir: {}", spec.dir.display()));
     let gate_failed = match fail_under {
         Some(threshold) if !outcome.interrupted => {
@@ -504,6 +523,11 @@ async fn run(
 fn parse_network(raw: &str) -> Result<job::PhaseNetwork, String> {
     job::PhaseNetwork::parse(raw)
         .ok_or_else(|| format!("expected {} (got {raw:?})", job::PhaseNetwork::NAMES))
+}
+
+/// `--otlp URL`, `export otlp --endpoint URL`: the URL traces are POSTed to.
+fn parse_otlp(raw: &str) -> Result<String, String> {
+    crate::interop::otlp::traces_url(raw)
 }
 
 /// `--backend kubernetes [--namespace NS --context C --registry R]`, `backend:` in the config.

@@ -278,6 +278,7 @@ impl Packet {
             CliError::Report(_) => (Phase::Configuration, "report_invalid", None),
             CliError::Results(_) => (Phase::Run, "results_store_failed", None),
             CliError::Harbor(_) => (Phase::Run, "interop_failed", None),
+            CliError::Otlp(_) => (Phase::Run, "interop_failed", None),
             CliError::Serve(_) => (Phase::Environment, "serve_failed", None),
             CliError::Regrade(crate::regrade::RegradeError::Usage { field, .. }) => {
                 (Phase::Arguments, "invalid_value", Some(field.clone()))

@@ -740,7 +740,7 @@ async fn proxy(
         trial: trial.clone(),
         protocol,
         seq,
-        time: crate::timefmt::now_rfc3339(),
+        time: crate::timefmt::now_rfc3339_micros(),
         started: Instant::now(),
         model,
         stream,

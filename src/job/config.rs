@@ -56,6 +56,8 @@ pub struct RunArgs {
     pub retry_infra: bool,
     /// `--backend`, `--namespace`, `--context`, `--registry`: over the config's `backend:`.
     pub backend: crate::sandbox::choose::BackendFlags,
+    /// `--otlp URL`: send each trial as a trace there, over the config's `otlp:`.
+    pub otlp: Option<String>,
 }
 
 /// `job.yaml`.
@@ -107,6 +109,19 @@ pub struct JobConfig {
     /// Which backend runs the job (SPEC §14); default: the Docker engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<crate::sandbox::BackendConfig>,
+    /// Send each trial, once its record is final, as an OpenTelemetry trace (SPEC §17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpConfig>,
+}
+
+/// `otlp:` in job.yaml: where each trial's trace goes (docs/traces.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// An OTLP/HTTP endpoint: a collector's base URL (`http://localhost:4318`, to which
+    /// `/v1/traces` is added) or its full traces URL. Headers (auth) come from
+    /// `OTEL_EXPORTER_OTLP_HEADERS`, never from here.
+    pub endpoint: String,
 }
 
 /// A named set of overrides applied on top of agents (an ablation arm).

@@ -29,7 +29,8 @@ mod tests;
 mod tests_harbor;
 
 pub use config::{
-    AgentEntry, ConfigError, JobConfig, RetryPolicy, RunArgs, TimeoutMultipliers, Variant,
+    AgentEntry, ConfigError, JobConfig, OtlpConfig, RetryPolicy, RunArgs, TimeoutMultipliers,
+    Variant,
 };
 pub(crate) use core::CancelReason;
 pub(crate) use events::JobEvent;

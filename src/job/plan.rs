@@ -49,6 +49,8 @@ pub struct JobSpec {
     pub keep_snapshots: std::collections::BTreeSet<String>,
     /// The job's network override (`--network`, `network:`), already applied to `tasks`.
     pub network: super::NetworkOverride,
+    /// Where each trial's trace goes (`--otlp`, `otlp:`): the URL traces are POSTed to.
+    pub otlp: Option<String>,
 }
 
 /// `<task>__<agent>__<variant>__<attempt>`, each part reduced to `[A-Za-z0-9._-]`.

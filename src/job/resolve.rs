@@ -88,8 +88,23 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         .clone()
         .unwrap_or_default()
         .with_flags(&args.backend);
+    // `--otlp` over the config's `otlp:`; saved in job.yaml (a resume keeps sending), not locked.
+    let otlp = match (&args.otlp, &config.otlp) {
+        (Some(url), _) => Some(
+            crate::interop::otlp::traces_url(url)
+                .map_err(|message| field("--otlp", "otlp.endpoint", message))?,
+        ),
+        (None, Some(otlp)) => Some(
+            crate::interop::otlp::traces_url(&otlp.endpoint)
+                .map_err(|message| field(&config_name, "otlp.endpoint", message))?,
+        ),
+        (None, None) => None,
+    };
     let mut saved = saved_config(&name, &tasks, &agents, &variants, &knobs, &config, network);
     saved.backend = (backend != crate::sandbox::BackendConfig::default()).then(|| backend.clone());
+    saved.otlp = otlp
+        .clone()
+        .map(|endpoint| super::config::OtlpConfig { endpoint });
     let config_yaml =
         serde_yaml::to_string(&saved).map_err(|e| field(&config_name, "job", e.to_string()))?;
     let lock = Lock::new(
@@ -126,6 +141,7 @@ pub fn resolve(args: &RunArgs) -> Result<JobSpec, ConfigError> {
         keep_snapshots: BTreeSet::new(),
         network: network.unwrap_or_default(),
         backend,
+        otlp,
     })
 }
 
@@ -487,6 +503,7 @@ fn saved_config(
         integrity: config.integrity,
         network,
         backend: None,
+        otlp: None,
     }
 }
 

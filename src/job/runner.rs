@@ -3,10 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use crate::interop::otlp::{TraceReport, TraceSink};
 use crate::sandbox::{Listed, Resource, Sandbox, Selector};
 use crate::trial::{self, TrialRun};
 
@@ -27,6 +29,8 @@ pub(crate) struct JobOutcome {
     /// After a second interrupt: how many resources of the job were killed and removed at once.
     pub reaped: Option<usize>,
     pub planned: usize,
+    /// What became of the trials' traces, when the job sends them (`--otlp`, `otlp:`).
+    pub traces: Option<TraceReport>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +71,7 @@ pub(crate) async fn run_controlled<S: Sandbox + ?Sized>(
     })?;
     // We hold the job dir: anything still labelled with this job is a leftover of a killed run.
     reap_job(&*sandbox, &spec.job_label()).await;
-    store.ensure_job_id()?;
+    let job_id = store.ensure_job_id()?;
     store.write_file("job.yaml", spec.config_yaml.as_bytes())?;
     let lock = serde_json::to_vec_pretty(&spec.lock).map_err(|e| StoreError {
         path: spec.dir.join("lock.json"),
@@ -118,6 +122,12 @@ pub(crate) async fn run_controlled<S: Sandbox + ?Sized>(
         already_done: records.len(),
     });
 
+    // Each trial's trace, sent in the background once its record is final.
+    let mut traces = spec
+        .otlp
+        .as_deref()
+        .map(|endpoint| TraceSink::start(endpoint, job_id.clone()));
+
     let mut state = JobState::continuing(pending, spec.concurrency, spec.retry);
     // One stop switch per running trial: the job's cancel flips them all, a trial cancel one.
     let mut switches: HashMap<String, watch::Sender<bool>> = HashMap::new();
@@ -143,6 +153,9 @@ pub(crate) async fn run_controlled<S: Sandbox + ?Sized>(
                 }
                 Action::Record(record) => {
                     store.record(&record)?;
+                    if let Some(traces) = &mut traces {
+                        traces.send(&record, store.trial_dir(&record.id));
+                    }
                     records.push(Brief::of(&record));
                     let _ = events.send(JobEvent::TrialFinished { record });
                 }
@@ -211,6 +224,18 @@ pub(crate) async fn run_controlled<S: Sandbox + ?Sized>(
         // of a try that failed because the engine went away and could not clean up then.
         reap_job(&*sandbox, &spec.job_label()).await;
     }
+    // The traces still on their way: a job stopped hard waits for none.
+    let traces = match traces {
+        Some(sink) => {
+            let wait = if reaped.is_some() {
+                Duration::ZERO
+            } else {
+                TRACES_WAIT
+            };
+            Some(sink.finish(wait).await)
+        }
+        None => None,
+    };
     if reaped.is_none() {
         let _ = events.send(JobEvent::Finished);
     }
@@ -219,8 +244,12 @@ pub(crate) async fn run_controlled<S: Sandbox + ?Sized>(
         interrupted,
         reaped,
         planned,
+        traces,
     })
 }
+
+/// How long a finished job waits for its last traces to be sent.
+const TRACES_WAIT: Duration = Duration::from_secs(30);
 
 async fn next_name(names: &mut Option<mpsc::UnboundedReceiver<String>>) -> Option<String> {
     match names {

@@ -146,6 +146,8 @@ async fn submit(State(app): State<Shared>, body: Bytes) -> Result<Response, ApiE
         network,
         retry_infra: false,
         backend: Default::default(),
+        // The config's `otlp:`, when it has one.
+        otlp: None,
     };
     let started = app.start(Start::Submit(Box::new(args))).await;
     let run = match (started, &staged) {

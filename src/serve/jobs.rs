@@ -340,6 +340,14 @@ async fn drive(
     let (status, error) = match &outcome {
         Ok(o) => {
             sandbox.finish(o.records.len()).await;
+            if let Some(traces) = &o.traces {
+                let line = traces.line(&spec.dir);
+                if traces.failed > 0 {
+                    tracing::warn!(job = %spec.dir.display(), "{line}");
+                } else {
+                    tracing::info!(job = %spec.dir.display(), "{line}");
+                }
+            }
             (
                 if o.interrupted {
                     "interrupted"

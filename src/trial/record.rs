@@ -38,6 +38,10 @@ pub(crate) struct Termination {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct PhaseTime {
     pub seconds: f64,
+    /// When the phase started (RFC 3339, UTC, microseconds); absent in records written before
+    /// arbiter kept it (their phases ran back to back from the trial's `started_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -413,10 +413,14 @@ fn close_steps(rec: &mut TrialRecord, trial: &TrialPlan, run: &phases::steps::St
 }
 
 fn time(rec: &mut TrialRecord, phase: Phase, started: Instant) {
+    let elapsed = started.elapsed();
     rec.phases.insert(
         phase,
         PhaseTime {
-            seconds: round3(started.elapsed().as_secs_f64()),
+            seconds: round3(elapsed.as_secs_f64()),
+            started_at: Some(crate::timefmt::rfc3339_micros(
+                crate::timefmt::now_secs() - elapsed.as_secs_f64(),
+            )),
         },
     );
 }
