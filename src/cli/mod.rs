@@ -156,19 +156,8 @@ struct RunCmd {
     /// is public): none, public or host. Recorded in each trial as a harness override.
     #[arg(long = "network", value_name = "MODE", value_parser = parse_network)]
     network: Option<job::PhaseNetwork>,
-    /// Where the trials run: docker (default) or kubernetes (SPEC §14; `backend:` in the config).
-    #[arg(long = "backend", value_name = "KIND", value_parser = parse_backend)]
-    backend: Option<BackendKind>,
-    /// Kubernetes namespace of the trials' pods (default: the context's, or ARBITER_K8S_NAMESPACE).
-    #[arg(long = "namespace", value_name = "NS")]
-    namespace: Option<String>,
-    /// Kubernetes context of $KUBECONFIG (default: the current one).
-    #[arg(long = "context", value_name = "CONTEXT")]
-    context: Option<String>,
-    /// Registry that task images built from environment/ are pushed to (Kubernetes; default:
-    /// ARBITER_K8S_REGISTRY).
-    #[arg(long = "registry", value_name = "HOST[:PORT][/PATH]")]
-    registry: Option<String>,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Print only the final summary.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -183,6 +172,36 @@ struct RunCmd {
     /// docs/traces.md). Headers from OTEL_EXPORTER_OTLP_HEADERS.
     #[arg(long = "otlp", value_name = "URL", value_parser = parse_otlp)]
     otlp: Option<String>,
+}
+
+/// Where a job's trials run (`run`, `serve`): the backend and its Kubernetes settings, as
+/// one set of flags.
+#[derive(Debug, Args)]
+pub(super) struct BackendArgs {
+    /// Where the trials run: docker (default) or kubernetes (SPEC §14; `backend:` in the config).
+    #[arg(long = "backend", value_name = "KIND", value_parser = parse_backend)]
+    backend: Option<BackendKind>,
+    /// Kubernetes namespace of the trials' pods (default: the context's, or ARBITER_K8S_NAMESPACE).
+    #[arg(long = "namespace", value_name = "NS")]
+    namespace: Option<String>,
+    /// Kubernetes context of $KUBECONFIG (default: the current one).
+    #[arg(long = "context", value_name = "CONTEXT")]
+    context: Option<String>,
+    /// Registry that task images built from environment/ are pushed to (Kubernetes; default:
+    /// ARBITER_K8S_REGISTRY).
+    #[arg(long = "registry", value_name = "HOST[:PORT][/PATH]")]
+    registry: Option<String>,
+}
+
+impl BackendArgs {
+    pub(super) fn flags(self) -> BackendFlags {
+        BackendFlags {
+            kind: self.backend,
+            namespace: self.namespace,
+            context: self.context,
+            registry: self.registry,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -340,12 +359,7 @@ pub fn main() -> ExitCode {
                     model: cmd.model,
                     network: cmd.network,
                     retry_infra: false,
-                    backend: BackendFlags {
-                        kind: cmd.backend,
-                        namespace: cmd.namespace,
-                        context: cmd.context,
-                        registry: cmd.registry,
-                    },
+                    backend: cmd.backend.flags(),
                     otlp: cmd.otlp,
                 };
                 run(args, quiet, cmd.fail_under, json).await

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::sandbox::choose::{BackendFlags, BackendKind};
 use crate::serve::{ServeConfig, ServeError};
 
 use super::exit;
@@ -30,18 +29,9 @@ pub(super) struct ServeCmd {
     /// $ARBITER_SERVE_TOKEN.
     #[arg(long, value_name = "TOKEN")]
     token: Option<String>,
-    /// Where the jobs run here run: docker (default) or kubernetes.
-    #[arg(long = "backend", value_name = "KIND", value_parser = super::parse_backend)]
-    backend: Option<BackendKind>,
-    /// Kubernetes namespace of the trials' pods.
-    #[arg(long = "namespace", value_name = "NS")]
-    namespace: Option<String>,
-    /// Kubernetes context of $KUBECONFIG.
-    #[arg(long = "context", value_name = "CONTEXT")]
-    context: Option<String>,
-    /// Registry that task images built from environment/ are pushed to (Kubernetes).
-    #[arg(long = "registry", value_name = "HOST[:PORT][/PATH]")]
-    registry: Option<String>,
+    /// Where the jobs run here run.
+    #[command(flatten)]
+    backend: super::BackendArgs,
 }
 
 /// The environment variable holding the token when `--token` is not given.
@@ -58,12 +48,7 @@ pub(super) async fn main(cmd: ServeCmd) -> Result<u8, ServeError> {
             .token
             .or_else(|| std::env::var(TOKEN_ENV).ok())
             .filter(|t| !t.is_empty()),
-        backend: BackendFlags {
-            kind: cmd.backend,
-            namespace: cmd.namespace,
-            context: cmd.context,
-            registry: cmd.registry,
-        },
+        backend: cmd.backend.flags(),
     };
     // Ctrl-C / SIGTERM, counted: the first stops the server's jobs gracefully, the second at once.
     let (count, interrupts) = tokio::sync::watch::channel(0u32);
