@@ -44,7 +44,8 @@ pub(crate) use close::initial_record;
 pub(crate) use phases::{limits_of, sandbox_network};
 pub(crate) use plan::{DEFAULT_STORAGE_LIMIT_MB, Phase, TrialPlan, TrialSettings};
 pub(crate) use record::{
-    InfraError, NetworkRecord, Termination, TerminationKind, TrialRecord, VerifierStatus,
+    InfraError, JsonlError, NetworkRecord, Termination, TerminationKind, TrialRecord,
+    VerifierStatus, final_records,
 };
 pub(crate) use run::{TrialRun, run};
 

@@ -342,6 +342,46 @@ pub(crate) struct ControlRootInfo {
     pub skipped: Vec<String>,
 }
 
+/// Why the lines of a `trials.jsonl` did not give [`final_records`].
+#[derive(Debug)]
+pub(crate) enum JsonlError<E> {
+    /// The lines could not be read.
+    Read(E),
+    /// Line `line` (1-based) is not a trial record this arbiter reads.
+    Invalid {
+        line: usize,
+        source: serde_json::Error,
+    },
+}
+
+/// The final record of each trial of a `trials.jsonl`, in file order: a later line of the same
+/// trial (a regrade, a retried infra error) replaces the earlier one; blank lines are skipped.
+pub(crate) fn final_records<E>(
+    lines: impl Iterator<Item = Result<String, E>>,
+) -> Result<Vec<TrialRecord>, JsonlError<E>> {
+    let mut out: Vec<TrialRecord> = Vec::new();
+    let mut at: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, line) in lines.enumerate() {
+        let line = line.map_err(JsonlError::Read)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let rec: TrialRecord =
+            serde_json::from_str(&line).map_err(|source| JsonlError::Invalid {
+                line: i + 1,
+                source,
+            })?;
+        match at.get(&rec.id) {
+            Some(&k) => out[k] = rec,
+            None => {
+                at.insert(rec.id.clone(), out.len());
+                out.push(rec);
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl TrialRecord {
     /// The trial failed because of the harness or engine, not the agent: excluded from rates.
     pub(crate) fn is_infra(&self) -> bool {

@@ -140,25 +140,17 @@ fn phase_times(rec: &TrialRecord) -> BTreeMap<Phase, TimingInfo> {
     let Some(mut at) = crate::timefmt::parse_rfc3339(&rec.started_at) else {
         return out;
     };
-    for phase in [
-        Phase::Environment,
-        Phase::Agent,
-        Phase::Collect,
-        Phase::Validate,
-        Phase::Verify,
-        Phase::Cleanup,
-    ] {
-        if let Some(t) = rec.phases.get(&phase) {
-            let end = at + t.seconds;
-            out.insert(
-                phase,
-                TimingInfo {
-                    started_at: Some(crate::timefmt::rfc3339_micros(at)),
-                    finished_at: Some(crate::timefmt::rfc3339_micros(end)),
-                },
-            );
-            at = end;
-        }
+    // The record's map is ordered as `Phase` is: the order a trial runs them.
+    for (&phase, t) in &rec.phases {
+        let end = at + t.seconds;
+        out.insert(
+            phase,
+            TimingInfo {
+                started_at: Some(crate::timefmt::rfc3339_micros(at)),
+                finished_at: Some(crate::timefmt::rfc3339_micros(end)),
+            },
+        );
+        at = end;
     }
     out
 }

@@ -198,28 +198,17 @@ fn records(dir: &Path) -> Result<Vec<TrialRecord>, HarborError> {
             format!("{e}: the job has no trials"),
         )
     })?;
-    let mut out: Vec<TrialRecord> = Vec::new();
-    let mut at: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(HarborError::io(&path))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let rec: TrialRecord = serde_json::from_str(&line).map_err(|e| {
-            HarborError::input(
-                path.display(),
-                format!("line {}", i + 1),
-                format!("not a trial record this arbiter reads ({e})"),
-            )
-        })?;
-        match at.get(&rec.id) {
-            Some(&k) => out[k] = rec,
-            None => {
-                at.insert(rec.id.clone(), out.len());
-                out.push(rec);
-            }
-        }
-    }
+    let out =
+        crate::trial::final_records(std::io::BufReader::new(file).lines()).map_err(
+            |e| match e {
+                crate::trial::JsonlError::Read(e) => HarborError::io(&path)(e),
+                crate::trial::JsonlError::Invalid { line, source } => HarborError::input(
+                    path.display(),
+                    format!("line {line}"),
+                    format!("not a trial record this arbiter reads ({source})"),
+                ),
+            },
+        )?;
     if out.is_empty() {
         return Err(HarborError::input(
             path.display(),

@@ -1,7 +1,6 @@
 //! `arbiter export otlp JOB_DIR --endpoint URL`: the traces of a finished job's trials, sent
 //! after the fact (the same trace and span ids as when the job sent them itself).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::trial::TrialRecord;
@@ -74,26 +73,14 @@ fn records(dir: &Path) -> Result<Vec<TrialRecord>, OtlpError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => return Err(OtlpError::Read { path, source }),
     };
-    let mut out: Vec<TrialRecord> = Vec::new();
-    let mut at: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let rec: TrialRecord = serde_json::from_str(line).map_err(|e| OtlpError::Invalid {
-            path: path.clone(),
-            message: format!(
-                "line {}: not a trial record this arbiter reads ({e})",
-                i + 1
-            ),
-        })?;
-        match at.get(&rec.id) {
-            Some(&k) => out[k] = rec,
-            None => {
-                at.insert(rec.id.clone(), out.len());
-                out.push(rec);
-            }
-        }
-    }
-    Ok(out)
+    let lines = text
+        .lines()
+        .map(|l| Ok::<_, std::convert::Infallible>(l.to_string()));
+    crate::trial::final_records(lines).map_err(|e| match e {
+        crate::trial::JsonlError::Invalid { line, source } => OtlpError::Invalid {
+            path,
+            message: format!("line {line}: not a trial record this arbiter reads ({source})"),
+        },
+        crate::trial::JsonlError::Read(never) => match never {},
+    })
 }

@@ -31,16 +31,6 @@ use crate::trial::{Phase, TrialRecord};
 /// The instrumentation scope of every span arbiter sends.
 pub(crate) const SCOPE: &str = "arbiter";
 
-/// Phases in the order a trial runs them (the record keeps them in a map).
-const PHASES: [Phase; 6] = [
-    Phase::Environment,
-    Phase::Agent,
-    Phase::Collect,
-    Phase::Validate,
-    Phase::Verify,
-    Phase::Cleanup,
-];
-
 /// The trace id of a trial record: the first 16 bytes of a digest of the job's id, the
 /// trial's id and its start.
 pub(crate) fn trace_id(job_id: &str, rec: &TrialRecord) -> TraceId {
@@ -87,10 +77,8 @@ pub(crate) fn trial_spans(job_id: &str, rec: &TrialRecord, calls: &[CallRecord])
     // Phases: their own start when the record has it, else back to back from the trial's.
     let mut phases = Vec::new();
     let mut at = trial_start;
-    for phase in PHASES {
-        let Some(time) = rec.phases.get(&phase) else {
-            continue;
-        };
+    // The record's map is ordered as `Phase` is: the order a trial runs them.
+    for (&phase, time) in &rec.phases {
         let measured = time
             .started_at
             .as_deref()
