@@ -272,7 +272,7 @@ fn bad_job_configs_are_refused() {
         (
             "tasks: [ok]\nagents: [nop]\nattempt: 2\n",
             format!(
-                "error: {c}:yaml: unknown field `attempt`, expected one of `name`, `tasks`, `agents`, `attempts`, `concurrency`, `pass_threshold`, `job_dir`, `log_cap_mb`, `change_content_cap_mb`, `variants`, `timeouts`, `retries`, `models`, `integrity`, `network`, `backend` at line 3 column 1"
+                "error: {c}:yaml: unknown field `attempt`, expected one of `name`, `tasks`, `agents`, `attempts`, `concurrency`, `pass_threshold`, `job_dir`, `log_cap_mb`, `change_content_cap_mb`, `variants`, `timeouts`, `retries`, `models`, `integrity`, `network`, `backend`, `otlp` at line 3 column 1"
             ),
         ),
         (

@@ -199,13 +199,25 @@ pub const PROXY_PORT: u16 = 3128;
 /// The env that points a container's HTTP clients at the proxy on `port` of its loopback
 /// (its own loopback — the model gateway — is reached directly).
 pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+    proxy_env_bypassing(port, &[])
+}
+
+/// [`proxy_env`], with `local` hosts also bypassing the proxy: names that resolve to the
+/// container's own loopback (a compose task's service names), where the proxy, serving from
+/// outside, could not reach the server they name.
+pub fn proxy_env_bypassing(port: u16, local: &[String]) -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{port}");
+    let mut bypass = "127.0.0.1,localhost".to_string();
+    for host in local {
+        bypass.push(',');
+        bypass.push_str(host);
+    }
     let mut env: Vec<(String, String)> = ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"]
         .iter()
         .map(|k| (k.to_string(), url.clone()))
         .collect();
     for key in ["NO_PROXY", "no_proxy"] {
-        env.push((key.to_string(), "127.0.0.1,localhost".to_string()));
+        env.push((key.to_string(), bypass.clone()));
     }
     env
 }

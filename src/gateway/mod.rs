@@ -28,7 +28,7 @@ pub mod usage;
 
 pub use allowlist::{
     Allowlist, AllowlistError, EgressEvent, Observe, PROXY_PORT, ProxyHandle, proxy_env,
-    serve_allowlist,
+    proxy_env_bypassing, serve_allowlist,
 };
 pub use config::{
     AgentModel, Budget, ConfigError, ModelConfig, Price, ProviderApi, ResolvedModel, RetryConfig,

@@ -73,6 +73,17 @@ pub struct Task {
 }
 
 impl Task {
+    /// The names that resolve to the task's own loopback in its containers: a compose task's
+    /// service names (each is 127.0.0.1 there, on both backends). An egress proxy, serving from
+    /// outside the container, could not reach their servers: clients must bypass it for them.
+    pub(crate) fn loopback_hosts(&self) -> Vec<String> {
+        self.environment
+            .compose
+            .as_ref()
+            .map(|c| c.services.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Whether the task declares Harbor `[[steps]]`.
     pub fn is_multi_step(&self) -> bool {
         !self.steps.is_empty()

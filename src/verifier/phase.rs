@@ -86,7 +86,16 @@ impl<'a> VerifierEgress<'a> {
     ) -> Option<Self> {
         use crate::gateway::Observe;
         use crate::task::NetworkMode;
+        let sidecars = task
+            .environment
+            .compose
+            .as_ref()
+            .is_some_and(|c| c.services.len() > 1);
         let policy = match task.verifier.network {
+            // A compose task's sidecars serve on the container's own loopback under their
+            // service names; a client that ignores NO_PROXY (BusyBox's wget) would ask the
+            // proxy for them, which admits nothing: such a verifier runs unobserved, as before.
+            NetworkMode::NoNetwork if sidecars => return None,
             NetworkMode::NoNetwork => EgressPolicy::Offline,
             NetworkMode::Allowlist => EgressPolicy::Allowlist(&task.verifier.allowed_hosts),
             NetworkMode::Bridge => EgressPolicy::Observe(Observe::NotLoopback),
@@ -296,7 +305,12 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
             match handle {
                 None => None,
                 Some(handle) => {
-                    let mut proxy_env = crate::gateway::proxy_env(handle.addr.port());
+                    // A compose task's services are on the container's own loopback: reached
+                    // directly, never through the observer (which serves from outside).
+                    let mut proxy_env = crate::gateway::proxy_env_bypassing(
+                        handle.addr.port(),
+                        &task.loopback_hosts(),
+                    );
                     if shares_host {
                         // The host's loopback is the verifier's own: a server there is reached through
                         // the observer too (it reaches the same loopback).

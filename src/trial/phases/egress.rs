@@ -10,7 +10,9 @@
 //! phase fails as an infrastructure error, like the model gateway.
 
 use crate::agent::{AgentNetwork, HarnessOverride};
-use crate::gateway::{Allowlist, EgressEvent, PROXY_PORT, ProxyHandle, proxy_env, serve_allowlist};
+use crate::gateway::{
+    Allowlist, EgressEvent, PROXY_PORT, ProxyHandle, proxy_env_bypassing, serve_allowlist,
+};
 use crate::sandbox::{ContainerId, Sandbox};
 use crate::task::NetworkMode;
 use crate::trial::plan::{Phase, TrialPlan};
@@ -60,12 +62,14 @@ pub(crate) fn network_overrides(plan: &TrialPlan) -> Vec<HarnessOverride> {
 #[derive(Debug)]
 pub(crate) struct Egress {
     handle: ProxyHandle,
+    /// Hosts on the container's own loopback (compose services), which bypass the proxy.
+    local: Vec<String>,
 }
 
 impl Egress {
     /// The env pointing the container's HTTP clients at the proxy.
     pub(crate) fn env(&self) -> Vec<(String, String)> {
-        proxy_env(self.handle.addr.port())
+        proxy_env_bypassing(self.handle.addr.port(), &self.local)
     }
 
     /// Stop the proxy and add its attempts to the record as `phase`'s.
@@ -91,6 +95,7 @@ pub(crate) async fn start<S: Sandbox + ?Sized>(
     sb: &S,
     container: &ContainerId,
     hosts: &[String],
+    local: Vec<String>,
     phase: Phase,
     who: &str,
 ) -> Result<Egress, Infra> {
@@ -107,7 +112,7 @@ pub(crate) async fn start<S: Sandbox + ?Sized>(
     let handle = serve_allowlist(listener, allowlist)
         .map_err(|e| fail(format!("egress allowlist proxy: {e}")))?;
     tracing::debug!(addr = %handle.addr, hosts = ?hosts, "egress allowlist proxy serving");
-    Ok(Egress { handle })
+    Ok(Egress { handle, local })
 }
 
 /// Replace `env`'s proxy variables by `proxy`'s.

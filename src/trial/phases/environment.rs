@@ -278,6 +278,7 @@ pub(crate) async fn run<S: Sandbox + ?Sized>(
                 ctx.sb,
                 &container,
                 &allowed_hosts,
+                plan.task.loopback_hosts(),
                 Phase::Environment,
                 "the agent's container",
             )
