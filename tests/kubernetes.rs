@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arbiter::sandbox::{
-    Base, ContainerSpec, ExecEnd, ExecSpec, Fetched, ImageRecipe, ImageRef, ImageSpec, Network,
-    Owner, Resource, Role, Sandbox, Selector,
+    Base, ContainerSpec, Download, ExecEnd, ExecSpec, Fetched, ImageRecipe, ImageRef, ImageSpec,
+    Network, Owner, Resource, Role, Sandbox, Selector,
 };
 
 fn owner(trial: &str) -> Owner {
@@ -242,9 +242,12 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
         ExecEnd::Exited(0)
     );
     let verifier_files = common::verifier_files_tar();
+    // Held for the next command (one exec, not two): the upload itself sends nothing.
+    let before = sb.api_requests();
     sb.upload_replacing(&id, &["/tests", "/logs/verifier"], verifier_files.clone())
         .await
         .expect("replace");
+    assert_eq!(sb.api_requests(), before, "held for the next command");
     let (spec, out, _) = logged(
         tmp.path(),
         sh(
@@ -257,14 +260,57 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
         "logs/verifier\ntests\ntests/test.sh\n777 directory\n1\n"
     );
     // A path the filesystem will not let go (the kernel's here; an agent's would be a
-    // read-only mount it made): the replace is refused, nothing unpacked.
-    let refused = sb
-        .upload_replacing(&id, &["/proc/1/environ"], verifier_files)
-        .await;
+    // read-only mount it made): the replace is refused by the command that carried it, which
+    // is not run, and nothing is unpacked.
+    sb.upload_replacing(&id, &["/proc/1/environ"], verifier_files)
+        .await
+        .expect("held");
+    let refused = sb.exec(&id, &sh("touch /carried-ran")).await;
     assert!(
-        matches!(refused, Err(arbiter::sandbox::SandboxError::Refused { .. })),
+        matches!(
+            refused,
+            Err(arbiter::sandbox::SandboxError::Refused { op: "replace", .. })
+        ),
         "{refused:?}"
     );
+    assert_eq!(
+        sb.exec(&id, &sh("test ! -e /carried-ran && test ! -e /tests/x"))
+            .await
+            .unwrap()
+            .end,
+        ExecEnd::Exited(0),
+        "the command that carried a refused replace did not run"
+    );
+    // Held files are in place before anything reads them: a download right after the upload
+    // sends them first. Two held for `/` go as one archive; one for another dir goes after
+    // what was held.
+    let file = |path: &str, body: &[u8]| {
+        arbiter::sandbox::files_to_tar(&[arbiter::sandbox::TarEntry {
+            path,
+            content: Some(body),
+            mode: 0o644,
+        }])
+        .unwrap()
+    };
+    sb.upload(&id, "/", file("held/a.txt", b"a")).await.unwrap();
+    sb.upload(&id, "/", file("held/b.txt", b"b")).await.unwrap();
+    sb.upload(&id, "/tmp", file("c.txt", b"c")).await.unwrap();
+    let fetched = tmp.path().join("held.tar");
+    let got = sb
+        .download(&id, Download::whole("/held", &fetched, 1 << 20))
+        .await
+        .unwrap();
+    assert!(matches!(got, Fetched::Archive { .. }), "{got:?}");
+    let mut names: Vec<String> = tar::Archive::new(std::fs::File::open(&fetched).unwrap())
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["held/", "held/a.txt", "held/b.txt"]);
+    let (spec, out, _) = logged(tmp.path(), sh("cat /tmp/c.txt /held/a.txt"));
+    assert_eq!(sb.exec(&id, &spec).await.unwrap().end, ExecEnd::Exited(0));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ca");
 
     let listed = sb
         .list(&Selector::Trial {

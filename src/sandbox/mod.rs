@@ -609,6 +609,11 @@ pub trait Sandbox: Send + Sync + 'static {
     async fn start(&self, id: &ContainerId) -> Result<(), SandboxError>;
     async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError>;
     /// Unpack a tar archive at `dest` (a directory that must exist) inside the container.
+    /// A backend may hold a small archive back and unpack it in the container's next
+    /// [`Sandbox::exec`], before the command and only then running it, or before anything
+    /// else reads the container's files (Kubernetes: one request, not two); an error placing
+    /// it is then that call's error, the command not run. This holds for
+    /// [`Sandbox::upload_replacing`] too, whose `Refused` may so come from `exec`.
     async fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError>;
     /// Replace each of `paths` (absolute) by what `tar` unpacked at `/` holds there: whatever
     /// the container had at those paths (a directory with planted files, a symlink, a file)

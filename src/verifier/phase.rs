@@ -250,6 +250,17 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
         path: task.tests_dir.clone(),
         source,
     })?;
+    // A backend may hold the upload for the verifier's own command (Kubernetes: one exec),
+    // so its refusal can come from either call.
+    let unprepared = |message: String| {
+        VerifierOutcome::error(
+            mode,
+            None,
+            format!(
+                "could not prepare /tests and /logs/verifier in the agent's final filesystem: {message}"
+            ),
+        )
+    };
     match sb
         .upload_replacing(&id, &["/tests", "/logs/verifier"], tests)
         .await
@@ -258,15 +269,7 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
         Err(SandboxError::Refused {
             op: "replace",
             message,
-        }) => {
-            return Ok(VerifierOutcome::error(
-                mode,
-                None,
-                format!(
-                    "could not prepare /tests and /logs/verifier in the agent's final filesystem: {message}"
-                ),
-            ));
-        }
+        }) => return Ok(unprepared(message)),
         Err(e) => return Err(e.into()),
     }
     let timeout =
@@ -338,7 +341,13 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
             .unwrap_or_else(|p| p.into_inner())
             .extend(seen.iter().cloned());
     }
-    let out = out?;
+    let out = match out {
+        Err(SandboxError::Refused {
+            op: "replace",
+            message,
+        }) => return Ok(unprepared(message)),
+        out => out?,
+    };
     // A verifier container ends with its tests: nothing of it runs while its logs are read
     // (from its layer, where the backend can). The agent's own live container is stopped by
     // the trial, which judges how it ended.

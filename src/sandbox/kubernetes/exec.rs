@@ -21,8 +21,10 @@ use kube::api::{AttachParams, AttachedProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::KubernetesSandbox;
+use super::carry::{Carried, Unplaced};
 use super::ended::Ended;
 use super::error::{KubeError, api_status};
+use crate::digest::sha256_hex;
 use crate::sandbox::sink::CappedSink;
 use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{ExecEnd, ExecOutcome, ExecSpec, SandboxError};
@@ -69,9 +71,17 @@ pub(super) fn new_stem() -> String {
 
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
 /// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
-/// base64 each, ending with `.`; `h`: the environment sets HOME), `$4` the stem of the files
-/// that keep the output in the pod (empty: none), `$5` the bytes of each stream kept, then
-/// the argv.
+/// base64 each, ending with `.`; `h`: the environment sets HOME; `p` and `u`: what the
+/// command carries, below), `$4` the stem of the files that keep the output in the pod
+/// (empty: none), `$5` the bytes of each stream kept, then the argv.
+///
+/// What a command carries runs first, as root, and the command runs only if it all held
+/// (`carry.rs`): `p`, the start's proofs (a base64 line on stdin after the environment: the
+/// script must exit 0 and print its proof line); `u`, an upload (on stdin after those: a line
+/// `SIZE SHA256`, the directory to unpack into and the paths to remove first as base64 lines
+/// ending with `.`, then the archive to the end of stdin, checked and unpacked as
+/// `transfer.rs`'s upload does). When one did not hold, the command is not run: the facts
+/// line says why (`x<code> <message>` after the five facts) and the exit code is 125.
 ///
 /// Kept (`kept.rs`), the command's stdout and stderr go through `tee` both to the exec's
 /// streams and to a reader that keeps their first `$5` bytes (and drains the rest); once the
@@ -88,6 +98,32 @@ case $fl in *e*)
     export "${kv%x}"
   done;;
 esac
+_z=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+_no() { m=$(printf %s "$2" | $B head -c 300 | $B tr '\n\037' '  ')
+  f="arbiter-kept 125 0 0 $_z $_z x$1 $m"; printf '%s\n' "$f" >"$_k.f"; printf '\037%s\n' "$f" >&2; exit 125; }
+case $fl in *p*)
+  IFS= read -r l; s=$(printf %s "$l" | $B base64 -d) || _no 93 "the proofs did not arrive"
+  o=$( (eval "$s") </dev/null 2>&1 ); r=$?
+  case $r in
+    0) case $o in *arbiter-proven*) ;; *) _no 93 "exit 0 without the proof's line";; esac;;
+    100) _no 100 "not handed over yet";;
+    *) _no 99 "$o";;
+  esac;;
+esac
+_in() { IFS=' ' read -r n h || _no 97 "no upload header"; IFS= read -r l; d=$(printf %s "$l" | $B base64 -d)
+  set --
+  while IFS= read -r l; do [ "$l" = . ] && break; p=$(printf %s "$l" | $B base64 -d; echo x); set -- "$@" "${p%x}"; done
+  f=$_k.in
+  $B cat >"$f" || _no 97 "cannot write $f"
+  got=$($B wc -c <"$f"); got=$((got+0))
+  [ "$got" = "$n" ] || { $B rm -f "$f"; _no 98 "the pod received $got bytes of $n"; }
+  sum=$($B sha256sum "$f"); sum=${sum%% *}
+  [ "$sum" = "$h" ] || { $B rm -f "$f"; _no 98 "the pod received sha256 $sum, sent $h"; }
+  [ -d "$d" ] || { $B rm -f "$f"; _no 96 "$d is not a directory"; }
+  [ $# = 0 ] || $B rm -rf -- "$@" 2>"$f.e" || { $B rm -f "$f"; _no 95 "removing $* failed: $($B cat "$f.e")"; }
+  $B tar -x --numeric-owner -f "$f" -C "$d" 2>"$f.e" || { $B rm -f "$f"; _no 94 "unpacking into $d failed: $($B cat "$f.e")"; }
+  $B rm -f "$f" "$f.e"; }
+case $fl in *u*) _in;; esac
 exec </dev/null
 fields() { local IFS=:; set -f; set -- $1; uid=$3 gid=$4 home=$6; set +f; }
 uid=0 gid=0 home=
@@ -137,7 +173,7 @@ const CONNECT_RETRY: Duration = Duration::from_secs(8);
 const STATUS_WAIT: Duration = Duration::from_secs(10);
 
 /// Bytes a [`Sink::Held`] holds back: more than a facts line.
-pub(super) const HOLD: usize = 256;
+pub(super) const HOLD: usize = 1024;
 
 /// Where a stream of an exec goes.
 pub(super) enum Sink<'a> {
@@ -252,13 +288,14 @@ pub(super) fn exit_code_of(status: &Status) -> Result<i64, String> {
         .unwrap_or_else(|| "no exit code in the exec's status".to_string()))
 }
 
-/// The wrapped argv of an exec and the stdin it needs (the environment), for a container
-/// whose execs without a user run as `default_user`; `keep`: the stem of the files that keep
-/// its output in the pod.
+/// The wrapped argv of an exec and the stdin it needs (the environment, then what it
+/// carries), for a container whose execs without a user run as `default_user`; `keep`: the
+/// stem of the files that keep its output in the pod (what a command carries needs one).
 pub(super) fn wrapped(
     spec: &ExecSpec,
     default_user: Option<&str>,
     keep: Option<&str>,
+    carried: Carried<'_>,
 ) -> (Vec<String>, Vec<u8>) {
     use base64_lines::encode;
     let user = spec.user.as_deref().or(default_user).unwrap_or("");
@@ -279,6 +316,24 @@ pub(super) fn wrapped(
     }
     if spec.env.iter().any(|(k, _)| k == "HOME") {
         flags.push('h');
+    }
+    if keep.is_some() {
+        if let Some(script) = carried.proofs.and_then(|p| p.script()) {
+            flags.push('p');
+            stdin.extend_from_slice(encode(script.as_bytes()).as_bytes());
+            stdin.push(b'\n');
+        }
+        if let Some(upload) = carried.upload {
+            flags.push('u');
+            let head = format!("{} {}\n", upload.tar.len(), sha256_hex(&upload.tar));
+            stdin.extend_from_slice(head.as_bytes());
+            for path in std::iter::once(&upload.dest).chain(&upload.replacing) {
+                stdin.extend_from_slice(encode(path.as_bytes()).as_bytes());
+                stdin.push(b'\n');
+            }
+            stdin.extend_from_slice(b".\n");
+            stdin.extend_from_slice(&upload.tar);
+        }
     }
     if flags.is_empty() {
         flags.push('-');
@@ -583,17 +638,24 @@ impl KubernetesSandbox {
         }
     }
 
-    /// [`Sandbox::exec`](crate::sandbox::Sandbox::exec).
+    /// [`Sandbox::exec`](crate::sandbox::Sandbox::exec), with what the command carries
+    /// (`carry.rs`): `Ok(Err(_))` when that did not hold and the command was not run.
     pub(super) async fn exec_spec(
         &self,
         pod: &str,
         spec: &ExecSpec,
-    ) -> Result<ExecOutcome, SandboxError> {
+        carried: Carried<'_>,
+    ) -> Result<Result<ExecOutcome, Unplaced>, SandboxError> {
         let started = Instant::now();
         let default_user = self.default_user(pod).await;
         // A sidecar's container has no scratch volume to keep the output in.
         let stem = (!super::names::is_sidecar(pod)).then(new_stem);
-        let (argv, stdin) = wrapped(spec, default_user.as_deref(), stem.as_deref());
+        debug_assert!(
+            stem.is_some() || carried.is_empty(),
+            "a sidecar carries nothing"
+        );
+        let (argv, stdin) = wrapped(spec, default_user.as_deref(), stem.as_deref(), carried);
+        let mut unplaced = None;
         let mut stdout = CappedSink::open(spec.stdout.as_deref(), spec.cap_bytes).await?;
         let mut stderr = CappedSink::open(spec.stderr.as_deref(), spec.cap_bytes).await?;
         let mut err_sink = Sink::Held {
@@ -616,8 +678,11 @@ impl KubernetesSandbox {
         };
         let end = match (end, stem) {
             (Ok(Ok(end)), Some(stem)) => {
-                self.check_kept_exec(pod, stem, (end, None), &held, &mut stdout, &mut stderr)
-                    .await?
+                let (end, why) = self
+                    .check_kept_exec(pod, stem, (end, None), &held, &mut stdout, &mut stderr)
+                    .await?;
+                unplaced = why;
+                end
             }
             // The stream lost the command's end: the pod's copy has it once it ended.
             (Ok(Err(why)), Some(stem)) => {
@@ -626,8 +691,11 @@ impl KubernetesSandbox {
                     Some(facts) => {
                         let end = RawEnd::Exited(facts.code);
                         let known = (end, Some(facts));
-                        self.check_kept_exec(pod, stem, known, &held, &mut stdout, &mut stderr)
-                            .await?
+                        let (end, why) = self
+                            .check_kept_exec(pod, stem, known, &held, &mut stdout, &mut stderr)
+                            .await?;
+                        unplaced = why;
+                        end
                     }
                     None if spec.timeout.is_some() => {
                         stderr.write(&held).await?;
@@ -658,17 +726,20 @@ impl KubernetesSandbox {
         };
         stdout.finish().await?;
         stderr.finish().await?;
+        if let Some(why) = unplaced {
+            return Ok(Err(why));
+        }
         let end = match end {
             RawEnd::Exited(code) => ExecEnd::Exited(code),
             RawEnd::TimedOut => ExecEnd::TimedOut,
             RawEnd::Cut => ExecEnd::Killed { oom: false },
         };
-        Ok(crate::sandbox::sink::exec_outcome(
+        Ok(Ok(crate::sandbox::sink::exec_outcome(
             end,
             &stdout,
             &stderr,
             started.elapsed(),
-        ))
+        )))
     }
 }
 
@@ -731,7 +802,7 @@ mod tests {
             timeout: None,
             grace: Duration::ZERO,
         };
-        let (argv, stdin) = wrapped(&spec, Some("agent"), None);
+        let (argv, stdin) = wrapped(&spec, Some("agent"), None, Carried::default());
         assert!(!argv.iter().any(|a| a.contains("s3cret")));
         assert_eq!(argv[0], "/.arbiter/toolbox/busybox");
         let tail: Vec<&str> = argv[5..].iter().map(String::as_str).collect();
@@ -749,11 +820,56 @@ mod tests {
             env: Vec::new(),
             ..spec
         };
-        let (argv, stdin) = wrapped(&root, Some("agent"), Some("/k"));
+        let (argv, stdin) = wrapped(&root, Some("agent"), Some("/k"), Carried::default());
         assert_eq!(argv[5], "", "root needs no switch");
         assert_eq!(argv[7], "-");
         assert_eq!(argv[8], "/k", "the stem of the kept output");
         assert!(stdin.is_empty());
+    }
+
+    #[test]
+    fn what_a_command_carries_follows_its_environment_on_stdin() {
+        let spec = ExecSpec {
+            argv: vec!["true".into()],
+            env: vec![("A".into(), "1".into())],
+            user: None,
+            workdir: None,
+            stdout: None,
+            stderr: None,
+            cap_bytes: 10,
+            timeout: None,
+            grace: Duration::ZERO,
+        };
+        let upload = super::super::carry::HeldUpload {
+            dest: "/".into(),
+            replacing: vec!["/tests".into(), "/logs/verifier".into()],
+            tar: std::sync::Arc::new(b"TARBYTES".to_vec()),
+        };
+        let proofs = super::super::proof::Proofs {
+            handover: false,
+            no_network: true,
+        };
+        let carried = Carried {
+            proofs: Some(proofs),
+            upload: Some(&upload),
+        };
+        let (argv, stdin) = wrapped(&spec, None, Some("/k"), carried);
+        assert_eq!(argv[7], "epu");
+        let argv_u = wrapped(&spec, None, Some("/k"), Carried { proofs: None, ..carried }).0;
+        assert_eq!(argv_u[7], "eu");
+        let mut want = format!("{}\n.\n", base64_lines::encode(b"A=1"));
+        let script = proofs.script().expect("a proof");
+        want.push_str(&format!("{}\n", base64_lines::encode(script.as_bytes())));
+        want.push_str(&format!("8 {}\n", sha256_hex(b"TARBYTES")));
+        for path in ["/", "/tests", "/logs/verifier"] {
+            want.push_str(&format!("{}\n", base64_lines::encode(path.as_bytes())));
+        }
+        want.push_str(".\nTARBYTES");
+        assert_eq!(String::from_utf8(stdin).unwrap(), want);
+        // Nothing is carried without a place in the pod to report on it.
+        let (argv, stdin) = wrapped(&spec, None, None, carried);
+        assert_eq!(argv[7], "e");
+        assert_eq!(stdin, format!("{}\n.\n", base64_lines::encode(b"A=1")).into_bytes());
     }
 
     #[test]

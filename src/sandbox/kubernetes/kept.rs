@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::KubernetesSandbox;
+use super::carry::Unplaced;
 use super::exec::{RawEnd, Sink};
 use super::names::is_sidecar;
 use crate::digest::{hex, sha256_hex};
@@ -116,6 +117,8 @@ pub(super) struct Facts {
     /// `None`: stdout was only counted ([`Keep::Stream`]).
     sha_out: Option<String>,
     sha_err: String,
+    /// What the command carried did not hold, and it was not run (`carry.rs`).
+    unplaced: Option<Unplaced>,
 }
 
 fn parse_facts(line: &[u8]) -> Option<Facts> {
@@ -132,12 +135,22 @@ fn parse_facts(line: &[u8]) -> Option<Facts> {
         given => Some(sha(given)?),
     };
     let sha_err = sha(fields.next()?)?;
-    fields.next().is_none().then_some(Facts {
+    // `x<code> <message>`: what the command carried did not hold (the message is the rest of
+    // the line).
+    let unplaced = match fields.next() {
+        None => None,
+        Some(word) => Some(Unplaced {
+            code: word.strip_prefix('x')?.parse().ok()?,
+            message: fields.collect::<Vec<_>>().join(" ").trim().to_string(),
+        }),
+    };
+    Some(Facts {
         code,
         out,
         err,
         sha_out,
         sha_err,
+        unplaced,
     })
 }
 
@@ -583,11 +596,11 @@ impl KubernetesSandbox {
         held: &[u8],
         stdout: &mut CappedSink,
         stderr: &mut CappedSink,
-    ) -> Result<RawEnd, SandboxError> {
+    ) -> Result<(RawEnd, Option<Unplaced>), SandboxError> {
         let RawEnd::Exited(code) = end else {
             stderr.write(held).await?;
             self.kept.add_stale(pod, stem);
-            return Ok(end);
+            return Ok((end, None));
         };
         let facts = match (known, split_trailer(held)) {
             (known, Some((facts, own))) => {
@@ -619,7 +632,7 @@ impl KubernetesSandbox {
                     }
                     None => {
                         self.kept.add_stale(pod, stem);
-                        return Ok(end);
+                        return Ok((end, None));
                     }
                 }
             }
@@ -627,7 +640,7 @@ impl KubernetesSandbox {
         let end = settled_end(pod, code, &facts);
         let Some(sha_out) = facts.sha_out.as_ref() else {
             self.kept.add_stale(pod, stem);
-            return Ok(end);
+            return Ok((end, facts.unplaced));
         };
         for (stream, sink, size, sha) in [
             ("o", stdout, facts.out, sha_out),
@@ -651,7 +664,7 @@ impl KubernetesSandbox {
         } else {
             self.kept.add_stale(pod, stem);
         }
-        Ok(end)
+        Ok((end, facts.unplaced))
     }
 
     /// Remove the kept files of `stem` now (best effort: they go with the pod anyway).
@@ -688,9 +701,20 @@ mod tests {
                 err: 3,
                 sha_out: Some(sha.clone()),
                 sha_err: sha.clone(),
+                unplaced: None,
             }
         );
         assert_eq!(rest, b"boom\n");
+        // What a command carried and did not hold: its code, then the rest of the line.
+        let line = format!("arbiter-kept 125 0 0 {sha} {sha} x95 removing /tests failed: busy\n");
+        let (facts, _) = split_facts(line.as_bytes()).expect("facts");
+        assert_eq!(
+            facts.unplaced,
+            Some(Unplaced {
+                code: 95,
+                message: "removing /tests failed: busy".into()
+            })
+        );
         // Cut anywhere before its newline, the line is no facts.
         let whole = format!("arbiter-kept 44 0 0 {sha} {sha}\n");
         for cut in 0..whole.len() {

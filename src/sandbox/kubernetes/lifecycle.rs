@@ -67,6 +67,8 @@ pub(super) struct PodState {
     pub proven: bool,
     /// The proofs its start left to its first exec (`ensure_proven`): set once made.
     pub proof: Option<(Proofs, Arc<OnceCell<()>>)>,
+    /// An upload held for its next command (`carry.rs`).
+    pub held: Option<super::carry::HeldUpload>,
 }
 
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
@@ -186,6 +188,7 @@ impl KubernetesSandbox {
                     // Proved before it was offered (warm.rs).
                     proven: true,
                     proof: None,
+                    held: None,
                 },
             );
             return Ok(ContainerId::new(name));
@@ -208,6 +211,7 @@ impl KubernetesSandbox {
             running: false,
             proven: false,
             proof: None,
+            held: None,
         };
         self.states.lock().await.insert(name.clone(), state);
         Ok(ContainerId::new(name))

@@ -13,6 +13,7 @@
 //! changes kept on this host (`frozen.rs`). The loopback listener (the model gateway and the
 //! egress proxy of a pod with network `none`) is a relay over one exec (`relay.rs`).
 
+mod carry;
 mod changes;
 mod client;
 mod config;
@@ -315,12 +316,12 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
-        self.ensure_proven(id.as_str()).await?;
-        self.exec_spec(id.as_str(), spec).await
+        self.exec_carrying(id.as_str(), spec).await
     }
 
+    /// Held for the pod's next command when small (`carry.rs`).
     async fn upload(&self, id: &ContainerId, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
-        self.upload_tar(id.as_str(), dest, &tar, &[]).await
+        self.upload_or_hold(id.as_str(), dest, tar, &[]).await
     }
 
     async fn upload_replacing(
@@ -329,7 +330,7 @@ impl Sandbox for KubernetesSandbox {
         paths: &[&str],
         tar: Vec<u8>,
     ) -> Result<(), SandboxError> {
-        self.upload_tar(id.as_str(), "/", &tar, paths).await
+        self.upload_or_hold(id.as_str(), "/", tar, paths).await
     }
 
     async fn download(
@@ -338,6 +339,7 @@ impl Sandbox for KubernetesSandbox {
         want: Download<'_>,
     ) -> Result<Fetched, SandboxError> {
         let entry = want.extent == Extent::Entry;
+        self.send_held(id.as_str()).await?;
         self.download_tar(id.as_str(), want.path, want.to, want.limit, entry)
             .await
     }
@@ -350,6 +352,7 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError> {
+        self.send_held(id.as_str()).await?;
         self.collect_pod_mounts(id).await
     }
 
@@ -363,10 +366,12 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn freeze(&self, id: &ContainerId, owner: &Owner) -> Result<FrozenId, SandboxError> {
+        self.send_held(id.as_str()).await?;
         self.freeze_pod(id, owner).await
     }
 
     async fn changes(&self, id: &ContainerId) -> Result<Vec<Change>, SandboxError> {
+        self.send_held(id.as_str()).await?;
         self.change_list(id).await
     }
 

@@ -34,7 +34,7 @@ if [ -n "$KUBERNETES_SERVICE_HOST" ]; then
 fi"#;
 
 /// The exit code of the proof when the keep-alive does not run yet.
-const NOT_HANDED_OVER: i64 = 100;
+pub(super) const NOT_HANDED_OVER: i64 = 100;
 
 /// The line the proof prints last, once everything it proves holds.
 const PROVEN: &str = "arbiter-proven";

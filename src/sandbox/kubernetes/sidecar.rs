@@ -136,7 +136,7 @@ fn wrapped_argv(
         timeout: None,
         grace: Duration::ZERO,
     };
-    wrapped(&spec, default_user, None).0
+    wrapped(&spec, default_user, None, Default::default()).0
 }
 
 /// The ephemeral container's name: `svc-<service>-<random>`, a DNS label.
@@ -306,6 +306,7 @@ impl KubernetesSandbox {
                 running: false,
                 proven: false,
                 proof: None,
+                held: None,
             },
         );
         self.sidecars.lock().await.insert(
