@@ -312,6 +312,83 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
     assert_eq!(sb.exec(&id, &spec).await.unwrap().end, ExecEnd::Exited(0));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "ca");
 
+    // The stop sends `/logs` along: a read beneath it right after sends no request, and
+    // gives what the pod's own archive gives once an exec made that one stale.
+    let logs = sh(
+        "mkdir -p /logs/agent/sub && printf 'one' > /logs/agent/a.txt && printf 'two' > /logs/agent/sub/b.txt && ln -s ../agent /logs/agent/up && ln -s /etc /logs/etc-link",
+    );
+    assert_eq!(sb.exec(&id, &logs).await.unwrap().end, ExecEnd::Exited(0));
+    sb.stop(&id).await.expect("stop");
+    let entries = |path: &Path| -> Vec<(String, String, Vec<u8>)> {
+        let mut a = tar::Archive::new(std::fs::File::open(path).unwrap());
+        let mut all: Vec<(String, String, Vec<u8>)> = a
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let name = e.path().unwrap().display().to_string();
+                let name = name.trim_end_matches('/').to_string();
+                let link = e
+                    .link_name()
+                    .unwrap()
+                    .map(|l| l.display().to_string())
+                    .unwrap_or_default();
+                let mut body = Vec::new();
+                std::io::Read::read_to_end(&mut e, &mut body).unwrap();
+                (name, link, body)
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    let from_stop = tmp.path().join("from-stop.tar");
+    let before = sb.api_requests();
+    let got = sb
+        .download(&id, Download::whole("/logs/agent", &from_stop, 1 << 20))
+        .await
+        .unwrap();
+    assert!(matches!(got, Fetched::Archive { .. }), "{got:?}");
+    assert_eq!(sb.api_requests(), before, "read from what the stop sent");
+    // Through a symlink the kernel follows: only the pod can say.
+    let through = tmp.path().join("through.tar");
+    let got = sb
+        .download(
+            &id,
+            Download::whole("/logs/etc-link/passwd", &through, 1 << 20),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(got, Fetched::Archive { .. }), "{got:?}");
+    assert!(sb.api_requests() > before, "the pod was asked");
+    assert_eq!(entries(&through)[0].0, "passwd");
+    assert_eq!(
+        sb.exec(&id, &sh("true")).await.unwrap().end,
+        ExecEnd::Exited(0)
+    );
+    let from_pod = tmp.path().join("from-pod.tar");
+    let before = sb.api_requests();
+    sb.download(&id, Download::whole("/logs/agent", &from_pod, 1 << 20))
+        .await
+        .unwrap();
+    assert!(
+        sb.api_requests() > before,
+        "stale after an exec: read from the pod"
+    );
+    assert_eq!(entries(&from_stop), entries(&from_pod));
+    assert_eq!(
+        entries(&from_pod)
+            .iter()
+            .map(|(n, l, b)| format!("{n}|{l}|{}", String::from_utf8_lossy(b)))
+            .collect::<Vec<_>>(),
+        [
+            "agent||",
+            "agent/a.txt||one",
+            "agent/sub||",
+            "agent/sub/b.txt||two",
+            "agent/up|../agent|"
+        ]
+    );
+
     let listed = sb
         .list(&Selector::Trial {
             job: "k8s-test".into(),

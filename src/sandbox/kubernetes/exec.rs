@@ -384,6 +384,8 @@ impl KubernetesSandbox {
     ) -> Result<AttachedProcess, SandboxError> {
         // A sidecar's id is `pod/container` (sidecar.rs).
         let (pod, container) = super::names::target(pod);
+        // Whatever runs may change the pod's files: what its stop sent of them is stale.
+        self.stopped_logs.drop_pod(pod);
         let params = AttachParams::default()
             .container(container)
             .stdin(stdin)
@@ -594,6 +596,16 @@ impl KubernetesSandbox {
         pod: &str,
         argv: &[String],
     ) -> Result<(RawEnd, Vec<u8>, Vec<u8>), SandboxError> {
+        self.streamed(pod, argv, 64 * 1024).await
+    }
+
+    /// [`harness_streamed`](Self::harness_streamed), at most `out_cap` bytes of stdout kept.
+    pub(super) async fn streamed(
+        &self,
+        pod: &str,
+        argv: &[String],
+        out_cap: usize,
+    ) -> Result<(RawEnd, Vec<u8>, Vec<u8>), SandboxError> {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let end = self
             .run(
@@ -602,7 +614,7 @@ impl KubernetesSandbox {
                 None,
                 &mut Sink::Memory {
                     buf: &mut out,
-                    cap: 64 * 1024,
+                    cap: out_cap,
                 },
                 &mut Sink::Memory {
                     buf: &mut err,
@@ -855,7 +867,16 @@ mod tests {
         };
         let (argv, stdin) = wrapped(&spec, None, Some("/k"), carried);
         assert_eq!(argv[7], "epu");
-        let argv_u = wrapped(&spec, None, Some("/k"), Carried { proofs: None, ..carried }).0;
+        let argv_u = wrapped(
+            &spec,
+            None,
+            Some("/k"),
+            Carried {
+                proofs: None,
+                ..carried
+            },
+        )
+        .0;
         assert_eq!(argv_u[7], "eu");
         let mut want = format!("{}\n.\n", base64_lines::encode(b"A=1"));
         let script = proofs.script().expect("a proof");
@@ -869,7 +890,10 @@ mod tests {
         // Nothing is carried without a place in the pod to report on it.
         let (argv, stdin) = wrapped(&spec, None, None, carried);
         assert_eq!(argv[7], "e");
-        assert_eq!(stdin, format!("{}\n.\n", base64_lines::encode(b"A=1")).into_bytes());
+        assert_eq!(
+            stdin,
+            format!("{}\n.\n", base64_lines::encode(b"A=1")).into_bytes()
+        );
     }
 
     #[test]

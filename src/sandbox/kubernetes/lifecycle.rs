@@ -11,6 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::sync::OnceCell;
 
 use super::KubernetesSandbox;
+use super::after_stop::{LOGS_MAX, SEND_LOGS};
 use super::ended::{Ended, ended};
 use super::error::{KubeError, api_status};
 use super::exec::RawEnd;
@@ -252,6 +253,8 @@ impl KubernetesSandbox {
     /// [`Sandbox::start`](crate::sandbox::Sandbox::start).
     pub(super) async fn start_pod(&self, id: &ContainerId) -> Result<(), SandboxError> {
         let pod = id.as_str();
+        // What runs from here on may change its files (a second start sends no request).
+        self.stopped_logs.drop_pod(pod);
         let state = self
             .states
             .lock()
@@ -600,18 +603,23 @@ impl KubernetesSandbox {
         let pod = id.as_str();
         // No status read first: an exec into a pod that ended fails, and then its status
         // says how it ended (one request less per stop).
-        let argv = toolbox_argv("sh", &["-c", STOP]);
+        // Once every process is gone, the stop sends `/logs` along (after_stop.rs): what
+        // the trial reads next, read without another exec.
+        let script = format!("_lc=$1\n{STOP}\n{SEND_LOGS}");
+        let cap = (LOGS_MAX + 1).to_string();
+        let argv = toolbox_argv("sh", &["-c", &script, "arbiter-stop", &cap]);
         // Not kept in the pod (`kept.rs`): the stop kills every process but PID 1, the
         // keeping wrapper too. It is idempotent instead: an exit whose count line did not
         // arrive is run again.
-        let mut stopped = self.harness_streamed(pod, &argv).await;
+        let out_cap = LOGS_MAX as usize + 64 * 1024;
+        let mut stopped = self.streamed(pod, &argv, out_cap).await;
         for _ in 0..2 {
             match &stopped {
                 Ok((RawEnd::Exited(0), out, _))
                     if !String::from_utf8_lossy(out).contains("oom_kill=") =>
                 {
                     tracing::warn!(pod, "the stop's count line did not arrive; stopping again");
-                    stopped = self.harness_streamed(pod, &argv).await;
+                    stopped = self.streamed(pod, &argv, out_cap).await;
                 }
                 _ => break,
             }
@@ -635,6 +643,7 @@ impl KubernetesSandbox {
                     .find_map(|l| l.strip_prefix("oom_kill="))
                     .and_then(|n| n.trim().parse::<u64>().ok())
                     .unwrap_or(0);
+                self.stopped_logs.keep(pod, &out);
                 Ok(Stopped {
                     oom_killed: kills > 0,
                     lost: None,
@@ -686,6 +695,7 @@ impl KubernetesSandbox {
             Resource::Image(_) => return Ok(()),
         };
         self.states.lock().await.remove(id.as_str());
+        self.stopped_logs.drop_pod(id.as_str());
         self.integrity.replayed.lock().await.remove(id.as_str());
         self.kept.forget(id.as_str());
         let params = DeleteParams {

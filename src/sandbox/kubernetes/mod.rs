@@ -13,6 +13,7 @@
 //! changes kept on this host (`frozen.rs`). The loopback listener (the model gateway and the
 //! egress proxy of a pod with network `none`) is a relay over one exec (`relay.rs`).
 
+mod after_stop;
 mod carry;
 mod changes;
 mod client;
@@ -97,6 +98,8 @@ pub struct KubernetesSandbox {
     requests: Arc<AtomicU64>,
     /// Harness output kept in pods (`kept.rs`).
     kept: kept::KeptFiles,
+    /// `/logs` as the pods' stops sent it (after_stop.rs).
+    stopped_logs: after_stop::StoppedLogs,
 }
 
 impl KubernetesSandbox {
@@ -189,6 +192,7 @@ impl KubernetesSandbox {
             slots,
             integrity: changes::Integrity::default(),
             kept: kept::KeptFiles::default(),
+            stopped_logs: after_stop::StoppedLogs::default(),
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
             no_network_policy: OnceCell::new(),

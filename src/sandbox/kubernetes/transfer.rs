@@ -213,6 +213,10 @@ impl KubernetesSandbox {
         limit: u64,
         entry_only: bool,
     ) -> Result<Fetched, SandboxError> {
+        // What the pod's stop sent of `/logs`, when that can say (after_stop.rs).
+        if let Some(made) = self.stopped_logs.download(pod, path, to, limit, entry_only) {
+            return made;
+        }
         // A pod created and not started yet (an image's index reads one): wait until it runs.
         self.await_started(pod).await?;
         let flags = if entry_only { "--no-recursion" } else { "" };

@@ -1,0 +1,300 @@
+//! `/logs` read by the stop that ends a pod's processes: what a trial reads next from a
+//! stopped pod is its logs (the agent's, then the verifier's), and nothing can change them
+//! until the next exec, so the stop's own exec sends an archive of `/logs` after its count
+//! line (when `/logs` is a plain directory and the archive is small), and a download at or
+//! beneath `/logs` is made from it on the host: one request, not two.
+//!
+//! The archive made from it is the one the pod's own `tar` would make of that path (names
+//! relative to the path's parent, links kept as links); where the two could differ (a
+//! symlink on the way, which the kernel would follow; a hard link, whose first name decides
+//! which entry holds the content) nothing is made here and the download goes to the pod.
+//! What the stream brought is checked against the size and sha256 the pod wrote before it;
+//! short or different, it is not used. Any exec into the pod (`exec.rs`'s `attach`) drops it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::digest::sha256_hex;
+use crate::sandbox::{Fetched, SandboxError};
+
+/// The most bytes of `/logs` a stop sends along.
+pub(super) const LOGS_MAX: u64 = 4 << 20;
+
+/// The line before the archive in the stop's stdout.
+const HEAD: &str = "arbiter-logs ";
+
+/// Shell lines the stop runs once every process is gone: `/logs` archived to stdout after a
+/// line `arbiter-logs SIZE SHA256`, when it is under `$_lc` bytes (else nothing is sent).
+pub(super) const SEND_LOGS: &str = r#"if [ -n "$_lc" ] && [ -d /logs ] && [ ! -L /logs ]; then
+  t=/.arbiter/scratch/stop-$$.tar; set -o pipefail
+  if $B tar -c -f - -C / logs 2>/dev/null | $B head -c "$_lc" >"$t"; then
+    n=$($B wc -c <"$t"); n=$((n+0)); s=$($B sha256sum <"$t")
+    [ "$n" -lt "$_lc" ] && { echo "arbiter-logs $n ${s%% *}"; $B cat "$t"; }
+  fi
+  $B rm -f "$t"
+fi"#;
+
+/// Archives of `/logs` by pod, as their stops sent them.
+#[derive(Default)]
+pub(super) struct StoppedLogs {
+    logs: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+}
+
+impl StoppedLogs {
+    /// Keep what the stop of `pod` sent after its count line (`after`), when it arrived as
+    /// the pod wrote it.
+    pub(super) fn keep(&self, pod: &str, after: &[u8]) {
+        if let Some(archive) = checked(after) {
+            self.lock()
+                .insert(pod.to_string(), Arc::new(archive.to_vec()));
+        }
+    }
+
+    /// Something may change the pod's files: what was kept is stale.
+    pub(super) fn drop_pod(&self, pod: &str) {
+        self.lock().remove(pod);
+    }
+
+    /// The archive of `path` (at most `limit` bytes, `entry_only`: its own entry) made from
+    /// the `/logs` `pod`'s stop sent, written to `to`; `None` when there is none, or when
+    /// only the pod can say.
+    pub(super) fn download(
+        &self,
+        pod: &str,
+        path: &str,
+        to: &Path,
+        limit: u64,
+        entry_only: bool,
+    ) -> Option<Result<Fetched, SandboxError>> {
+        let archive = self.lock().get(pod).cloned()?;
+        let made = sub_archive(&archive, path, entry_only)?;
+        Some(match made {
+            Made::NotFound => Ok(Fetched::NotFound),
+            Made::Archive(bytes) if bytes.len() as u64 > limit => Ok(Fetched::TooLarge { limit }),
+            Made::Archive(bytes) => std::fs::write(to, &bytes)
+                .map(|()| Fetched::Archive {
+                    bytes: bytes.len() as u64,
+                })
+                .map_err(SandboxError::io(to.to_path_buf())),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Vec<u8>>>> {
+        self.logs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The archive after the `arbiter-logs SIZE SHA256` line in `after`, when whole and the same.
+fn checked(after: &[u8]) -> Option<&[u8]> {
+    let at = after
+        .windows(HEAD.len())
+        .position(|w| w == HEAD.as_bytes())?;
+    let rest = &after[at + HEAD.len()..];
+    let end = rest.iter().position(|&b| b == b'\n')?;
+    let line = std::str::from_utf8(&rest[..end]).ok()?;
+    let (size, sha) = line.split_once(' ')?;
+    let size: usize = size.parse().ok()?;
+    let archive = &rest[end + 1..];
+    (archive.len() == size && sha256_hex(archive) == sha).then_some(archive)
+}
+
+#[derive(Debug, PartialEq)]
+enum Made {
+    NotFound,
+    Archive(Vec<u8>),
+}
+
+/// The archive the pod's `tar -c -C DIR NAME` would make of `path` (`DIR/NAME`), from an
+/// archive of `/logs`; `None` when `path` is not beneath `/logs` or the pod must say.
+fn sub_archive(logs: &[u8], path: &str, entry_only: bool) -> Option<Made> {
+    let rel = path.trim_end_matches('/').strip_prefix('/')?;
+    if rel != "logs" && !rel.starts_with("logs/") {
+        return None;
+    }
+    if rel
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        return None;
+    }
+    let parent = rel.rsplit_once('/').map_or("", |(dir, _)| dir);
+    let mut found = false;
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.mode(tar::HeaderMode::Complete);
+    let mut archive = tar::Archive::new(logs);
+    for entry in archive.entries().ok()? {
+        let entry = entry.ok()?;
+        let kind = entry.header().entry_type();
+        if kind.is_hard_link() {
+            return None;
+        }
+        let raw = String::from_utf8(entry.path_bytes().into_owned()).ok()?;
+        let name = raw.trim_start_matches("./").trim_end_matches('/');
+        // A symlink (or anything but a directory) on the way: the kernel would follow it.
+        if rel.starts_with(&format!("{name}/")) && !kind.is_dir() {
+            return None;
+        }
+        let inside = name == rel || (!entry_only && name.starts_with(&format!("{rel}/")));
+        if !inside {
+            continue;
+        }
+        found = true;
+        let short = match parent {
+            "" => name,
+            dir => name.strip_prefix(dir)?.trim_start_matches('/'),
+        };
+        let mut header = entry.header().clone();
+        let link = entry.link_name().ok()?.map(|l| l.into_owned());
+        let appended = match (kind.is_file(), link) {
+            (true, _) => builder.append_data(&mut header, short, entry),
+            (false, Some(link)) => builder.append_link(&mut header, short, link),
+            (false, None) => builder.append_data(&mut header, short, std::io::empty()),
+        };
+        appended.ok()?;
+    }
+    if !found {
+        return Some(Made::NotFound);
+    }
+    builder.into_inner().ok().map(Made::Archive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logs_archive(symlinked_agent: bool, hard_link: bool) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        let dir = |b: &mut tar::Builder<Vec<u8>>, name: &str| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_mode(0o755);
+            h.set_size(0);
+            b.append_data(&mut h, name, std::io::empty()).unwrap();
+        };
+        dir(&mut b, "logs/");
+        let file = |b: &mut tar::Builder<Vec<u8>>, name: &str, body: &[u8]| {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            h.set_size(body.len() as u64);
+            b.append_data(&mut h, name, body).unwrap();
+        };
+        if symlinked_agent {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_size(0);
+            b.append_link(&mut h, "logs/agent", "/etc").unwrap();
+        } else {
+            dir(&mut b, "logs/agent/");
+            file(&mut b, "logs/agent/out.txt", b"agent says");
+        }
+        dir(&mut b, "logs/verifier/");
+        file(&mut b, "logs/verifier/reward.txt", b"1");
+        if hard_link {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Link);
+            h.set_size(0);
+            b.append_link(&mut h, "logs/verifier/again", "logs/verifier/reward.txt")
+                .unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn names(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
+        let mut a = tar::Archive::new(archive);
+        a.entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let name = e.path().unwrap().display().to_string();
+                let mut body = Vec::new();
+                std::io::Read::read_to_end(&mut e, &mut body).unwrap();
+                (name, body)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_path_beneath_logs_is_archived_as_the_pods_tar_would() {
+        let logs = logs_archive(false, false);
+        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/verifier", false) else {
+            panic!("made")
+        };
+        assert_eq!(
+            names(&a),
+            [
+                ("verifier".to_string(), vec![]),
+                ("verifier/reward.txt".to_string(), b"1".to_vec())
+            ]
+        );
+        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/agent/out.txt", false) else {
+            panic!("made")
+        };
+        assert_eq!(names(&a), [("out.txt".to_string(), b"agent says".to_vec())]);
+        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/", true) else {
+            panic!("made")
+        };
+        assert_eq!(names(&a), [("logs".to_string(), vec![])]);
+        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs", false) else {
+            panic!("made")
+        };
+        assert_eq!(names(&a).len(), 5);
+        assert_eq!(
+            sub_archive(&logs, "/logs/nothing", false),
+            Some(Made::NotFound)
+        );
+        assert_eq!(
+            sub_archive(&logs, "/logs/agent/none/deeper", false),
+            Some(Made::NotFound)
+        );
+    }
+
+    #[test]
+    fn the_pod_says_what_only_it_can() {
+        // Not beneath /logs, or not a plain path.
+        let logs = logs_archive(false, false);
+        assert_eq!(sub_archive(&logs, "/app", false), None);
+        assert_eq!(sub_archive(&logs, "/logsx", false), None);
+        assert_eq!(sub_archive(&logs, "/logs/../etc", false), None);
+        // A symlink on the way: the kernel follows it.
+        let linked = logs_archive(true, false);
+        assert_eq!(sub_archive(&linked, "/logs/agent/out.txt", false), None);
+        // The symlink itself is archived as a link.
+        let Some(Made::Archive(a)) = sub_archive(&linked, "/logs/agent", false) else {
+            panic!("made")
+        };
+        assert_eq!(names(&a), [("agent".to_string(), vec![])]);
+        // A hard link: which name holds the content depends on the walk.
+        assert_eq!(
+            sub_archive(&logs_archive(false, true), "/logs/verifier", false),
+            None
+        );
+    }
+
+    #[test]
+    fn only_an_archive_that_arrived_as_sent_is_kept() {
+        let archive = logs_archive(false, false);
+        let mut after =
+            format!("arbiter-logs {} {}\n", archive.len(), sha256_hex(&archive)).into_bytes();
+        after.extend_from_slice(&archive);
+        assert_eq!(checked(&after), Some(&archive[..]));
+        assert_eq!(checked(&after[..after.len() - 1]), None, "short");
+        let mut other = after.clone();
+        let last = other.len() - 600;
+        other[last] ^= 1;
+        assert_eq!(checked(&other), None, "changed");
+        assert_eq!(checked(b"oom_kill=0\n"), None);
+        let kept = StoppedLogs::default();
+        kept.keep("p", &after);
+        let to = tempfile::NamedTempFile::new().unwrap();
+        let got = kept.download("p", "/logs/verifier", to.path(), 1 << 20, false);
+        assert!(matches!(got, Some(Ok(Fetched::Archive { .. }))), "{got:?}");
+        let small = kept.download("p", "/logs/verifier", to.path(), 10, false);
+        assert!(matches!(small, Some(Ok(Fetched::TooLarge { limit: 10 }))));
+        kept.drop_pod("p");
+        assert!(
+            kept.download("p", "/logs/verifier", to.path(), 1 << 20, false)
+                .is_none()
+        );
+    }
+}
