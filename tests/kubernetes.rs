@@ -319,9 +319,10 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
     );
     assert_eq!(sb.exec(&id, &logs).await.unwrap().end, ExecEnd::Exited(0));
     sb.stop(&id).await.expect("stop");
-    let entries = |path: &Path| -> Vec<(String, String, Vec<u8>)> {
+    type Entry = (String, String, String, Vec<u8>);
+    let entries = |path: &Path| -> Vec<Entry> {
         let mut a = tar::Archive::new(std::fs::File::open(path).unwrap());
-        let mut all: Vec<(String, String, Vec<u8>)> = a
+        let mut all: Vec<Entry> = a
             .entries()
             .unwrap()
             .map(|e| {
@@ -333,9 +334,17 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
                     .unwrap()
                     .map(|l| l.display().to_string())
                     .unwrap_or_default();
+                let h = e.header();
+                let meta = format!(
+                    "{:o} {} {} {:?}",
+                    h.mode().unwrap(),
+                    h.uid().unwrap(),
+                    h.mtime().unwrap(),
+                    h.entry_type()
+                );
                 let mut body = Vec::new();
                 std::io::Read::read_to_end(&mut e, &mut body).unwrap();
-                (name, link, body)
+                (name, link, meta, body)
             })
             .collect();
         all.sort();
@@ -378,7 +387,7 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
     assert_eq!(
         entries(&from_pod)
             .iter()
-            .map(|(n, l, b)| format!("{n}|{l}|{}", String::from_utf8_lossy(b)))
+            .map(|(n, l, _, b)| format!("{n}|{l}|{}", String::from_utf8_lossy(b)))
             .collect::<Vec<_>>(),
         [
             "agent||",
