@@ -312,6 +312,43 @@ async fn exec_codes_users_files_deadline_and_oom_on_a_pod() {
     assert_eq!(sb.exec(&id, &spec).await.unwrap().end, ExecEnd::Exited(0));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "ca");
 
+    // Many paths in one exec: each archive as its own download gives it.
+    let many: Vec<PathBuf> = (0..4)
+        .map(|i| tmp.path().join(format!("many-{i}.tar")))
+        .collect();
+    let wants = [
+        Download::whole("/held", &many[0], 1 << 20),
+        Download::entry("/held", &many[1], 1 << 20),
+        Download::whole("/nothing-here", &many[2], 1 << 20),
+        Download::whole("/held", &many[3], 100),
+    ];
+    let before = sb.api_requests();
+    let got = sb.download_many(&id, &wants).await.expect("many");
+    assert_eq!(sb.api_requests() - before, 1, "one exec for them all");
+    assert!(matches!(got[0], Ok(Fetched::Archive { .. })), "{got:?}");
+    assert!(matches!(got[1], Ok(Fetched::Archive { .. })), "{got:?}");
+    assert!(matches!(got[2], Ok(Fetched::NotFound)), "{got:?}");
+    assert!(
+        matches!(got[3], Ok(Fetched::TooLarge { limit: 100 })),
+        "{got:?}"
+    );
+    let single = tmp.path().join("single.tar");
+    sb.download(&id, Download::whole("/held", &single, 1 << 20))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(&many[0]).unwrap(),
+        std::fs::read(&single).unwrap()
+    );
+    let names_of = |path: &Path| -> Vec<String> {
+        tar::Archive::new(std::fs::File::open(path).unwrap())
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect()
+    };
+    assert_eq!(names_of(&many[1]), ["held/"], "the entry alone");
+
     // The stop sends `/logs` along: a read beneath it right after sends no request, and
     // gives what the pod's own archive gives once an exec made that one stale.
     let logs = sh(

@@ -85,6 +85,7 @@ cancellable! {
         fn upload_replacing(&self, id: &ContainerId, paths: &[&str], tar: Vec<u8>) -> Result<(), SandboxError>;
         fn upload_before_start(&self, id: &ContainerId, tar: &[u8]) -> Result<bool, SandboxError>;
         fn download(&self, id: &ContainerId, want: Download<'_>) -> Result<Fetched, SandboxError>;
+        fn download_many(&self, id: &ContainerId, wants: &[Download<'_>]) -> Result<Vec<Result<Fetched, SandboxError>>, SandboxError>;
         fn collect_mounts(&self, id: &ContainerId) -> Result<(), SandboxError>;
         fn halt(&self, id: &ContainerId) -> Result<(), SandboxError>;
         fn disk_usage(&self, id: &ContainerId, count_files_to: u64) -> Result<Option<DiskUsage>, SandboxError>;

@@ -670,6 +670,18 @@ pub trait Sandbox: Send + Sync + 'static {
     /// the same.
     async fn download(&self, id: &ContainerId, want: Download<'_>)
     -> Result<Fetched, SandboxError>;
+    /// [`Sandbox::download`] of each of `wants`, their results in the same order (an error
+    /// of one path is that path's); `Err` only when none can be read (cancelled). By default
+    /// all at once, a request each; a backend may read them in one round trip (Kubernetes:
+    /// one exec).
+    async fn download_many(
+        &self,
+        id: &ContainerId,
+        wants: &[Download<'_>],
+    ) -> Result<Vec<Result<Fetched, SandboxError>>, SandboxError> {
+        let each = wants.iter().map(|want| self.download(id, *want));
+        Ok(futures_util::future::join_all(each).await)
+    }
     /// Kill every process of the container and wait until none is left. A container that is
     /// not running is fine.
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError>;

@@ -25,6 +25,7 @@ mod frozen;
 mod images;
 mod kept;
 mod lifecycle;
+mod many;
 mod mounts;
 mod names;
 mod pod;
@@ -346,6 +347,22 @@ impl Sandbox for KubernetesSandbox {
         self.send_held(id.as_str()).await?;
         self.download_tar(id.as_str(), want.path, want.to, want.limit, entry)
             .await
+    }
+
+    /// One exec for them all (many.rs).
+    async fn download_many(
+        &self,
+        id: &ContainerId,
+        wants: &[Download<'_>],
+    ) -> Result<Vec<Result<Fetched, SandboxError>>, SandboxError> {
+        let Some(first) = wants.first() else {
+            return Ok(Vec::new());
+        };
+        self.send_held(id.as_str()).await?;
+        let mut name = first.to.file_name().unwrap_or_default().to_os_string();
+        name.push(".all");
+        let scratch = first.to.with_file_name(name);
+        Ok(self.download_tars(id.as_str(), wants, &scratch).await)
     }
 
     async fn stop(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {

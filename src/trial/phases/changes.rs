@@ -8,7 +8,7 @@
 //! image (see `image_index.rs`).
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::digest::sha256_hex;
 use crate::sandbox::{
@@ -312,24 +312,22 @@ async fn describe<S: Sandbox + ?Sized>(
             break;
         }
         let share = budget / batch.len() as u64;
-        let fetches = batch.iter().enumerate().map(|(n, root)| {
-            let scratch = ctx.path(&format!(".changes-{n}.tar"));
-            let entry_only = own_entry.contains(root);
-            async move {
-                let got = if entry_only {
-                    ctx.sb
-                        .download(id, crate::sandbox::Download::entry(root, &scratch, share))
-                        .await
+        let scratches: Vec<PathBuf> = (0..batch.len())
+            .map(|n| ctx.path(&format!(".changes-{n}.tar")))
+            .collect();
+        let wants: Vec<crate::sandbox::Download<'_>> = batch
+            .iter()
+            .zip(&scratches)
+            .map(|(root, scratch)| {
+                if own_entry.contains(root) {
+                    crate::sandbox::Download::entry(root, scratch, share)
                 } else {
-                    ctx.sb
-                        .download(id, crate::sandbox::Download::whole(root, &scratch, share))
-                        .await
-                };
-                (root, scratch, got)
-            }
-        });
-        let fetched = futures_util::future::join_all(fetches).await;
-        for (root, scratch, got) in fetched {
+                    crate::sandbox::Download::whole(root, scratch, share)
+                }
+            })
+            .collect();
+        let fetched = ctx.sb.download_many(id, &wants).await?;
+        for ((root, scratch), got) in batch.iter().zip(&scratches).zip(fetched) {
             let got = match got {
                 Ok(f) => f,
                 Err(e @ (SandboxError::Cancelled | SandboxError::Io { .. })) => return Err(e),
@@ -355,9 +353,9 @@ async fn describe<S: Sandbox + ?Sized>(
                 }
             };
             budget = budget.saturating_sub(bytes);
-            walk_into(&scratch, root, &by_path, entries, &mut digests, &mut texts);
-            content.add(root, &scratch, bytes);
-            let _ = std::fs::remove_file(&scratch);
+            walk_into(scratch, root, &by_path, entries, &mut digests, &mut texts);
+            content.add(root, scratch, bytes);
+            let _ = std::fs::remove_file(scratch);
         }
     }
     Ok((digests, texts, roots))
