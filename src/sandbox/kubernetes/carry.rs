@@ -14,41 +14,12 @@
 use std::sync::Arc;
 
 use super::KubernetesSandbox;
+use super::carried::{Carried, HeldUpload, Unplaced};
 use super::error::KubeError;
 use super::names::is_sidecar;
 use super::proof::{NOT_HANDED_OVER, Proofs, no_network_proof};
 use super::transfer::CHUNK;
 use crate::sandbox::{ExecOutcome, ExecSpec, SandboxError, concat_archives};
-
-/// An archive held back for a pod's next command: unpacked at `dest` once `replacing` are
-/// removed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct HeldUpload {
-    pub dest: String,
-    pub replacing: Vec<String>,
-    pub tar: Arc<Vec<u8>>,
-}
-
-/// What one command carries (`exec.rs`'s wrapper runs it first).
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Carried<'a> {
-    pub proofs: Option<Proofs>,
-    pub upload: Option<&'a HeldUpload>,
-}
-
-impl Carried<'_> {
-    pub(super) fn is_empty(&self) -> bool {
-        self.proofs.is_none() && self.upload.is_none()
-    }
-}
-
-/// What a command carried did not hold (the wrapper's `x<code> <message>`): the command was
-/// not run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Unplaced {
-    pub code: i64,
-    pub message: String,
-}
 
 /// The proofs exited 0 without their line: no answer to trust (asked again alone).
 const UNCLEAR: i64 = 93;
@@ -161,8 +132,9 @@ impl KubernetesSandbox {
         let held = self.take_held(pod).await;
         let proof = self.pending_proof(pod).await;
         let proofs = proof.as_ref().map(|(p, _)| *p);
+        let script = proofs.and_then(Proofs::script);
         let carried = Carried {
-            proofs,
+            proofs: script.as_deref(),
             upload: held.as_ref(),
         };
         match self.exec_spec(pod, spec, carried).await? {

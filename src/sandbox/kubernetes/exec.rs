@@ -21,7 +21,7 @@ use kube::api::{AttachParams, AttachedProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::KubernetesSandbox;
-use super::carry::{Carried, Unplaced};
+use super::carried::{Carried, Unplaced};
 use super::ended::Ended;
 use super::error::{KubeError, api_status};
 use crate::digest::sha256_hex;
@@ -318,7 +318,7 @@ pub(super) fn wrapped(
         flags.push('h');
     }
     if keep.is_some() {
-        if let Some(script) = carried.proofs.and_then(|p| p.script()) {
+        if let Some(script) = carried.proofs {
             flags.push('p');
             stdin.extend_from_slice(encode(script.as_bytes()).as_bytes());
             stdin.push(b'\n');
@@ -852,7 +852,7 @@ mod tests {
             timeout: None,
             grace: Duration::ZERO,
         };
-        let upload = super::super::carry::HeldUpload {
+        let upload = super::super::carried::HeldUpload {
             dest: "/".into(),
             replacing: vec!["/tests".into(), "/logs/verifier".into()],
             tar: std::sync::Arc::new(b"TARBYTES".to_vec()),
@@ -861,8 +861,9 @@ mod tests {
             handover: false,
             no_network: true,
         };
+        let script = proofs.script().expect("a proof");
         let carried = Carried {
-            proofs: Some(proofs),
+            proofs: Some(&script),
             upload: Some(&upload),
         };
         let (argv, stdin) = wrapped(&spec, None, Some("/k"), carried);
@@ -879,7 +880,6 @@ mod tests {
         .0;
         assert_eq!(argv_u[7], "eu");
         let mut want = format!("{}\n.\n", base64_lines::encode(b"A=1"));
-        let script = proofs.script().expect("a proof");
         want.push_str(&format!("{}\n", base64_lines::encode(script.as_bytes())));
         want.push_str(&format!("8 {}\n", sha256_hex(b"TARBYTES")));
         for path in ["/", "/tests", "/logs/verifier"] {

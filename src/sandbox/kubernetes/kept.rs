@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::KubernetesSandbox;
-use super::carry::Unplaced;
+use super::carried::Unplaced;
 use super::exec::{RawEnd, Sink};
 use super::names::is_sidecar;
 use crate::digest::{hex, sha256_hex};

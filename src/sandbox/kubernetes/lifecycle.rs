@@ -69,7 +69,7 @@ pub(super) struct PodState {
     /// The proofs its start left to its first exec (`ensure_proven`): set once made.
     pub proof: Option<(Proofs, Arc<OnceCell<()>>)>,
     /// An upload held for its next command (`carry.rs`).
-    pub held: Option<super::carry::HeldUpload>,
+    pub held: Option<super::carried::HeldUpload>,
 }
 
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
