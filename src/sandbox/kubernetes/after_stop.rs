@@ -12,11 +12,10 @@
 //! short or different, it is not used. Any exec into the pod (`exec.rs`'s `attach`) drops it.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::digest::sha256_hex;
-use crate::sandbox::{Fetched, SandboxError};
+use crate::sandbox::{Download, Extent, Fetched, SandboxError};
 
 /// The most bytes of `/logs` a stop sends along.
 pub(super) const LOGS_MAX: u64 = 4 << 20;
@@ -56,19 +55,16 @@ impl StoppedLogs {
         self.lock().remove(pod);
     }
 
-    /// The archive of `path` (at most `limit` bytes, `entry_only`: its own entry) made from
-    /// the `/logs` `pod`'s stop sent, written to `to`; `None` when there is none, or when
+    /// `want` made from the `/logs` `pod`'s stop sent; `None` when there is none, or when
     /// only the pod can say.
     pub(super) fn download(
         &self,
         pod: &str,
-        path: &str,
-        to: &Path,
-        limit: u64,
-        entry_only: bool,
+        want: Download<'_>,
     ) -> Option<Result<Fetched, SandboxError>> {
+        let (to, limit) = (want.to, want.limit);
         let archive = self.lock().get(pod).cloned()?;
-        let made = sub_archive(&archive, path, entry_only)?;
+        let made = sub_archive(&archive, want.path, want.extent == Extent::Entry)?;
         Some(match made {
             Made::NotFound => Ok(Fetched::NotFound),
             Made::Archive(bytes) if bytes.len() as u64 > limit => Ok(Fetched::TooLarge { limit }),
@@ -287,14 +283,12 @@ mod tests {
         let kept = StoppedLogs::default();
         kept.keep("p", &after);
         let to = tempfile::NamedTempFile::new().unwrap();
-        let got = kept.download("p", "/logs/verifier", to.path(), 1 << 20, false);
+        let want = |limit| Download::whole("/logs/verifier", to.path(), limit);
+        let got = kept.download("p", want(1 << 20));
         assert!(matches!(got, Some(Ok(Fetched::Archive { .. }))), "{got:?}");
-        let small = kept.download("p", "/logs/verifier", to.path(), 10, false);
+        let small = kept.download("p", want(10));
         assert!(matches!(small, Some(Ok(Fetched::TooLarge { limit: 10 }))));
         kept.drop_pod("p");
-        assert!(
-            kept.download("p", "/logs/verifier", to.path(), 1 << 20, false)
-                .is_none()
-        );
+        assert!(kept.download("p", want(1 << 20)).is_none());
     }
 }

@@ -214,7 +214,18 @@ impl KubernetesSandbox {
         entry_only: bool,
     ) -> Result<Fetched, SandboxError> {
         // What the pod's stop sent of `/logs`, when that can say (after_stop.rs).
-        if let Some(made) = self.stopped_logs.download(pod, path, to, limit, entry_only) {
+        let extent = if entry_only {
+            crate::sandbox::Extent::Entry
+        } else {
+            crate::sandbox::Extent::Whole
+        };
+        let want = crate::sandbox::Download {
+            path,
+            to,
+            limit,
+            extent,
+        };
+        if let Some(made) = self.stopped_logs.download(pod, want) {
             return made;
         }
         // A pod created and not started yet (an image's index reads one): wait until it runs.
