@@ -28,6 +28,9 @@ const REFUSED: i64 = 99;
 /// The paths to replace could not be removed: the agent's doing.
 const NOT_REMOVED: i64 = 95;
 
+/// A command with a shorter deadline carries nothing: what is held goes first on its own.
+const CARRY_MIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// An archive up to this size is held for the next command (a larger one goes in chunks,
 /// `transfer.rs`).
 const HOLD_MAX: usize = CHUNK;
@@ -123,7 +126,11 @@ impl KubernetesSandbox {
         pod: &str,
         spec: &ExecSpec,
     ) -> Result<ExecOutcome, SandboxError> {
-        if is_sidecar(pod) {
+        if is_sidecar(pod) || !carries(spec) {
+            if !is_sidecar(pod) {
+                self.send_held(pod).await?;
+                self.ensure_proven(pod).await?;
+            }
             return self
                 .exec_spec(pod, spec, Carried::default())
                 .await?
@@ -168,6 +175,13 @@ impl KubernetesSandbox {
     }
 }
 
+/// Whether a command carries what is held and the proofs: not one whose deadline is short,
+/// which the unpacking, on a loaded node, would eat into (a command must never time out for
+/// the harness's work).
+fn carries(spec: &ExecSpec) -> bool {
+    spec.timeout.is_none_or(|t| t >= CARRY_MIN_DEADLINE)
+}
+
 /// Whether the proofs a command carried are to be asked again alone: not handed over yet,
 /// no answer to trust, or (only the handover to prove) a probe that did not see it yet.
 fn proves_again(why: &Unplaced, proofs: Option<Proofs>) -> bool {
@@ -208,6 +222,24 @@ mod tests {
             code,
             message: "m".into(),
         }
+    }
+
+    #[test]
+    fn a_command_with_a_short_deadline_carries_nothing() {
+        let spec = |timeout| ExecSpec {
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            user: None,
+            workdir: None,
+            stdout: None,
+            stderr: None,
+            cap_bytes: 1,
+            timeout,
+            grace: std::time::Duration::ZERO,
+        };
+        assert!(carries(&spec(None)));
+        assert!(carries(&spec(Some(CARRY_MIN_DEADLINE))));
+        assert!(!carries(&spec(Some(std::time::Duration::from_secs(5)))));
     }
 
     #[test]

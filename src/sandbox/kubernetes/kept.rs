@@ -32,7 +32,8 @@ use crate::sandbox::toolbox::toolbox_argv;
 /// ([`Keep`]: `file` or `stream`), `$3` how many stale stems follow (removed first), then the
 /// command. `file`: its stdout and stderr go to `$1.o` and `$1.e`, the facts line to `$1.f`;
 /// then the facts and stderr are sent on stderr, stdout on stdout. `stream`: stdout is sent
-/// as it comes and counted (its digest in the facts is `-`), stderr goes to `$1.e`; then the
+/// as it comes and counted, its first [`KEEP_FILE_MAX`] bytes kept in `$1.o` too (its digest
+/// in the facts, or `-` when it was more: then only counted), stderr goes to `$1.e`; then the
 /// facts and stderr are sent on stderr. The command's exit code is the exec's.
 const KEEP: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox; k=$1 m=$2 n=$3; shift 3
@@ -45,9 +46,13 @@ if [ "$m" = file ]; then
     r#"
 $B cat "$k.f" "$k.e" >&2; $B cat "$k.o"; exit "$rc"
 fi
-{ { "$@" 2>"$k.e"; echo $? >"$k.r"; } | $B tee /dev/fd/3 | $B wc -c >"$k.n"; } 3>&1
-rc=$($B cat "$k.r"); o=$($B cat "$k.n"); e=$($B wc -c <"$k.e"); se=$($B sha256sum <"$k.e")
-f="arbiter-kept $rc $((o+0)) $((e+0)) - ${se%% *}"; printf '%s\n' "$f" >"$k.f"; $B rm -f "$k.r" "$k.n"
+$B mkfifo "$k.p" || { echo "cannot keep output in $k" >&2; exit 125; }
+{ $B head -c 67108864 >"$k.o"; $B cat >/dev/null; } <"$k.p" &
+{ { "$@" 2>"$k.e"; echo $? >"$k.r"; } | $B tee /dev/fd/3 "$k.p" | $B wc -c >"$k.n"; } 3>&1
+wait
+rc=$($B cat "$k.r"); o=$($B cat "$k.n"); o=$((o+0)); e=$($B wc -c <"$k.e"); se=$($B sha256sum <"$k.e")
+so=-; if [ "$o" -le 67108864 ]; then so=$($B sha256sum <"$k.o"); so=${so%% *}; fi
+f="arbiter-kept $rc $o $((e+0)) $so ${se%% *}"; printf '%s\n' "$f" >"$k.f"; $B rm -f "$k.r" "$k.n" "$k.p"
 $B cat "$k.f" "$k.e" >&2; exit "$rc""#
 );
 
@@ -56,8 +61,9 @@ $B cat "$k.f" "$k.e" >&2; exit "$rc""#
 pub(super) enum Keep {
     /// Whole in the pod before it is sent: a stream that came short is completed from it.
     File,
-    /// Sent as it comes and counted in the pod (output too large to hold twice in the pod's
-    /// ephemeral storage): a stream that came short is [`SandboxError::Lost`].
+    /// Sent as it comes and counted in the pod (output that may be too large to hold in the
+    /// pod's ephemeral storage), its first [`KEEP_FILE_MAX`] bytes kept: a stream that came
+    /// short is completed from them when that was all of it, else [`SandboxError::Lost`].
     Stream,
 }
 
@@ -733,6 +739,12 @@ mod tests {
             split_facts(format!("oops\narbiter-kept 0 1 2 {sha} {sha}\n").as_bytes()).is_none()
         );
         assert!(split_facts(format!("arbiter-kept 0 1 2 {sha} {sha} x\n").as_bytes()).is_none());
+    }
+
+    #[test]
+    fn a_streamed_output_is_kept_up_to_the_file_bound() {
+        let bound = KEEP_FILE_MAX.to_string();
+        assert_eq!(KEEP.matches(bound.as_str()).count(), 2, "{KEEP}");
     }
 
     #[test]
