@@ -238,7 +238,11 @@ impl KubernetesSandbox {
 
     /// The walk of the pod's image on the pod's node: once per (digest, node).
     pub(super) async fn image_walk(&self, facts: &PodFacts) -> Result<Arc<Walk>, SandboxError> {
-        let key = (facts.image_id.clone(), facts.node.clone());
+        // By digest where there is one: the runtime's image id and a pinned reference of the
+        // same image name it alike (a pod handed over early has only the latter).
+        let id = facts.image_id.as_str();
+        let id = id.rsplit_once('@').map_or(id, |(_, digest)| digest);
+        let key = (id.to_string(), facts.node.clone());
         let cell = self
             .integrity
             .indexes

@@ -145,6 +145,11 @@ printf '\037%s\n' "$f" >&2; exit "$rc""#
 /// How long connecting an exec may keep failing (a kubelet restarting answers "pod does not
 /// exist" for about a second) before it is an error.
 const CONNECT_RETRY: Duration = Duration::from_secs(8);
+/// An exec into a pod handed over early (`attach`) is asked again this many times, after
+/// [`EARLY_PAUSE`] times the try's number, before the watch decides: 1 s in all, the
+/// kubelet's relist period, after which the API says whether it runs.
+const EARLY_TRIES: u32 = 4;
+const EARLY_PAUSE: Duration = Duration::from_millis(100);
 /// How long the API may take to report the status once the streams ended.
 const STATUS_WAIT: Duration = Duration::from_secs(10);
 
@@ -370,10 +375,32 @@ impl KubernetesSandbox {
             .max_stdin_buf_size(256 * 1024)
             .max_stdout_buf_size(256 * 1024)
             .max_stderr_buf_size(64 * 1024);
-        let started = Instant::now();
+        let mut started = Instant::now();
+        // A pod handed over before "running" reached the API (`await_running`'s `early`):
+        // its container may not run yet, so a refused exec is asked again soon, a few times,
+        // and then the watch decides (an image still being pulled, a slow node).
+        let mut early = self.is_unconfirmed(pod).await;
+        let mut tries = 0u32;
         loop {
             match self.pods().exec(pod, argv.to_vec(), &params).await {
-                Ok(process) => return Ok(process),
+                Ok(process) => {
+                    if early {
+                        self.confirm(pod).await;
+                    }
+                    return Ok(process);
+                }
+                Err(e) if early => {
+                    tries += 1;
+                    if tries <= EARLY_TRIES {
+                        tracing::debug!(pod, tries, "exec connect while starting: {e}");
+                        tokio::time::sleep(EARLY_PAUSE * tries).await;
+                        continue;
+                    }
+                    early = false;
+                    self.confirm(pod).await;
+                    self.await_running(pod, false).await?;
+                    started = Instant::now();
+                }
                 Err(e) => {
                     let status = api_status(&e);
                     let retry =

@@ -70,6 +70,10 @@ pub(super) struct PodState {
     pub proof: Option<(Proofs, Arc<OnceCell<()>>)>,
     /// An upload held for its next command (`carry.rs`).
     pub held: Option<super::carried::HeldUpload>,
+    /// The watch saw its init containers done and its main container being started, not
+    /// yet running (`await_running`): its first exec may find the container not running yet
+    /// and asks again soon (`attach`). Cleared by the first exec that connects.
+    pub unconfirmed: bool,
 }
 
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
@@ -190,6 +194,7 @@ impl KubernetesSandbox {
                     proven: true,
                     proof: None,
                     held: None,
+                    unconfirmed: false,
                 },
             );
             return Ok(ContainerId::new(name));
@@ -213,6 +218,7 @@ impl KubernetesSandbox {
             proven: false,
             proof: None,
             held: None,
+            unconfirmed: false,
         };
         self.states.lock().await.insert(name.clone(), state);
         Ok(ContainerId::new(name))
@@ -275,7 +281,7 @@ impl KubernetesSandbox {
             // is found by the first exec, whose failure asks the pod how it ended).
             state.facts.clone()
         } else {
-            super::changes::facts_of(&self.await_running(pod).await?)
+            super::changes::facts_of(&self.await_running(pod, true).await?)
         };
         // Running: its start slot goes to the next pod. (A pod that never ran keeps it until
         // it is removed, so pending pods never outnumber the slots.)
@@ -323,7 +329,7 @@ impl KubernetesSandbox {
             _ => (false, None),
         };
         if fresh {
-            self.await_running(pod).await?;
+            self.await_running(pod, true).await?;
             // A pod of a frozen filesystem read without being started (the source `clean`
             // mode copies the agent's changes from): its files are those of the frozen
             // filesystem only once they are replayed.
@@ -341,7 +347,14 @@ impl KubernetesSandbox {
     /// itself, or at the start deadline, quoting the pod's events. One watch sees it placed
     /// and running: a pod no node takes within the (shorter) schedule timeout fails early,
     /// naming the scheduler's reason from the last state the watch saw.
-    async fn await_running(&self, pod: &str) -> Result<Pod, SandboxError> {
+    ///
+    /// `early`: also return once the init containers are done and the main container is
+    /// being started ([`main_starting`]) and no later state came within [`EARLY_WAIT`]. The
+    /// kubelet learns that a container runs only at its next relist of the runtime (once a
+    /// second: its generic PLEG), so "running" reaches the API up to a second after the
+    /// container started; the pod is then marked `unconfirmed` and its first exec asks again
+    /// while the container is not running yet (`attach`), falling back to this watch.
+    pub(super) async fn await_running(&self, pod: &str, early: bool) -> Result<Pod, SandboxError> {
         use futures_util::TryStreamExt;
         let begun = tokio::time::Instant::now();
         let placed_by = begun + self.schedule_timeout().min(START_DEADLINE);
@@ -353,9 +366,12 @@ impl KubernetesSandbox {
         // the apiserver's, not the pod's: the watcher re-lists on the next poll. Only the
         // deadline ends the wait; its message quotes the last such error.
         let mut watch_error: Option<String> = None;
+        // When the watch first saw the main container being started (`early` only).
+        let mut starting: Option<tokio::time::Instant> = None;
         let why = loop {
             let placed = last.as_ref().is_some_and(super::starting::scheduled);
             let until = if placed { running_by } else { placed_by };
+            let until = starting.map_or(until, |at| until.min(at + EARLY_WAIT));
             match tokio::time::timeout_at(until, stream.try_next()).await {
                 Ok(Ok(Some(Some(p)))) => {
                     match start_verdict(&p) {
@@ -363,7 +379,23 @@ impl KubernetesSandbox {
                         Some(Err(why)) => break why,
                         None => {}
                     }
+                    if early && starting.is_none() && main_starting(&p) {
+                        starting = Some(tokio::time::Instant::now());
+                    }
                     last = Some(p);
+                }
+                Err(_) if starting.is_some_and(|at| at + EARLY_WAIT <= until) => {
+                    if let Some(s) = self.states.lock().await.get_mut(pod) {
+                        s.unconfirmed = true;
+                    }
+                    tracing::debug!(pod, "main container being started: handed over early");
+                    let mut p = last.unwrap_or_default();
+                    // Its image id is known only once it runs: an image by tag leaves the
+                    // change set's facts to a later read (`facts`), a digest is its own id.
+                    if !p.spec.as_ref().is_some_and(main_by_digest) {
+                        p.spec = None;
+                    }
+                    return Ok(p);
                 }
                 Ok(Ok(Some(None))) => {
                     return Err(KubeError::PodGone {
@@ -405,6 +437,22 @@ impl KubernetesSandbox {
             events,
         }
         .into())
+    }
+
+    /// `pod` was handed over before its main container was seen running (`await_running`).
+    pub(super) async fn is_unconfirmed(&self, pod: &str) -> bool {
+        self.states
+            .lock()
+            .await
+            .get(pod)
+            .is_some_and(|s| s.unconfirmed)
+    }
+
+    /// An exec connected to `pod`'s main container (or the watch has the last word).
+    pub(super) async fn confirm(&self, pod: &str) {
+        if let Some(s) = self.states.lock().await.get_mut(pod) {
+            s.unconfirmed = false;
+        }
     }
 
     /// The proofs `pod`'s start left to its first exec, when not made yet: the caller makes
@@ -771,6 +819,46 @@ fn main_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus
         .as_ref()?
         .iter()
         .find(|s| s.name == MAIN)
+}
+
+/// How long the watch waits for "running" after it saw the main container being started
+/// (`await_running`'s `early`), before the first exec tries.
+const EARLY_WAIT: Duration = Duration::from_millis(100);
+
+/// The init containers all ended with 0 and the main container waits for nothing that will
+/// not come (no fatal reason): the kubelet is creating and starting it.
+pub(super) fn main_starting(pod: &Pod) -> bool {
+    let (Some(spec), Some(status)) = (pod.spec.as_ref(), pod.status.as_ref()) else {
+        return false;
+    };
+    let inits = status
+        .init_container_statuses
+        .as_deref()
+        .unwrap_or_default();
+    let wanted = spec.init_containers.as_ref().map_or(0, Vec::len);
+    let done = inits.len() == wanted
+        && inits.iter().all(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        });
+    let waiting = main_status(pod).is_some_and(|m| {
+        m.state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .is_some_and(|w| !FATAL_WAITING.contains(&w.reason.as_deref().unwrap_or("")))
+    });
+    status.phase.as_deref() == Some("Pending") && done && waiting
+}
+
+/// The main container's image is named by digest.
+fn main_by_digest(spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {
+    spec.containers
+        .iter()
+        .find(|c| c.name == MAIN)
+        .and_then(|c| c.image.as_deref())
+        .is_some_and(|i| i.contains("@sha256:"))
 }
 
 /// `Some(Ok)` once the main container runs; `Some(Err(why))` when it never will (a failed

@@ -307,6 +307,7 @@ impl KubernetesSandbox {
                 proven: false,
                 proof: None,
                 held: None,
+                unconfirmed: false,
             },
         );
         self.sidecars.lock().await.insert(
