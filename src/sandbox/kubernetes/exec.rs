@@ -145,11 +145,25 @@ printf '\037%s\n' "$f" >&2; exit "$rc""#
 /// How long connecting an exec may keep failing (a kubelet restarting answers "pod does not
 /// exist" for about a second) before it is an error.
 const CONNECT_RETRY: Duration = Duration::from_secs(8);
-/// An exec into a pod handed over early (`attach`) is asked again this many times, after
+/// An exec into a pod handed over early (`run_reporting`) is asked again this many times, after
 /// [`EARLY_PAUSE`] times the try's number, before the watch decides: 1 s in all, the
 /// kubelet's relist period, after which the API says whether it runs.
 const EARLY_TRIES: u32 = 4;
 const EARLY_PAUSE: Duration = Duration::from_millis(100);
+
+/// One exec of `run_reporting`.
+enum Attempt {
+    /// What `run_reporting` answers.
+    Done(Result<RawEnd, String>),
+    /// The container did not run yet (a pod handed over early): nothing ran.
+    NotRunningYet(String),
+}
+
+/// An exec's failure status saying that the container does not run (yet): the kubelet found
+/// no running container to exec in, so nothing ran.
+fn not_running_yet(message: &str) -> bool {
+    message.contains("container not found") || message.contains("not running")
+}
 /// How long the API may take to report the status once the streams ended.
 const STATUS_WAIT: Duration = Duration::from_secs(10);
 
@@ -375,32 +389,10 @@ impl KubernetesSandbox {
             .max_stdin_buf_size(256 * 1024)
             .max_stdout_buf_size(256 * 1024)
             .max_stderr_buf_size(64 * 1024);
-        let mut started = Instant::now();
-        // A pod handed over before "running" reached the API (`await_running`'s `early`):
-        // its container may not run yet, so a refused exec is asked again soon, a few times,
-        // and then the watch decides (an image still being pulled, a slow node).
-        let mut early = self.is_unconfirmed(pod).await;
-        let mut tries = 0u32;
+        let started = Instant::now();
         loop {
             match self.pods().exec(pod, argv.to_vec(), &params).await {
-                Ok(process) => {
-                    if early {
-                        self.confirm(pod).await;
-                    }
-                    return Ok(process);
-                }
-                Err(e) if early => {
-                    tries += 1;
-                    if tries <= EARLY_TRIES {
-                        tracing::debug!(pod, tries, "exec connect while starting: {e}");
-                        tokio::time::sleep(EARLY_PAUSE * tries).await;
-                        continue;
-                    }
-                    early = false;
-                    self.confirm(pod).await;
-                    self.await_running(pod, false).await?;
-                    started = Instant::now();
-                }
+                Ok(process) => return Ok(process),
                 Err(e) => {
                     let status = api_status(&e);
                     let retry =
@@ -467,13 +459,59 @@ impl KubernetesSandbox {
         err: &mut Sink<'_>,
         (timeout, grace): (Option<Duration>, Duration),
     ) -> Result<Result<RawEnd, String>, SandboxError> {
+        // A pod handed over before "running" reached the API (`await_running`'s `early`): its
+        // container may not run yet, and then the exec's status says so before anything ran.
+        // It is asked again soon, a few times, and then the watch decides (an image still
+        // being pulled, a slow node).
+        let mut tries = 0u32;
+        loop {
+            let early = self.is_unconfirmed(pod).await;
+            let attempt = self
+                .run_attempt(pod, argv, stdin, out, err, (timeout, grace), early)
+                .await?;
+            match attempt {
+                Attempt::NotRunningYet(message) => {
+                    tries += 1;
+                    if tries <= EARLY_TRIES {
+                        tracing::debug!(pod, tries, "exec while starting: {message}");
+                        tokio::time::sleep(EARLY_PAUSE * tries).await;
+                    } else {
+                        self.confirm(pod).await;
+                        self.await_running(pod, false).await?;
+                    }
+                }
+                Attempt::Done(done) => {
+                    if early {
+                        self.confirm(pod).await;
+                        self.early_wait.learn(tries);
+                    }
+                    return Ok(done);
+                }
+            }
+        }
+    }
+
+    /// One exec of [`run_reporting`](Self::run_reporting); `early`: the pod's container
+    /// may not run yet, and a status saying so before any output is `NotRunningYet`.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_attempt(
+        &self,
+        pod: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+        out: &mut Sink<'_>,
+        err: &mut Sink<'_>,
+        (timeout, grace): (Option<Duration>, Duration),
+        early: bool,
+    ) -> Result<Attempt, SandboxError> {
         let mut process = self.attach(pod, argv, stdin.is_some()).await?;
+        let mut taken = false;
         let mut stdout = process.stdout();
         let mut stderr = process.stderr();
         let mut status = process.take_status().map(Box::pin);
         // The status, when it came while the output was still being read; `Some(None)`: the
         // connection ended without one (the apiserver or the kubelet went away).
-        let mut early: Option<Option<Status>> = None;
+        let mut got_status: Option<Option<Status>> = None;
         let writer = process.stdin();
         let feed = async move {
             if let (Some(mut w), Some(bytes)) = (writer, stdin) {
@@ -505,11 +543,17 @@ impl KubernetesSandbox {
                     }
                 }
                 n = read(&mut stdout, &mut buf_out), if !out_done => match n {
-                    Some(n) => if !out.take(&buf_out[..n]).await? { cut = true; break; },
+                    Some(n) => {
+                        taken = true;
+                        if !out.take(&buf_out[..n]).await? { cut = true; break; }
+                    }
                     None => out_done = true,
                 },
                 n = read(&mut stderr, &mut buf_err), if !err_done => match n {
-                    Some(n) => if !err.take(&buf_err[..n]).await? { cut = true; break; },
+                    Some(n) => {
+                        taken = true;
+                        if !err.take(&buf_err[..n]).await? { cut = true; break; }
+                    }
                     None => err_done = true,
                 },
                 st = async {
@@ -517,9 +561,9 @@ impl KubernetesSandbox {
                         Some(f) => f.await,
                         None => std::future::pending().await,
                     }
-                }, if status.is_some() && early.is_none() => {
+                }, if status.is_some() && got_status.is_none() => {
                     let lost = st.is_none();
-                    early = Some(st);
+                    got_status = Some(st);
                     if lost {
                         break;
                     }
@@ -543,23 +587,26 @@ impl KubernetesSandbox {
         }
         if stage > 0 {
             process.abort();
-            return Ok(Ok(RawEnd::TimedOut));
+            return Ok(Attempt::Done(Ok(RawEnd::TimedOut)));
         }
         if cut {
             process.abort();
-            return Ok(Ok(RawEnd::Cut));
+            return Ok(Attempt::Done(Ok(RawEnd::Cut)));
         }
-        let got = match (early, status) {
+        let got = match (got_status, status) {
             (Some(got), _) => Ok(got),
             (None, Some(status)) => tokio::time::timeout(STATUS_WAIT, status).await,
-            (None, None) => return Ok(Ok(RawEnd::Cut)),
+            (None, None) => return Ok(Attempt::Done(Ok(RawEnd::Cut))),
         };
-        match got {
+        let done = match got {
             Ok(Some(status)) => match exit_code_of(&status) {
                 Ok(code) => Ok(Ok(RawEnd::Exited(code))),
+                Err(message) if early && !taken && not_running_yet(&message) => {
+                    return Ok(Attempt::NotRunningYet(message));
+                }
                 Err(message) => {
                     if let Some(how) = self.pod_ended(pod).await {
-                        return gone(pod, how).map(Ok);
+                        return gone(pod, how).map(|end| Attempt::Done(Ok(end)));
                     }
                     Err(KubeError::Exec {
                         pod: pod.to_string(),
@@ -588,7 +635,8 @@ impl KubernetesSandbox {
                     )))
                 }
             },
-        }
+        };
+        done.map(Attempt::Done)
     }
 
     /// A toolbox command as root, its output in memory as the stream brought it (at most
@@ -774,6 +822,17 @@ async fn read<R: tokio::io::AsyncRead + Unpin>(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
+
+    #[test]
+    fn only_a_status_that_found_no_running_container_is_not_running_yet() {
+        assert!(not_running_yet(
+            "Internal error occurred: unable to upgrade connection: container not found (\"main\")"
+        ));
+        assert!(!not_running_yet(
+            "command terminated with non-zero exit code: error executing command [sh], exit code 2"
+        ));
+        assert!(!not_running_yet("Internal error occurred: error sending request"));
+    }
 
     #[test]
     fn exit_codes_come_from_the_status() {

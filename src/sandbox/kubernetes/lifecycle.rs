@@ -349,11 +349,12 @@ impl KubernetesSandbox {
     /// naming the scheduler's reason from the last state the watch saw.
     ///
     /// `early`: also return once the init containers are done and the main container is
-    /// being started ([`main_starting`]) and no later state came within [`EARLY_WAIT`]. The
-    /// kubelet learns that a container runs only at its next relist of the runtime (once a
-    /// second: its generic PLEG), so "running" reaches the API up to a second after the
-    /// container started; the pod is then marked `unconfirmed` and its first exec asks again
-    /// while the container is not running yet (`attach`), falling back to this watch.
+    /// being started ([`main_starting`]) and no later state came within the early wait
+    /// (`starting::EarlyWait`, learnt from the pods before). The kubelet learns that a
+    /// container runs only at its next relist of the runtime (once a second: its generic
+    /// PLEG), so "running" reaches the API up to a second after the container started. The
+    /// pod is then marked `unconfirmed`, and its first exec asks again while the container
+    /// does not run yet (`run_reporting`), falling back to this watch.
     pub(super) async fn await_running(&self, pod: &str, early: bool) -> Result<Pod, SandboxError> {
         use futures_util::TryStreamExt;
         let begun = tokio::time::Instant::now();
@@ -371,7 +372,8 @@ impl KubernetesSandbox {
         let why = loop {
             let placed = last.as_ref().is_some_and(super::starting::scheduled);
             let until = if placed { running_by } else { placed_by };
-            let until = starting.map_or(until, |at| until.min(at + EARLY_WAIT));
+            let early_by = starting.map(|at| at + self.early_wait.get());
+            let until = early_by.map_or(until, |at| until.min(at));
             match tokio::time::timeout_at(until, stream.try_next()).await {
                 Ok(Ok(Some(Some(p)))) => {
                     match start_verdict(&p) {
@@ -384,7 +386,7 @@ impl KubernetesSandbox {
                     }
                     last = Some(p);
                 }
-                Err(_) if starting.is_some_and(|at| at + EARLY_WAIT <= until) => {
+                Err(_) if early_by.is_some_and(|at| at <= until) => {
                     if let Some(s) = self.states.lock().await.get_mut(pod) {
                         s.unconfirmed = true;
                     }
@@ -821,10 +823,6 @@ fn main_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus
         .find(|s| s.name == MAIN)
 }
 
-/// How long the watch waits for "running" after it saw the main container being started
-/// (`await_running`'s `early`), before the first exec tries.
-const EARLY_WAIT: Duration = Duration::from_millis(100);
-
 /// The init containers all ended with 0 and the main container waits for nothing that will
 /// not come (no fatal reason): the kubelet is creating and starting it.
 pub(super) fn main_starting(pod: &Pod) -> bool {
@@ -978,5 +976,76 @@ mod tests {
             start_verdict(&pod(vec![], vec![cs(MAIN, running)])),
             Some(Ok(()))
         );
+    }
+
+    #[test]
+    fn the_main_container_is_being_started_once_every_init_container_ended_with_0() {
+        use k8s_openapi::api::core::v1::{Container, ContainerStateTerminated, PodSpec};
+        let waiting = |reason: &str| ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.into()),
+                message: None,
+            }),
+            ..Default::default()
+        };
+        let ended = |code: i32| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let with_inits = |mut p: Pod, n: usize, image: &str| {
+            let init = Container {
+                name: "harness".into(),
+                ..Default::default()
+            };
+            p.spec = Some(PodSpec {
+                init_containers: Some(vec![init; n]),
+                containers: vec![Container {
+                    name: MAIN.into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+            p
+        };
+        let main = || vec![cs(MAIN, waiting("PodInitializing"))];
+        let done = with_inits(
+            pod(vec![cs("harness", ended(0))], main()),
+            1,
+            "reg/img@sha256:ab",
+        );
+        assert!(main_starting(&done));
+        assert!(done.spec.as_ref().is_some_and(main_by_digest));
+        // One of two init containers still to run, or one that failed, or none reported.
+        let half = with_inits(pod(vec![cs("harness", ended(0))], main()), 2, "reg/img:1");
+        assert!(!main_starting(&half));
+        assert!(!half.spec.as_ref().is_some_and(main_by_digest));
+        let failed = with_inits(pod(vec![cs("harness", ended(1))], main()), 1, "i");
+        assert!(!main_starting(&failed));
+        let running_init = with_inits(
+            pod(vec![cs("harness", waiting("PodInitializing"))], main()),
+            1,
+            "i",
+        );
+        assert!(!main_starting(&running_init));
+        // A main container that waits for what will not come, or a pod that ended.
+        let pull = with_inits(
+            pod(
+                vec![cs("harness", ended(0))],
+                vec![cs(MAIN, waiting("ErrImagePull"))],
+            ),
+            1,
+            "i",
+        );
+        assert!(!main_starting(&pull));
+        let mut gone = done.clone();
+        if let Some(s) = gone.status.as_mut() {
+            s.phase = Some("Failed".into());
+        }
+        assert!(!main_starting(&gone));
+        assert!(!main_starting(&Pod::default()));
     }
 }

@@ -84,6 +84,8 @@ pub struct KubernetesSandbox {
     sidecars: Mutex<HashMap<String, sidecar::SidecarState>>,
     /// The start-rate cap (`max_starting`).
     slots: Arc<starting::StartSlots>,
+    /// How long a pod handed over early waits before its first exec (`await_running`).
+    early_wait: starting::EarlyWait,
     /// Image walks, replayed pods and frozen filesystems (the change set, `freeze`).
     integrity: changes::Integrity,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
@@ -192,6 +194,7 @@ impl KubernetesSandbox {
             states: Mutex::new(HashMap::new()),
             sidecars: Mutex::new(HashMap::new()),
             slots,
+            early_wait: starting::EarlyWait::default(),
             integrity: changes::Integrity::default(),
             kept: kept::KeptFiles::default(),
             stopped_logs: after_stop::StoppedLogs::default(),

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -23,6 +24,50 @@ use super::KubernetesSandbox;
 /// not stuck; a job that wants unschedulable pods to give their start slot back sooner says
 /// so.
 pub(crate) const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long after the watch saw a pod's main container being started its first exec waits
+/// (`await_running`'s `early`): learnt from the execs that found the container not running
+/// yet (each a request) and those that found it at once (each perhaps later than needed).
+/// Longer by [`EARLY_STEP`] per exec that came too soon, shorter by a tenth after one that
+/// did not; within [`EARLY_MIN`]..=[`EARLY_MAX`].
+#[derive(Debug)]
+pub(crate) struct EarlyWait {
+    millis: AtomicU64,
+}
+
+const EARLY_MIN: Duration = Duration::from_millis(40);
+const EARLY_MAX: Duration = Duration::from_millis(800);
+const EARLY_STEP: Duration = Duration::from_millis(50);
+
+impl Default for EarlyWait {
+    fn default() -> EarlyWait {
+        EarlyWait {
+            millis: AtomicU64::new(100),
+        }
+    }
+}
+
+impl EarlyWait {
+    pub(crate) fn get(&self) -> Duration {
+        Duration::from_millis(self.millis.load(Ordering::Relaxed))
+    }
+
+    /// An early pod's first command ran after `too_soon` execs that found it not running.
+    pub(crate) fn learn(&self, too_soon: u32) {
+        let step = EARLY_STEP.as_millis() as u64;
+        let (min, max) = (EARLY_MIN.as_millis() as u64, EARLY_MAX.as_millis() as u64);
+        let _ = self
+            .millis
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                let next = if too_soon == 0 {
+                    m - m / 10
+                } else {
+                    m + step * u64::from(too_soon)
+                };
+                Some(next.clamp(min, max))
+            });
+    }
+}
 
 /// The start slots of one backend: unlimited without `max_starting`.
 #[derive(Debug, Default)]
@@ -152,6 +197,22 @@ pub(crate) fn unschedulable_reason(pod: &Pod) -> Option<String> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+
+    #[test]
+    fn the_early_wait_grows_with_execs_too_soon_and_shrinks_without_within_bounds() {
+        let wait = EarlyWait::default();
+        assert_eq!(wait.get(), Duration::from_millis(100));
+        wait.learn(2);
+        assert_eq!(wait.get(), Duration::from_millis(200));
+        wait.learn(0);
+        assert_eq!(wait.get(), Duration::from_millis(180));
+        for _ in 0..100 {
+            wait.learn(0);
+        }
+        assert_eq!(wait.get(), EARLY_MIN);
+        wait.learn(100);
+        assert_eq!(wait.get(), EARLY_MAX);
+    }
 
     #[tokio::test]
     async fn a_slot_is_held_until_released_and_a_dropped_one_comes_back() {
