@@ -161,7 +161,7 @@ enum Attempt {
 
 /// An exec's failure status saying that the container does not run (yet): the kubelet found
 /// no running container to exec in, so nothing ran.
-fn not_running_yet(message: &str) -> bool {
+pub(super) fn not_running_yet(message: &str) -> bool {
     message.contains("container not found") || message.contains("not running")
 }
 /// How long the API may take to report the status once the streams ended.
@@ -831,7 +831,9 @@ mod tests {
         assert!(!not_running_yet(
             "command terminated with non-zero exit code: error executing command [sh], exit code 2"
         ));
-        assert!(!not_running_yet("Internal error occurred: error sending request"));
+        assert!(!not_running_yet(
+            "Internal error occurred: error sending request"
+        ));
     }
 
     #[test]

@@ -177,8 +177,14 @@ impl KubernetesSandbox {
             && spec.owner.role == crate::sandbox::Role::Agent
             && let Some((name, claimed)) = self.warm.claim(&pod, proofs).await
         {
-            let facts = super::changes::facts_of(&claimed);
-            let running = start_verdict(&claimed) == Some(Ok(())) && facts.is_some();
+            // Offered once its main container was being started (warm.rs): the claim's
+            // answer may not show it running yet, and then its first exec asks again.
+            let seen_running = start_verdict(&claimed) == Some(Ok(()));
+            let starting = !seen_running && main_starting(&claimed);
+            let facts = (seen_running || claimed.spec.as_ref().is_some_and(main_by_digest))
+                .then(|| super::changes::facts_of(&claimed))
+                .flatten();
+            let running = (seen_running || starting) && facts.is_some();
             self.states.lock().await.insert(
                 name.clone(),
                 PodState {
@@ -194,7 +200,7 @@ impl KubernetesSandbox {
                     proven: true,
                     proof: None,
                     held: None,
-                    unconfirmed: false,
+                    unconfirmed: starting && running,
                 },
             );
             return Ok(ContainerId::new(name));
@@ -377,11 +383,20 @@ impl KubernetesSandbox {
             match tokio::time::timeout_at(until, stream.try_next()).await {
                 Ok(Ok(Some(Some(p)))) => {
                     match start_verdict(&p) {
-                        Some(Ok(())) => return Ok(p),
+                        Some(Ok(())) => {
+                            self.early_wait.pulled(&p);
+                            return Ok(p);
+                        }
                         Some(Err(why)) => break why,
                         None => {}
                     }
-                    if early && starting.is_none() && main_starting(&p) {
+                    // Only where its image ran before: the kubelet pulls a main container's
+                    // image after the init containers, and a pull that fails is the start's.
+                    if early
+                        && starting.is_none()
+                        && main_starting(&p)
+                        && self.early_wait.was_pulled(&p)
+                    {
                         starting = Some(tokio::time::Instant::now());
                     }
                     last = Some(p);

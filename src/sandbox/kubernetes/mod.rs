@@ -85,7 +85,7 @@ pub struct KubernetesSandbox {
     /// The start-rate cap (`max_starting`).
     slots: Arc<starting::StartSlots>,
     /// How long a pod handed over early waits before its first exec (`await_running`).
-    early_wait: starting::EarlyWait,
+    early_wait: Arc<starting::EarlyWait>,
     /// Image walks, replayed pods and frozen filesystems (the change set, `freeze`).
     integrity: changes::Integrity,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
@@ -174,7 +174,13 @@ impl KubernetesSandbox {
                 None => 0,
             },
         };
-        let warm = warm::WarmPools::new(warm_pods, client.clone(), &namespace, Arc::clone(&slots));
+        let early_wait = Arc::new(starting::EarlyWait::default());
+        let warm = warm::WarmPools::new(
+            warm_pods,
+            client.clone(),
+            &namespace,
+            (Arc::clone(&slots), Arc::clone(&early_wait)),
+        );
         Ok(KubernetesSandbox {
             client,
             resolved: config::Resolved {
@@ -194,7 +200,7 @@ impl KubernetesSandbox {
             states: Mutex::new(HashMap::new()),
             sidecars: Mutex::new(HashMap::new()),
             slots,
-            early_wait: starting::EarlyWait::default(),
+            early_wait,
             integrity: changes::Integrity::default(),
             kept: kept::KeptFiles::default(),
             stopped_logs: after_stop::StoppedLogs::default(),

@@ -30,9 +30,15 @@ pub(crate) const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
 /// yet (each a request) and those that found it at once (each perhaps later than needed).
 /// Longer by [`EARLY_STEP`] per exec that came too soon, shorter by a tenth after one that
 /// did not; within [`EARLY_MIN`]..=[`EARLY_MAX`].
+///
+/// It also knows which images ran on which node (`pulled`): only a pod whose image ran on its
+/// node before is handed over early, since the kubelet pulls the main container's image only
+/// after the init containers, and a pull that fails must fail the start.
 #[derive(Debug)]
 pub(crate) struct EarlyWait {
     millis: AtomicU64,
+    /// (node, image) of main containers seen running.
+    ran: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 const EARLY_MIN: Duration = Duration::from_millis(40);
@@ -43,11 +49,40 @@ impl Default for EarlyWait {
     fn default() -> EarlyWait {
         EarlyWait {
             millis: AtomicU64::new(100),
+            ran: std::sync::Mutex::default(),
         }
     }
 }
 
+/// The node and main image of a pod, once placed.
+fn node_image(pod: &Pod) -> Option<(String, String)> {
+    let spec = pod.spec.as_ref()?;
+    let node = spec.node_name.clone().filter(|n| !n.is_empty())?;
+    let image = spec
+        .containers
+        .iter()
+        .find(|c| c.name == super::names::MAIN)?
+        .image
+        .clone()?;
+    Some((node, image))
+}
+
 impl EarlyWait {
+    /// `pod`'s main container was seen running: its image is on its node.
+    pub(crate) fn pulled(&self, pod: &Pod) {
+        if let (Some(key), Ok(mut ran)) = (node_image(pod), self.ran.lock()) {
+            ran.insert(key);
+        }
+    }
+
+    /// A main container of `pod`'s image ran on its node before.
+    pub(crate) fn was_pulled(&self, pod: &Pod) -> bool {
+        match (node_image(pod), self.ran.lock()) {
+            (Some(key), Ok(ran)) => ran.contains(&key),
+            _ => false,
+        }
+    }
+
     pub(crate) fn get(&self) -> Duration {
         Duration::from_millis(self.millis.load(Ordering::Relaxed))
     }
@@ -212,6 +247,32 @@ mod tests {
         assert_eq!(wait.get(), EARLY_MIN);
         wait.learn(100);
         assert_eq!(wait.get(), EARLY_MAX);
+    }
+
+    #[test]
+    fn only_an_image_seen_running_on_a_node_counts_as_pulled_there() {
+        use k8s_openapi::api::core::v1::Container;
+        let pod = |node: &str, image: &str| Pod {
+            spec: Some(PodSpec {
+                node_name: (!node.is_empty()).then(|| node.to_string()),
+                containers: vec![Container {
+                    name: super::super::names::MAIN.into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let wait = EarlyWait::default();
+        assert!(!wait.was_pulled(&pod("n0", "img@sha256:a")));
+        wait.pulled(&pod("n0", "img@sha256:a"));
+        assert!(wait.was_pulled(&pod("n0", "img@sha256:a")));
+        assert!(!wait.was_pulled(&pod("n1", "img@sha256:a")));
+        assert!(!wait.was_pulled(&pod("n0", "img@sha256:b")));
+        // Not placed: nothing known.
+        wait.pulled(&pod("", "img@sha256:c"));
+        assert!(!wait.was_pulled(&pod("", "img@sha256:c")));
     }
 
     #[tokio::test]

@@ -12,9 +12,10 @@
 //!   (the apiserver applies the patch atomically), and a claimed pod has no `arbiter.warm`
 //!   label left. A claimed pod is the trial's: deleted at its end, never offered again.
 //! - **Offered once running.** A warm pod is offered only once its watch saw its main
-//!   container running: a claim never waits for the scheduler, an image pull or a container
-//!   start (a trial that finds no running warm pod creates its own rather than wait for one
-//!   still starting). A warm pod that does not run within the start deadline is deleted.
+//!   container running, or being started with its init containers done (the kubelet reports
+//!   "running" up to a second later; the first exec into it asks again while it does not
+//!   run yet): a claim never waits for the scheduler, an image pull or the harness init. A
+//!   warm pod that does not run within the start deadline is deleted.
 //!   Starting warm pods hold start slots like any other (`max_starting` counts every pod
 //!   pending or starting, warm or not).
 //! - **Proved before it is offered.** A warm pod runs only what a cold one runs before its
@@ -46,10 +47,14 @@ use super::names::{
     ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, annotated_labels, object_labels, random_suffix,
 };
 use super::proof::{self, Answer, Proofs};
-use super::starting::StartSlots;
+use super::starting::{EarlyWait, StartSlots};
 use crate::digest::sha256_hex;
 use crate::sandbox::handover::HANDOVER_WAIT;
 use crate::sandbox::{LABEL_ROLE, LABEL_TRIAL};
+
+/// How long a claim waits for a starting warm pod when none is free (`claim`): about a
+/// cold pod's start, after which the trial creates its own.
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Label of an unclaimed warm pod: its spec key.
 pub(crate) const LABEL_WARM: &str = "arbiter.warm";
@@ -123,6 +128,8 @@ struct Pool {
     free: VecDeque<String>,
     /// Warm pods being created or started.
     creating: usize,
+    /// Claims waiting for one of those (`claim`): no more than there are.
+    waiting: usize,
     /// What the start of a pod of the spec must prove before it is offered.
     proofs: Proofs,
 }
@@ -142,6 +149,8 @@ pub(crate) struct WarmPools {
     shared: Arc<Mutex<Shared>>,
     /// The backend's start slots (the start-rate cap).
     slots: Arc<StartSlots>,
+    /// Which images ran on which node (a pod is offered early only where its image ran).
+    early: Arc<EarlyWait>,
     /// `true` once the pools closed: warm pods still starting stop waiting.
     closing: watch::Sender<bool>,
     /// Trials of the job that will still start (`usize::MAX`: not told): no more warm pods
@@ -149,6 +158,8 @@ pub(crate) struct WarmPools {
     demand: AtomicUsize,
     /// Warm pods claimed (for tests and benches).
     claimed: AtomicU64,
+    /// Bumped whenever a starting warm pod is offered or given up (claims waiting for one).
+    offered: Arc<watch::Sender<u64>>,
 }
 
 impl WarmPools {
@@ -156,16 +167,18 @@ impl WarmPools {
         target: u32,
         client: kube::Client,
         namespace: &str,
-        slots: Arc<StartSlots>,
+        (slots, early): (Arc<StartSlots>, Arc<EarlyWait>),
     ) -> WarmPools {
         WarmPools {
             target: target as usize,
             pods: Api::namespaced(client, namespace),
             shared: Arc::new(Mutex::new(Shared::default())),
             slots,
+            early,
             closing: watch::Sender::new(false),
             demand: AtomicUsize::new(usize::MAX),
             claimed: AtomicU64::new(0),
+            offered: Arc::new(watch::Sender::new(0)),
         }
     }
 
@@ -184,12 +197,16 @@ impl WarmPools {
 
     /// Claim a running warm pod for `trial_pod` (the pod the trial would create): its name and
     /// the claimed object as the patch returned it, or `None` (none free: the trial creates
-    /// its own). The pool of this
-    /// spec is started on first sight and topped up after each claim.
+    /// its own). The pool of this spec is started on first sight and topped up after each
+    /// claim. With none free but some starting (more than claims already waiting for them),
+    /// the claim waits for one, at most [`CLAIM_WAIT`]: a pod well on its way is sooner
+    /// than a new one.
     pub(super) async fn claim(&self, trial_pod: &Pod, proofs: Proofs) -> Option<(String, Pod)> {
         let key = spec_key(trial_pod);
+        let wait_until = tokio::time::Instant::now() + CLAIM_WAIT;
         loop {
-            let name = {
+            let mut offered = self.offered.subscribe();
+            let (name, wait) = {
                 let mut shared = self.shared.lock().await;
                 if shared.closed {
                     return None;
@@ -198,12 +215,27 @@ impl WarmPools {
                     template: trial_pod.clone(),
                     free: VecDeque::new(),
                     creating: 0,
+                    waiting: 0,
                     proofs,
                 });
-                pool.free.pop_front()
+                let name = pool.free.pop_front();
+                let wait = name.is_none()
+                    && pool.creating > pool.waiting
+                    && tokio::time::Instant::now() < wait_until;
+                if wait {
+                    pool.waiting += 1;
+                }
+                (name, wait)
             };
             // One taken (or none free): keep the pool at its size.
             self.top_up(&key).await;
+            if wait {
+                let _ = tokio::time::timeout_at(wait_until, offered.changed()).await;
+                if let Some(pool) = self.shared.lock().await.pools.get_mut(&key) {
+                    pool.waiting = pool.waiting.saturating_sub(1);
+                }
+                continue;
+            }
             let name = name?;
             let patch = claim_patch(trial_pod, &name, &key);
             let patch: json_patch::Patch = match serde_json::from_value(patch) {
@@ -266,7 +298,9 @@ impl WarmPools {
                     pods: self.pods.clone(),
                     shared: Arc::clone(&self.shared),
                     slots: Arc::clone(&self.slots),
+                    early: Arc::clone(&self.early),
                     closing: self.closing.subscribe(),
+                    offered: Arc::clone(&self.offered),
                 },
                 key.to_string(),
                 pod,
@@ -327,7 +361,9 @@ struct Warming {
     pods: Api<Pod>,
     shared: Arc<Mutex<Shared>>,
     slots: Arc<StartSlots>,
+    early: Arc<EarlyWait>,
     closing: watch::Receiver<bool>,
+    offered: Arc<watch::Sender<u64>>,
 }
 
 /// Create one warm pod (under a start slot), wait until it runs, prove its start, and offer
@@ -359,7 +395,7 @@ async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
     };
     let running = created
         && tokio::select! {
-            running = runs(&w.pods, &name, proofs) => match running {
+            running = runs(&w.pods, &name, proofs, &w.early) => match running {
                 Ok(()) => true,
                 Err(why) => {
                     tracing::warn!(pod = name, "warm pod not running: {why}");
@@ -371,6 +407,8 @@ async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
     drop(slot);
     let mut guard = w.shared.lock().await;
     let open = !guard.closed;
+    // Offered or given up: a claim waiting for it looks again.
+    w.offered.send_modify(|n| *n += 1);
     if let Some(pool) = guard.pools.get_mut(&key) {
         pool.creating = pool.creating.saturating_sub(1);
         if open && running {
@@ -386,8 +424,13 @@ async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
 
 /// Wait until warm pod `name`'s main container runs, at most the start deadline, and prove
 /// its start; why not.
-async fn runs(pods: &Api<Pod>, name: &str, proofs: Proofs) -> Result<(), String> {
-    started(pods, name).await?;
+async fn runs(
+    pods: &Api<Pod>,
+    name: &str,
+    proofs: Proofs,
+    early: &EarlyWait,
+) -> Result<(), String> {
+    started(pods, name, early).await?;
     let Some(argv) = proofs.argv() else {
         return Ok(());
     };
@@ -407,6 +450,14 @@ async fn runs(pods: &Api<Pod>, name: &str, proofs: Proofs) -> Result<(), String>
                 return Err(format!("network none not in place: {why}"));
             }
             Answer::NotYet | Answer::Refused(_) => {}
+            // Offered early (`started`): the container may not run yet; nothing ran.
+            Answer::Unclear(why) if super::exec::not_running_yet(&why) => {
+                if begun.elapsed() >= HANDOVER_WAIT {
+                    return Err(format!("its main container did not run: {why}"));
+                }
+                tokio::time::sleep(EARLY_WAIT).await;
+                continue;
+            }
             Answer::Unclear(why) => {
                 unclear += 1;
                 if unclear >= proof::UNCLEAR_TRIES {
@@ -425,18 +476,36 @@ async fn runs(pods: &Api<Pod>, name: &str, proofs: Proofs) -> Result<(), String>
     }
 }
 
-/// Wait until warm pod `name`'s main container runs, at most the start deadline; why not.
-async fn started(pods: &Api<Pod>, name: &str) -> Result<(), String> {
+/// How long after its main container was seen being started a warm pod waits for "running"
+/// before it is proved or offered (`started`).
+const EARLY_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Wait until warm pod `name`'s main container runs, or is being started and no later state
+/// came within [`EARLY_WAIT`] (the kubelet reports "running" only at its next relist, up to
+/// a second later: the proofs' exec, or the claiming trial's first, asks again while it
+/// does not run yet), at most the start deadline; why not.
+async fn started(pods: &Api<Pod>, name: &str, early: &EarlyWait) -> Result<(), String> {
     use futures_util::TryStreamExt;
-    let until = tokio::time::Instant::now() + super::lifecycle::START_DEADLINE;
+    let deadline = tokio::time::Instant::now() + super::lifecycle::START_DEADLINE;
+    let mut starting: Option<tokio::time::Instant> = None;
     let mut stream = std::pin::pin!(super::starting::watch_pod(pods.clone(), name));
     loop {
+        let until = starting.map_or(deadline, |at| deadline.min(at + EARLY_WAIT));
         match tokio::time::timeout_at(until, stream.try_next()).await {
             Ok(Ok(Some(Some(p)))) => {
                 if let Some(verdict) = super::lifecycle::start_verdict(&p) {
+                    if verdict.is_ok() {
+                        early.pulled(&p);
+                    }
                     return verdict;
                 }
+                // Only where its image ran before (a pull that fails is the start's).
+                if starting.is_none() && super::lifecycle::main_starting(&p) && early.was_pulled(&p)
+                {
+                    starting = Some(tokio::time::Instant::now());
+                }
             }
+            Err(_) if until < deadline => return Ok(()),
             Ok(Ok(Some(None))) => return Err("deleted while starting".to_string()),
             Ok(Ok(None)) => return Err("the watch ended".to_string()),
             // The apiserver's (a dropped connection, a too-old version): the watcher
