@@ -10,6 +10,10 @@
 //! which entry holds the content) nothing is made here and the download goes to the pod.
 //! What the stream brought is checked against the size and sha256 the pod wrote before it;
 //! short or different, it is not used. Any exec into the pod (`exec.rs`'s `attach`) drops it.
+//!
+//! The first stop of an agent's pod also sends the walk of its root filesystem along (the
+//! change set's, `changes.rs`), after the logs and framed the same way: the change set that
+//! follows reads it instead of walking in another exec.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,8 +24,13 @@ use crate::sandbox::{Download, Extent, Fetched, SandboxError};
 /// The most bytes of `/logs` a stop sends along.
 pub(super) const LOGS_MAX: u64 = 4 << 20;
 
+/// The most bytes of a walk a stop sends along (a bigger one is walked in its own exec).
+pub(super) const WALK_MAX: u64 = 32 << 20;
+
 /// The line before the archive in the stop's stdout.
 const HEAD: &str = "arbiter-logs ";
+/// The line before the walk in the stop's stdout.
+const WALK_HEAD: &str = "arbiter-walk ";
 
 /// Shell lines the stop runs once every process is gone: `/logs` archived to stdout after a
 /// line `arbiter-logs SIZE SHA256`, when it is under `$_lc` bytes (else nothing is sent).
@@ -34,25 +43,52 @@ pub(super) const SEND_LOGS: &str = r#"if [ -n "$_lc" ] && [ -d /logs ] && [ ! -L
   $B rm -f "$t"
 fi"#;
 
-/// Archives of `/logs` by pod, as their stops sent them.
+/// Shell lines the stop runs after [`SEND_LOGS`]: the walk script `$_ws` (its format `$_wf`)
+/// run to a file, sent after a line `arbiter-walk SIZE SHA256` when it exited 0 within 20 s
+/// under `$_wk` bytes (else nothing is sent, and the change set walks in its own exec).
+pub(super) const SEND_WALK: &str = r#"if [ -n "$_wk" ]; then
+  t=/.arbiter/scratch/stop-walk-$$
+  if $B timeout 20 $B sh -c "$_ws" arbiter-walk "$_wf" >"$t" 2>/dev/null; then
+    n=$($B wc -c <"$t"); n=$((n+0)); s=$($B sha256sum <"$t")
+    [ "$n" -lt "$_wk" ] && { echo "arbiter-walk $n ${s%% *}"; $B cat "$t"; }
+  fi
+  $B rm -f "$t"
+fi"#;
+
+/// Archives of `/logs` and walks by pod, as their stops sent them.
 #[derive(Default)]
 pub(super) struct StoppedLogs {
     logs: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    walks: Mutex<HashMap<String, Vec<u8>>>,
 }
 
 impl StoppedLogs {
-    /// Keep what the stop of `pod` sent after its count line (`after`), when it arrived as
-    /// the pod wrote it.
-    pub(super) fn keep(&self, pod: &str, after: &[u8]) {
-        if let Some(archive) = checked(after) {
-            self.lock()
-                .insert(pod.to_string(), Arc::new(archive.to_vec()));
+    /// Keep what the stop of `pod` sent after its count line (`out`: its stdout), each part
+    /// when it arrived as the pod wrote it.
+    pub(super) fn keep(&self, pod: &str, out: &[u8]) {
+        for (head, bytes) in checked_parts(out) {
+            if head == HEAD {
+                self.lock()
+                    .insert(pod.to_string(), Arc::new(bytes.to_vec()));
+            } else if head == WALK_HEAD {
+                self.walks_lock().insert(pod.to_string(), bytes.to_vec());
+            }
         }
     }
 
     /// Something may change the pod's files: what was kept is stale.
     pub(super) fn drop_pod(&self, pod: &str) {
         self.lock().remove(pod);
+        self.walks_lock().remove(pod);
+    }
+
+    /// The walk `pod`'s stop sent, once.
+    pub(super) fn take_walk(&self, pod: &str) -> Option<Vec<u8>> {
+        self.walks_lock().remove(pod)
+    }
+
+    fn walks_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
+        self.walks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `want` made from the `/logs` `pod`'s stop sent; `None` when there is none, or when
@@ -81,18 +117,50 @@ impl StoppedLogs {
     }
 }
 
-/// The archive after the `arbiter-logs SIZE SHA256` line in `after`, when whole and the same.
-fn checked(after: &[u8]) -> Option<&[u8]> {
-    let at = after
-        .windows(HEAD.len())
-        .position(|w| w == HEAD.as_bytes())?;
-    let rest = &after[at + HEAD.len()..];
-    let end = rest.iter().position(|&b| b == b'\n')?;
-    let line = std::str::from_utf8(&rest[..end]).ok()?;
-    let (size, sha) = line.split_once(' ')?;
-    let size: usize = size.parse().ok()?;
-    let archive = &rest[end + 1..];
-    (archive.len() == size && sha256_hex(archive) == sha).then_some(archive)
+/// The parts of a stop's stdout, each after a line `HEAD SIZE SHA256` (`arbiter-logs `,
+/// `arbiter-walk `), in order, as long as each is whole and the same; lines before the first
+/// (the count line) are skipped.
+fn checked_parts(out: &[u8]) -> Vec<(&'static str, &[u8])> {
+    let mut parts = Vec::new();
+    let mut rest = out;
+    while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+        let line = &rest[..end];
+        let Some(head) = [HEAD, WALK_HEAD]
+            .into_iter()
+            .find(|h| line.starts_with(h.as_bytes()))
+        else {
+            if !parts.is_empty() {
+                break;
+            }
+            rest = &rest[end + 1..];
+            continue;
+        };
+        let Some((size, sha)) = std::str::from_utf8(&line[head.len()..])
+            .ok()
+            .and_then(|l| l.split_once(' '))
+        else {
+            break;
+        };
+        let Ok(size) = size.parse::<usize>() else {
+            break;
+        };
+        let body = &rest[end + 1..];
+        if body.len() < size || sha256_hex(&body[..size]) != sha {
+            break;
+        }
+        parts.push((head, &body[..size]));
+        rest = &body[size..];
+    }
+    parts
+}
+
+/// The archive after the `arbiter-logs SIZE SHA256` line in `out`, when whole and the same.
+#[cfg(test)]
+fn checked(out: &[u8]) -> Option<&[u8]> {
+    checked_parts(out)
+        .into_iter()
+        .find(|(head, _)| *head == HEAD)
+        .map(|(_, bytes)| bytes)
 }
 
 #[derive(Debug, PartialEq)]
@@ -158,6 +226,7 @@ fn sub_archive(logs: &[u8], path: &str, entry_only: bool) -> Option<Made> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn logs_archive(symlinked_agent: bool, hard_link: bool) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
@@ -280,6 +349,38 @@ mod tests {
         other[last] ^= 1;
         assert_eq!(checked(&other), None, "changed");
         assert_eq!(checked(b"oom_kill=0\n"), None);
+        // After the count line, and followed by a walk: both kept, in order.
+        let walk = b"mounts\0/\0\0line\n".to_vec();
+        let mut both = b"oom_kill=0\n".to_vec();
+        both.extend_from_slice(&after);
+        both.extend_from_slice(
+            format!("arbiter-walk {} {}\n", walk.len(), sha256_hex(&walk)).as_bytes(),
+        );
+        both.extend_from_slice(&walk);
+        assert_eq!(
+            checked_parts(&both),
+            vec![(HEAD, &archive[..]), (WALK_HEAD, &walk[..])]
+        );
+        // A walk that came short is not kept; the logs before it are.
+        assert_eq!(
+            checked_parts(&both[..both.len() - 1]),
+            vec![(HEAD, &archive[..])]
+        );
+        let walks = StoppedLogs::default();
+        walks.keep("w", &both);
+        assert!(
+            walks
+                .download(
+                    "w",
+                    Download::whole("/logs", Path::new("/dev/null"), 1 << 20)
+                )
+                .is_some()
+        );
+        assert_eq!(walks.take_walk("w"), Some(walk.clone()));
+        assert_eq!(walks.take_walk("w"), None, "once");
+        walks.keep("w", &both);
+        walks.drop_pod("w");
+        assert_eq!(walks.take_walk("w"), None, "dropped by an exec");
         let kept = StoppedLogs::default();
         kept.keep("p", &after);
         let to = tempfile::NamedTempFile::new().unwrap();

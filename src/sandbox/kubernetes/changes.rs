@@ -36,7 +36,7 @@ use crate::sandbox::{
 /// Prints the mount table, a NUL, every path of the root filesystem NUL-terminated, a NUL,
 /// then each path's `stat -c "$1"` line (see `walk.rs`). Dates in UTC whatever the image's
 /// zone; the list goes through the harness's scratch volume (not walked: another filesystem).
-const WALK: &str = r#"B=/.arbiter/toolbox/busybox; export TZ=UTC0; L=/.arbiter/scratch/walk-$$
+pub(super) const WALK: &str = r#"B=/.arbiter/toolbox/busybox; export TZ=UTC0; L=/.arbiter/scratch/walk-$$
 $B cat /proc/self/mountinfo || exit 90
 $B printf '\000'
 $B find / -xdev -print0 > "$L" || { $B rm -f "$L"; echo "find failed" >&2; exit 91; }
@@ -303,6 +303,13 @@ impl KubernetesSandbox {
 
     /// Walk the pod's root filesystem.
     pub(super) async fn walk(&self, pod: &str) -> Result<Walk, SandboxError> {
+        // The walk the pod's stop sent along (after_stop.rs), when nothing ran since.
+        if let Some(sent) = self.stopped_logs.take_walk(pod) {
+            match Walk::parse(&sent) {
+                Ok(walk) => return Ok(walk),
+                Err(e) => tracing::debug!(pod, "the walk the stop sent: {e}; walking again"),
+            }
+        }
         let argv = toolbox_argv("sh", &["-c", WALK, "arbiter-walk", STAT_FORMAT]);
         let mut out = Vec::new();
         let kept = self

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::sync::OnceCell;
 
 use super::KubernetesSandbox;
-use super::after_stop::{LOGS_MAX, SEND_LOGS};
+use super::after_stop::{LOGS_MAX, SEND_LOGS, SEND_WALK, WALK_MAX};
 use super::ended::{Ended, ended};
 use super::error::{KubeError, api_status};
 use super::exec::RawEnd;
@@ -72,8 +72,10 @@ pub(super) struct PodState {
     pub held: Option<super::carried::HeldUpload>,
     /// The watch saw its init containers done and its main container being started, not
     /// yet running (`await_running`): its first exec may find the container not running yet
-    /// and asks again soon (`attach`). Cleared by the first exec that connects.
+    /// and asks again soon (`run_reporting`). Cleared by the first command that ran.
     pub unconfirmed: bool,
+    /// An agent's pod not stopped yet: its stop sends the change set's walk along.
+    pub walk_on_stop: bool,
 }
 
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
@@ -201,6 +203,7 @@ impl KubernetesSandbox {
                     proof: None,
                     held: None,
                     unconfirmed: starting && running,
+                    walk_on_stop: true,
                 },
             );
             return Ok(ContainerId::new(name));
@@ -225,6 +228,7 @@ impl KubernetesSandbox {
             proof: None,
             held: None,
             unconfirmed: false,
+            walk_on_stop: spec.owner.role == crate::sandbox::Role::Agent,
         };
         self.states.lock().await.insert(name.clone(), state);
         Ok(ContainerId::new(name))
@@ -670,13 +674,36 @@ impl KubernetesSandbox {
         // says how it ended (one request less per stop).
         // Once every process is gone, the stop sends `/logs` along (after_stop.rs): what
         // the trial reads next, read without another exec.
-        let script = format!("_lc=$1\n{STOP}\n{SEND_LOGS}");
+        // An agent's pod's first stop also sends the change set's walk along.
+        let walk = self
+            .states
+            .lock()
+            .await
+            .get_mut(pod)
+            .is_some_and(|s| std::mem::take(&mut s.walk_on_stop));
+        let script = format!("_lc=$1 _wk=$2 _ws=$3 _wf=$4\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}");
         let cap = (LOGS_MAX + 1).to_string();
-        let argv = toolbox_argv("sh", &["-c", &script, "arbiter-stop", &cap]);
+        let walk_cap = if walk {
+            (WALK_MAX + 1).to_string()
+        } else {
+            String::new()
+        };
+        let argv = toolbox_argv(
+            "sh",
+            &[
+                "-c",
+                &script,
+                "arbiter-stop",
+                &cap,
+                &walk_cap,
+                super::changes::WALK,
+                super::walk::STAT_FORMAT,
+            ],
+        );
         // Not kept in the pod (`kept.rs`): the stop kills every process but PID 1, the
         // keeping wrapper too. It is idempotent instead: an exit whose count line did not
         // arrive is run again.
-        let out_cap = LOGS_MAX as usize + 64 * 1024;
+        let out_cap = (LOGS_MAX + if walk { WALK_MAX } else { 0 }) as usize + 64 * 1024;
         let mut stopped = self.streamed(pod, &argv, out_cap).await;
         for _ in 0..2 {
             match &stopped {

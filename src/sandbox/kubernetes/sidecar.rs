@@ -308,6 +308,7 @@ impl KubernetesSandbox {
                 proof: None,
                 held: None,
                 unconfirmed: false,
+                walk_on_stop: false,
             },
         );
         self.sidecars.lock().await.insert(
