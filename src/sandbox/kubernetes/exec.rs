@@ -457,7 +457,7 @@ impl KubernetesSandbox {
         stdin: Option<&[u8]>,
         out: &mut Sink<'_>,
         err: &mut Sink<'_>,
-        (timeout, grace): (Option<Duration>, Duration),
+        limits: (Option<Duration>, Duration),
     ) -> Result<Result<RawEnd, String>, SandboxError> {
         // A pod handed over before "running" reached the API (`await_running`'s `early`): its
         // container may not run yet, and then the exec's status says so before anything ran.
@@ -467,7 +467,7 @@ impl KubernetesSandbox {
         loop {
             let early = self.is_unconfirmed(pod).await;
             let attempt = self
-                .run_attempt(pod, argv, stdin, out, err, (timeout, grace), early)
+                .run_attempt(pod, (argv, stdin), (&mut *out, &mut *err), limits, early)
                 .await?;
             match attempt {
                 Attempt::NotRunningYet(message) => {
@@ -493,14 +493,11 @@ impl KubernetesSandbox {
 
     /// One exec of [`run_reporting`](Self::run_reporting); `early`: the pod's container
     /// may not run yet, and a status saying so before any output is `NotRunningYet`.
-    #[allow(clippy::too_many_arguments)]
     async fn run_attempt(
         &self,
         pod: &str,
-        argv: &[String],
-        stdin: Option<&[u8]>,
-        out: &mut Sink<'_>,
-        err: &mut Sink<'_>,
+        (argv, stdin): (&[String], Option<&[u8]>),
+        (out, err): (&mut Sink<'_>, &mut Sink<'_>),
         (timeout, grace): (Option<Duration>, Duration),
         early: bool,
     ) -> Result<Attempt, SandboxError> {
