@@ -465,7 +465,8 @@ impl KubernetesSandbox {
         // being pulled, a slow node).
         let mut tries = 0u32;
         loop {
-            let early = self.is_unconfirmed(pod).await;
+            // Once the watch had the last word, never again: a failure is then the exec's.
+            let early = tries <= EARLY_TRIES && self.is_unconfirmed(pod).await;
             let attempt = self
                 .run_attempt(pod, (argv, stdin), (&mut *out, &mut *err), limits, early)
                 .await?;
@@ -478,6 +479,7 @@ impl KubernetesSandbox {
                     } else {
                         self.confirm(pod).await;
                         self.await_running(pod, false).await?;
+                        tries += 1;
                     }
                 }
                 Attempt::Done(done) => {

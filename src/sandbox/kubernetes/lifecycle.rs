@@ -291,7 +291,9 @@ impl KubernetesSandbox {
             // is found by the first exec, whose failure asks the pod how it ended).
             state.facts.clone()
         } else {
-            super::changes::facts_of(&self.await_running(pod, true).await?)
+            // Early only where nothing is replayed first (a frozen filesystem's pod).
+            let early = state.replay.is_none();
+            super::changes::facts_of(&self.await_running(pod, early).await?)
         };
         // Running: its start slot goes to the next pod. (A pod that never ran keeps it until
         // it is removed, so pending pods never outnumber the slots.)
@@ -339,7 +341,8 @@ impl KubernetesSandbox {
             _ => (false, None),
         };
         if fresh {
-            self.await_running(pod, true).await?;
+            // Not early: several reads may wait here at once, and a replay follows.
+            self.await_running(pod, false).await?;
             // A pod of a frozen filesystem read without being started (the source `clean`
             // mode copies the agent's changes from): its files are those of the frozen
             // filesystem only once they are replayed.
