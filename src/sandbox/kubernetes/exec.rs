@@ -145,7 +145,7 @@ printf '\037%s\n' "$f" >&2; exit "$rc""#
 /// How long connecting an exec may keep failing (a kubelet restarting answers "pod does not
 /// exist" for about a second) before it is an error.
 const CONNECT_RETRY: Duration = Duration::from_secs(8);
-/// An exec into a pod handed over early (`run_reporting`) is asked again this many times, after
+/// The confirming exec of a pod handed over early (`confirm_running`) is asked again this many times, after
 /// [`EARLY_PAUSE`] times the try's number, before the watch decides: 1 s in all, the
 /// kubelet's relist period, after which the API says whether it runs.
 const EARLY_TRIES: u32 = 4;
@@ -459,42 +459,64 @@ impl KubernetesSandbox {
         err: &mut Sink<'_>,
         limits: (Option<Duration>, Duration),
     ) -> Result<Result<RawEnd, String>, SandboxError> {
-        // A pod handed over before "running" reached the API (`await_running`'s `early`): its
-        // container may not run yet, and then the exec's status says so before anything ran.
-        // It is asked again soon, a few times, and then the watch decides (an image still
-        // being pulled, a slow node).
-        let mut tries = 0u32;
-        loop {
-            // Once the watch had the last word, never again: a failure is then the exec's.
-            let early = tries <= EARLY_TRIES && self.is_unconfirmed(pod).await;
-            let attempt = self
-                .run_attempt(pod, (argv, stdin), (&mut *out, &mut *err), limits, early)
-                .await?;
-            match attempt {
-                Attempt::NotRunningYet(message) => {
-                    tries += 1;
-                    if tries <= EARLY_TRIES {
-                        tracing::debug!(pod, tries, "exec while starting: {message}");
-                        tokio::time::sleep(EARLY_PAUSE * tries).await;
-                    } else {
-                        self.confirm(pod).await;
-                        self.await_running(pod, false).await?;
-                        tries += 1;
-                    }
-                }
-                Attempt::Done(done) => {
-                    if early {
-                        self.confirm(pod).await;
-                        self.early_wait.learn(tries);
-                    }
-                    return Ok(done);
-                }
-            }
+        match self
+            .run_attempt(pod, (argv, stdin), (out, err), limits, false)
+            .await?
+        {
+            Attempt::Done(done) => Ok(done),
+            Attempt::NotRunningYet(message) => Ok(Err(message)),
         }
     }
 
-    /// One exec of [`run_reporting`](Self::run_reporting); `early`: the pod's container
-    /// may not run yet, and a status saying so before any output is `NotRunningYet`.
+    /// Confirm that the main container of `pod`, handed over early (`await_running`'s
+    /// `early`), runs: the toolbox's `true`, asked again while the exec says the container
+    /// does not run yet or brings no status (nothing but `true` could have run: asking again
+    /// is harmless), four times, then the watch decides. Before anything of the trial runs in
+    /// it: a command whose exec came back without a status is never run again, so it must not
+    /// be the first.
+    pub(super) async fn confirm_running(&self, pod: &str) -> Result<(), SandboxError> {
+        let argv = toolbox_argv("true", &[]);
+        let mut tries = 0u32;
+        loop {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let attempt = self
+                .run_attempt(
+                    pod,
+                    (&argv, None),
+                    (
+                        &mut Sink::Memory {
+                            buf: &mut out,
+                            cap: 4096,
+                        },
+                        &mut Sink::Memory {
+                            buf: &mut err,
+                            cap: 4096,
+                        },
+                    ),
+                    (Some(Duration::from_secs(30)), Duration::from_secs(1)),
+                    true,
+                )
+                .await?;
+            if let Attempt::Done(Ok(RawEnd::Exited(0))) = attempt {
+                self.confirm(pod).await;
+                self.early_wait.learn(tries);
+                return Ok(());
+            }
+            tries += 1;
+            if tries > EARLY_TRIES {
+                self.confirm(pod).await;
+                self.early_wait.learn(tries);
+                self.await_running(pod, false).await?;
+                return Ok(());
+            }
+            tracing::debug!(pod, tries, "main container not confirmed running yet");
+            tokio::time::sleep(EARLY_PAUSE * tries).await;
+        }
+    }
+
+    /// One exec of [`run_reporting`](Self::run_reporting) or
+    /// [`confirm_running`](Self::confirm_running); `early`: the pod's container may not run
+    /// yet, and a status saying so before any output is `NotRunningYet`.
     async fn run_attempt(
         &self,
         pod: &str,

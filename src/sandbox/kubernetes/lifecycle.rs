@@ -71,8 +71,8 @@ pub(super) struct PodState {
     /// An upload held for its next command (`carry.rs`).
     pub held: Option<super::carried::HeldUpload>,
     /// The watch saw its init containers done and its main container being started, not
-    /// yet running (`await_running`): its first exec may find the container not running yet
-    /// and asks again soon (`run_reporting`). Cleared by the first command that ran.
+    /// yet running (`await_running`): `start_pod` confirms it with an exec of its own
+    /// (`confirm_running`) before anything of the trial runs.
     pub unconfirmed: bool,
     /// An agent's pod not stopped yet: its stop sends the change set's walk along.
     pub walk_on_stop: bool,
@@ -295,6 +295,10 @@ impl KubernetesSandbox {
             let early = state.replay.is_none();
             super::changes::facts_of(&self.await_running(pod, early).await?)
         };
+        // Handed over early: confirmed running by an exec of its own first.
+        if self.is_unconfirmed(pod).await {
+            self.confirm_running(pod).await?;
+        }
         // Running: its start slot goes to the next pod. (A pod that never ran keeps it until
         // it is removed, so pending pods never outnumber the slots.)
         self.slots.release(pod).await;
@@ -366,8 +370,9 @@ impl KubernetesSandbox {
     /// (`starting::EarlyWait`, learnt from the pods before). The kubelet learns that a
     /// container runs only at its next relist of the runtime (once a second: its generic
     /// PLEG), so "running" reaches the API up to a second after the container started. The
-    /// pod is then marked `unconfirmed`, and its first exec asks again while the container
-    /// does not run yet (`run_reporting`), falling back to this watch.
+    /// pod is then marked `unconfirmed`, and `start_pod` confirms it with the toolbox's `true`
+    /// (`confirm_running`), asked again while the container does not run yet, falling back
+    /// to this watch.
     pub(super) async fn await_running(&self, pod: &str, early: bool) -> Result<Pod, SandboxError> {
         use futures_util::TryStreamExt;
         let begun = tokio::time::Instant::now();
