@@ -291,8 +291,9 @@ impl KubernetesSandbox {
             // is found by the first exec, whose failure asks the pod how it ended).
             state.facts.clone()
         } else {
-            // Early only where nothing is replayed first (a frozen filesystem's pod).
-            let early = state.replay.is_none();
+            // Early only where nothing is replayed first (a frozen filesystem's pod), and
+            // without a start cap (its slots follow what the API shows).
+            let early = state.replay.is_none() && !self.slots.capped();
             super::changes::facts_of(&self.await_running(pod, early).await?)
         };
         // Handed over early: confirmed running by an exec of its own first.

@@ -146,6 +146,12 @@ impl StartSlots {
     fn free(&self) -> Option<usize> {
         self.cap.as_ref().map(|c| c.available_permits())
     }
+
+    /// A cap is set: a slot is given back only once the API shows the pod running (so no
+    /// pod is handed over early: the pods the API shows pending never pass the cap).
+    pub(crate) fn capped(&self) -> bool {
+        self.cap.is_some()
+    }
 }
 
 impl KubernetesSandbox {

@@ -395,7 +395,7 @@ async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
     };
     let running = created
         && tokio::select! {
-            running = runs(&w.pods, &name, proofs, &w.early) => match running {
+            running = runs(&w.pods, &name, proofs, (&w.early, w.slots.capped())) => match running {
                 Ok(()) => true,
                 Err(why) => {
                     tracing::warn!(pod = name, "warm pod not running: {why}");
@@ -428,9 +428,9 @@ async fn runs(
     pods: &Api<Pod>,
     name: &str,
     proofs: Proofs,
-    early: &EarlyWait,
+    (early, capped): (&EarlyWait, bool),
 ) -> Result<(), String> {
-    started(pods, name, early).await?;
+    started(pods, name, early, capped).await?;
     let Some(argv) = proofs.argv() else {
         return Ok(());
     };
@@ -484,7 +484,12 @@ const EARLY_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 /// came within [`EARLY_WAIT`] (the kubelet reports "running" only at its next relist, up to
 /// a second later: the proofs' exec, or the claiming trial's first, asks again while it
 /// does not run yet), at most the start deadline; why not.
-async fn started(pods: &Api<Pod>, name: &str, early: &EarlyWait) -> Result<(), String> {
+async fn started(
+    pods: &Api<Pod>,
+    name: &str,
+    early: &EarlyWait,
+    capped: bool,
+) -> Result<(), String> {
     use futures_util::TryStreamExt;
     let deadline = tokio::time::Instant::now() + super::lifecycle::START_DEADLINE;
     let mut starting: Option<tokio::time::Instant> = None;
@@ -499,8 +504,12 @@ async fn started(pods: &Api<Pod>, name: &str, early: &EarlyWait) -> Result<(), S
                     }
                     return verdict;
                 }
-                // Only where its image ran before (a pull that fails is the start's).
-                if starting.is_none() && super::lifecycle::main_starting(&p) && early.was_pulled(&p)
+                // Only where its image ran before (a pull that fails is the start's), and
+                // without a start cap (its slot is held until the API shows it running).
+                if starting.is_none()
+                    && !capped
+                    && super::lifecycle::main_starting(&p)
+                    && early.was_pulled(&p)
                 {
                     starting = Some(tokio::time::Instant::now());
                 }
