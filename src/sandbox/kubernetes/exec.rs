@@ -145,13 +145,13 @@ printf '\037%s\n' "$f" >&2; exit "$rc""#
 /// How long connecting an exec may keep failing (a kubelet restarting answers "pod does not
 /// exist" for about a second) before it is an error.
 const CONNECT_RETRY: Duration = Duration::from_secs(8);
-/// The confirming exec of a pod handed over early (`confirm_running`) is asked again this many times, after
-/// [`EARLY_PAUSE`] times the try's number, before the watch decides: 1 s in all, the
-/// kubelet's relist period, after which the API says whether it runs.
+/// The confirming exec of a pod handed over early (`confirm_running`) is asked again this
+/// many times, after [`EARLY_PAUSE`] times the try's number, before the watch decides: 1 s in
+/// all, the kubelet's relist period, after which the API says whether it runs.
 const EARLY_TRIES: u32 = 4;
 const EARLY_PAUSE: Duration = Duration::from_millis(100);
 
-/// One exec of `run_reporting`.
+/// One exec of `run_reporting` or `confirm_running`.
 enum Attempt {
     /// What `run_reporting` answers.
     Done(Result<RawEnd, String>),
@@ -164,6 +164,7 @@ enum Attempt {
 pub(super) fn not_running_yet(message: &str) -> bool {
     message.contains("container not found") || message.contains("not running")
 }
+
 /// How long the API may take to report the status once the streams ended.
 const STATUS_WAIT: Duration = Duration::from_secs(10);
 
