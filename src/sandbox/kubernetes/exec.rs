@@ -479,24 +479,21 @@ impl KubernetesSandbox {
         let argv = toolbox_argv("true", &[]);
         let mut tries = 0u32;
         loop {
+            // `true` prints nothing: whatever came is dropped.
             let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (mut out, mut err) = (
+                Sink::Memory {
+                    buf: &mut out,
+                    cap: 0,
+                },
+                Sink::Memory {
+                    buf: &mut err,
+                    cap: 0,
+                },
+            );
+            let limits = (Some(Duration::from_secs(30)), Duration::from_secs(1));
             let attempt = self
-                .run_attempt(
-                    pod,
-                    (&argv, None),
-                    (
-                        &mut Sink::Memory {
-                            buf: &mut out,
-                            cap: 4096,
-                        },
-                        &mut Sink::Memory {
-                            buf: &mut err,
-                            cap: 4096,
-                        },
-                    ),
-                    (Some(Duration::from_secs(30)), Duration::from_secs(1)),
-                    true,
-                )
+                .run_attempt(pod, (&argv, None), (&mut out, &mut err), limits, true)
                 .await?;
             if let Attempt::Done(Ok(RawEnd::Exited(0))) = attempt {
                 self.confirm(pod).await;
