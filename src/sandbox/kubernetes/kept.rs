@@ -357,6 +357,11 @@ impl KubernetesSandbox {
                 None => return Err(lost(pod, why)),
             },
             Err(e) => {
+                // Whether the wrapper ran (and removed the stale stems) is not known: they
+                // go with the next one again (`rm -f` of what is gone is harmless).
+                for old in stale {
+                    self.kept.add_stale(pod, old);
+                }
                 self.kept.add_stale(pod, stem);
                 return Err(e);
             }
