@@ -1122,3 +1122,53 @@ async fn network_none_is_only_loopback_and_a_failed_pull_names_the_image() {
     );
     assert!(err.contains("events:"), "{err}");
 }
+
+/// A pod handed over before the API reports its main container running (the kubelet's
+/// relist lags the start by up to a second): its first command confirms it running itself,
+/// in one exec with no confirming exec before it, and runs once however often it is asked.
+/// Pods start one after another on an image that ran before (only such a pod is handed over
+/// early), until three were handed over and needed no second ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_handed_over_early_runs_its_first_command_once_in_one_exec() {
+    let Some(sb) = cluster().await else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = build_spec(&tmp.path().join("ctx"), "k8s-basics", TASK_IMAGE);
+    let image = sb.prepare_image(&spec).await.expect("prepare");
+    let (mut early, mut at_once) = (0, 0);
+    for i in 0..16 {
+        let id = sb
+            .create(&container(&image, &format!("early-{i}"), Network::None, 64))
+            .await
+            .expect("create");
+        let handed = sb.early_starts().0;
+        sb.start(&id).await.expect("start");
+        let was_early = sb.early_starts().0 > handed;
+        let (before, too_soon) = (sb.api_requests(), sb.early_starts().1);
+        let (spec, out, _) = logged(tmp.path(), sh("echo ran >> /work/ran && wc -l < /work/ran"));
+        assert_eq!(sb.exec(&id, &spec).await.unwrap().end, ExecEnd::Exited(0));
+        let requests = sb.api_requests() - before;
+        let asked_again = sb.early_starts().1 - too_soon;
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap().trim(),
+            "1",
+            "pod {i}: the first command ran once (asked {} times)",
+            asked_again + 1
+        );
+        if was_early {
+            early += 1;
+            if asked_again == 0 {
+                at_once += 1;
+                assert_eq!(requests, 1, "pod {i}: its first command, one exec");
+            }
+        }
+        sb.remove(&Resource::Container(id)).await.expect("remove");
+        if at_once >= 3 {
+            break;
+        }
+    }
+    eprintln!("handed over early: {early} pods, {at_once} of them at the first ask");
+    assert!(
+        at_once >= 1,
+        "no pod of 16 was handed over early and found running at once"
+    );
+}

@@ -72,8 +72,13 @@ pub(super) fn new_stem() -> String {
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
 /// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
 /// base64 each, ending with `.`; `h`: the environment sets HOME; `p` and `u`: what the
-/// command carries, below), `$4` the stem of the files that keep the output in the pod
-/// (empty: none), `$5` the bytes of each stream kept, then the argv.
+/// command carries, below; `c`: claimed, below), `$4` the stem of the files that keep the
+/// output in the pod (empty: none), `$5` the bytes of each stream kept, then the argv.
+///
+/// Claimed (`c`, the first exec of a pod handed over early, which may be asked again): the
+/// wrapper first creates `$4.c` exclusively, and where another run of the same exec created
+/// it, exits 125 at once with [`CLAIMED`] as its whole stderr, so the command runs at most
+/// once however often it is asked.
 ///
 /// What a command carries runs first, as root, and the command runs only if it all held
 /// (`carry.rs`): `p`, the start's proofs (a base64 line on stdin after the environment: the
@@ -91,6 +96,7 @@ pub(super) fn new_stem() -> String {
 const WRAPPER: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox
 u=$1 wd=$2 fl=$3 _k=$4 _cap=$5; shift 5
+case $fl in *c*) ( set -C; : >"$_k.c" ) 2>/dev/null || { [ -e "$_k.c" ] && { printf '\037arbiter-claimed\n' >&2; exit 125; }; };; esac
 case $fl in *e*)
   while IFS= read -r l; do
     [ "$l" = . ] && break
@@ -141,6 +147,10 @@ k=$_k; rc=$($B cat "$k.r" 2>/dev/null); rc=${rc:-125}; $B rm -f "$k.po" "$k.pe" 
     r#"
 printf '\037%s\n' "$f" >&2; exit "$rc""#
 );
+
+/// The whole stderr of a claimed exec (`WRAPPER`'s `c`) that found its command run by an
+/// earlier ask of the same exec.
+const CLAIMED: &[u8] = b"\x1farbiter-claimed\n";
 
 /// How long connecting an exec may keep failing (a kubelet restarting answers "pod does not
 /// exist" for about a second) before it is an error.
@@ -194,6 +204,18 @@ pub(super) enum Sink<'a> {
 }
 
 impl Sink<'_> {
+    /// Whether all this held sink took is [`CLAIMED`] (a claimed exec's ask that found its
+    /// command run by an earlier one): then that is dropped.
+    fn take_claimed(&mut self) -> bool {
+        match self {
+            Sink::Held { held, .. } if held.as_slice() == CLAIMED => {
+                held.clear();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Take `bytes`; `false`: stop reading (the limit is passed).
     async fn take(&mut self, bytes: &[u8]) -> Result<bool, SandboxError> {
         match self {
@@ -290,7 +312,7 @@ pub(super) fn exit_code_of(status: &Status) -> Result<i64, String> {
 pub(super) fn wrapped(
     spec: &ExecSpec,
     default_user: Option<&str>,
-    keep: Option<&str>,
+    (keep, claim): (Option<&str>, bool),
     carried: Carried<'_>,
 ) -> (Vec<String>, Vec<u8>) {
     use base64_lines::encode;
@@ -314,6 +336,9 @@ pub(super) fn wrapped(
         flags.push('h');
     }
     if keep.is_some() {
+        if claim {
+            flags.push('c');
+        }
         if let Some(script) = carried.proofs {
             flags.push('p');
             stdin.extend_from_slice(encode(script.as_bytes()).as_bytes());
@@ -460,12 +485,71 @@ impl KubernetesSandbox {
         err: &mut Sink<'_>,
         limits: (Option<Duration>, Duration),
     ) -> Result<Result<RawEnd, String>, SandboxError> {
+        // Handed over early: confirmed running by an exec of its own first.
+        if self.is_unconfirmed(pod).await {
+            self.confirm_running(pod).await?;
+        }
         match self
             .run_attempt(pod, (argv, stdin), (out, err), limits, false)
             .await?
         {
             Attempt::Done(done) => Ok(done),
             Attempt::NotRunningYet(message) => Ok(Err(message)),
+        }
+    }
+
+    /// [`run_reporting`](Self::run_reporting) of a claimed command (`WRAPPER`'s `c`: it runs
+    /// at most once however often it is asked) in a pod handed over early (`await_running`'s
+    /// `early`): its exec confirms the pod running. Asked again while the container does not
+    /// run yet or the exec brings no status with nothing received, as
+    /// [`confirm_running`](Self::confirm_running) asks `true`; an ask that finds the command
+    /// run by an earlier one (its whole stderr [`CLAIMED`]) reports the status lost, and the
+    /// caller reads the end from the pod's copy.
+    async fn run_claimed(
+        &self,
+        pod: &str,
+        (argv, stdin): (&[String], Option<&[u8]>),
+        out: &mut Sink<'_>,
+        err: &mut Sink<'_>,
+        limits: (Option<Duration>, Duration),
+    ) -> Result<Result<RawEnd, String>, SandboxError> {
+        let mut tries = 0u32;
+        loop {
+            let early = tries <= EARLY_TRIES;
+            let attempt = self
+                .run_attempt(pod, (argv, stdin), (&mut *out, &mut *err), limits, early)
+                .await?;
+            let message = match attempt {
+                Attempt::Done(done) => {
+                    if early {
+                        self.confirm(pod).await;
+                        self.early_wait.learn(tries);
+                    }
+                    if matches!(done, Ok(RawEnd::Exited(125))) && err.take_claimed() {
+                        return Ok(Err(
+                            "an earlier ask of the exec ran the command; its end is read from the pod"
+                                .to_string(),
+                        ));
+                    }
+                    return Ok(done);
+                }
+                Attempt::NotRunningYet(message) => message,
+            };
+            tries += 1;
+            if tries > EARLY_TRIES {
+                // The watch has the last word: the next ask is not early.
+                self.confirm(pod).await;
+                self.early_wait.learn(tries);
+                self.await_running(pod, false).await?;
+                continue;
+            }
+            tracing::debug!(
+                pod,
+                tries,
+                message,
+                "main container not confirmed running yet"
+            );
+            tokio::time::sleep(EARLY_PAUSE * tries).await;
         }
     }
 
@@ -648,10 +732,17 @@ impl KubernetesSandbox {
                             Ok(Ok(())) => " (closed by the far side)".to_string(),
                             Err(_) => String::new(),
                         };
-                    tracing::warn!(pod, "an exec stream ended without its status{why}");
-                    Ok(Err(format!(
+                    let message = format!(
                         "the exec stream ended without the command's status while the pod still runs (the connection through the apiserver and the kubelet was lost{why})"
-                    )))
+                    );
+                    // Early, nothing came: the container may not have run yet. Only a
+                    // command that may be asked again is run early (`true`, a claimed one).
+                    if early && !taken {
+                        tracing::debug!(pod, "an early exec ended without its status{why}");
+                        return Ok(Attempt::NotRunningYet(message));
+                    }
+                    tracing::warn!(pod, "an exec stream ended without its status{why}");
+                    Ok(Err(message))
                 }
             },
         };
@@ -736,7 +827,15 @@ impl KubernetesSandbox {
             stem.is_some() || carried.is_empty(),
             "a sidecar carries nothing"
         );
-        let (argv, stdin) = wrapped(spec, default_user.as_deref(), stem.as_deref(), carried);
+        // The first exec of a pod handed over early confirms it running itself (claimed: it
+        // may be asked again), not after the toolbox's `true`.
+        let claim = stem.is_some() && self.is_unconfirmed(pod).await;
+        let (argv, stdin) = wrapped(
+            spec,
+            default_user.as_deref(),
+            (stem.as_deref(), claim),
+            carried,
+        );
         let mut unplaced = None;
         let mut stdout = CappedSink::open(spec.stdout.as_deref(), spec.cap_bytes).await?;
         let mut stderr = CappedSink::open(spec.stderr.as_deref(), spec.cap_bytes).await?;
@@ -745,16 +844,16 @@ impl KubernetesSandbox {
             held: Vec::new(),
         };
         let begun = tokio::time::Instant::now();
-        let end = self
-            .run_reporting(
-                pod,
-                &argv,
-                (!stdin.is_empty()).then_some(&stdin[..]),
-                &mut Sink::Capped(&mut stdout),
-                &mut err_sink,
-                (spec.timeout, spec.grace),
-            )
-            .await;
+        let stdin = (!stdin.is_empty()).then_some(&stdin[..]);
+        let limits = (spec.timeout, spec.grace);
+        let mut out_sink = Sink::Capped(&mut stdout);
+        let end = if claim {
+            self.run_claimed(pod, (&argv, stdin), &mut out_sink, &mut err_sink, limits)
+                .await
+        } else {
+            self.run_reporting(pod, &argv, stdin, &mut out_sink, &mut err_sink, limits)
+                .await
+        };
         let Sink::Held { held, .. } = err_sink else {
             unreachable!("the sink stays what it was made")
         };
@@ -842,6 +941,35 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 
+    #[tokio::test]
+    async fn only_a_stderr_that_is_all_the_claim_marker_says_claimed() {
+        let mut capped = CappedSink::open(None, 1 << 20).await.unwrap();
+        let mut sink = Sink::Held {
+            sink: &mut capped,
+            held: Vec::new(),
+        };
+        sink.take(CLAIMED).await.unwrap();
+        assert!(sink.take_claimed());
+        let Sink::Held { held, .. } = &sink else {
+            unreachable!()
+        };
+        assert!(held.is_empty(), "the marker is dropped");
+        // A command's own stderr before the marker: not claimed.
+        sink.take(b"out of the command\n").await.unwrap();
+        sink.take(CLAIMED).await.unwrap();
+        assert!(!sink.take_claimed());
+        let mut buf = Vec::new();
+        let mut memory = Sink::Memory {
+            buf: &mut buf,
+            cap: 64,
+        };
+        memory.take(CLAIMED).await.unwrap();
+        assert!(
+            !memory.take_claimed(),
+            "only the held stderr of a kept exec"
+        );
+    }
+
     #[test]
     fn only_a_status_that_found_no_running_container_is_not_running_yet() {
         assert!(not_running_yet(
@@ -897,7 +1025,7 @@ mod tests {
             timeout: None,
             grace: Duration::ZERO,
         };
-        let (argv, stdin) = wrapped(&spec, Some("agent"), None, Carried::default());
+        let (argv, stdin) = wrapped(&spec, Some("agent"), (None, false), Carried::default());
         assert!(!argv.iter().any(|a| a.contains("s3cret")));
         assert_eq!(argv[0], "/.arbiter/toolbox/busybox");
         let tail: Vec<&str> = argv[5..].iter().map(String::as_str).collect();
@@ -915,7 +1043,12 @@ mod tests {
             env: Vec::new(),
             ..spec
         };
-        let (argv, stdin) = wrapped(&root, Some("agent"), Some("/k"), Carried::default());
+        let (argv, stdin) = wrapped(
+            &root,
+            Some("agent"),
+            (Some("/k"), false),
+            Carried::default(),
+        );
         assert_eq!(argv[5], "", "root needs no switch");
         assert_eq!(argv[7], "-");
         assert_eq!(argv[8], "/k", "the stem of the kept output");
@@ -949,19 +1082,21 @@ mod tests {
             proofs: Some(&script),
             upload: Some(&upload),
         };
-        let (argv, stdin) = wrapped(&spec, None, Some("/k"), carried);
+        let (argv, stdin) = wrapped(&spec, None, (Some("/k"), false), carried);
         assert_eq!(argv[7], "epu");
         let argv_u = wrapped(
             &spec,
             None,
-            Some("/k"),
+            (Some("/k"), true),
             Carried {
                 proofs: None,
                 ..carried
             },
         )
         .0;
-        assert_eq!(argv_u[7], "eu");
+        assert_eq!(argv_u[7], "ecu");
+        // Claimed only where the output is kept (the claim is a kept file).
+        assert_eq!(wrapped(&spec, None, (None, true), carried).0[7], "e");
         let mut want = format!("{}\n.\n", base64_lines::encode(b"A=1"));
         want.push_str(&format!("{}\n", base64_lines::encode(script.as_bytes())));
         want.push_str(&format!("8 {}\n", sha256_hex(b"TARBYTES")));
@@ -971,7 +1106,7 @@ mod tests {
         want.push_str(".\nTARBYTES");
         assert_eq!(String::from_utf8(stdin).unwrap(), want);
         // Nothing is carried without a place in the pod to report on it.
-        let (argv, stdin) = wrapped(&spec, None, None, carried);
+        let (argv, stdin) = wrapped(&spec, None, (None, false), carried);
         assert_eq!(argv[7], "e");
         assert_eq!(
             stdin,

@@ -37,7 +37,7 @@ use crate::sandbox::toolbox::toolbox_argv;
 /// facts and stderr are sent on stderr. The command's exit code is the exec's.
 const KEEP: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox; k=$1 m=$2 n=$3; shift 3
-while [ "$n" -gt 0 ]; do $B rm -f "$1.o" "$1.e" "$1.f"; shift; n=$((n-1)); done
+while [ "$n" -gt 0 ]; do $B rm -f "$1.o" "$1.e" "$1.f" "$1.c"; shift; n=$((n-1)); done
 : >"$k.o" && : >"$k.e" || { echo "cannot keep output in $k" >&2; exit 125; }
 if [ "$m" = file ]; then
 "$@" >"$k.o" 2>"$k.e"; rc=$?
@@ -684,6 +684,8 @@ impl KubernetesSandbox {
             format!("{stem}.o"),
             format!("{stem}.e"),
             format!("{stem}.f"),
+            // A claimed exec's claim (`exec.rs`).
+            format!("{stem}.c"),
         ];
         let mut args = vec!["-f"];
         args.extend(files.iter().map(String::as_str));

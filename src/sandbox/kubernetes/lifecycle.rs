@@ -187,6 +187,9 @@ impl KubernetesSandbox {
                 .then(|| super::changes::facts_of(&claimed))
                 .flatten();
             let running = (seen_running || starting) && facts.is_some();
+            if starting && running {
+                self.early_wait.handed_over();
+            }
             self.states.lock().await.insert(
                 name.clone(),
                 PodState {
@@ -296,10 +299,8 @@ impl KubernetesSandbox {
             let early = state.replay.is_none() && !self.slots.capped();
             super::changes::facts_of(&self.await_running(pod, early).await?)
         };
-        // Handed over early: confirmed running by an exec of its own first.
-        if self.is_unconfirmed(pod).await {
-            self.confirm_running(pod).await?;
-        }
+        // Handed over early: its first exec confirms it running (`exec.rs`: a claimed
+        // command, or the toolbox's `true` before any other).
         // Running: its start slot goes to the next pod. (A pod that never ran keeps it until
         // it is removed, so pending pods never outnumber the slots.)
         self.slots.release(pod).await;
@@ -418,6 +419,7 @@ impl KubernetesSandbox {
                     if let Some(s) = self.states.lock().await.get_mut(pod) {
                         s.unconfirmed = true;
                     }
+                    self.early_wait.handed_over();
                     tracing::debug!(pod, "main container being started: handed over early");
                     let mut p = last.unwrap_or_default();
                     // Its image id is known only once it runs: an image by tag leaves the

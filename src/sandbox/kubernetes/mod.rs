@@ -255,6 +255,12 @@ impl KubernetesSandbox {
         self.kept.rereads()
     }
 
+    /// Pods handed over before their main container was reported running (`lifecycle.rs`
+    /// `await_running`'s `early`) and execs that found one not running yet, so far.
+    pub fn early_starts(&self) -> (u64, u64) {
+        self.early_wait.counts()
+    }
+
     /// The job's end: unclaimed warm pods are deleted and no more are started; how many
     /// were deleted.
     pub async fn drain_warm(&self) -> usize {

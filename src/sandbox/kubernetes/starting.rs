@@ -39,6 +39,10 @@ pub(crate) struct EarlyWait {
     millis: AtomicU64,
     /// (node, image) of main containers seen running.
     ran: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Pods handed over early so far.
+    handed_over: AtomicU64,
+    /// Execs that found a pod handed over early not running yet, so far.
+    too_soon: AtomicU64,
 }
 
 const EARLY_MIN: Duration = Duration::from_millis(40);
@@ -50,6 +54,8 @@ impl Default for EarlyWait {
         EarlyWait {
             millis: AtomicU64::new(100),
             ran: std::sync::Mutex::default(),
+            handed_over: AtomicU64::new(0),
+            too_soon: AtomicU64::new(0),
         }
     }
 }
@@ -83,12 +89,27 @@ impl EarlyWait {
         }
     }
 
+    /// A pod was handed over early.
+    pub(crate) fn handed_over(&self) {
+        self.handed_over.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Pods handed over early and execs that found one not running yet, so far.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.handed_over.load(Ordering::Relaxed),
+            self.too_soon.load(Ordering::Relaxed),
+        )
+    }
+
     pub(crate) fn get(&self) -> Duration {
         Duration::from_millis(self.millis.load(Ordering::Relaxed))
     }
 
     /// An early pod's first command ran after `too_soon` execs that found it not running.
     pub(crate) fn learn(&self, too_soon: u32) {
+        self.too_soon
+            .fetch_add(u64::from(too_soon), Ordering::Relaxed);
         let step = EARLY_STEP.as_millis() as u64;
         let (min, max) = (EARLY_MIN.as_millis() as u64, EARLY_MAX.as_millis() as u64);
         let _ = self
