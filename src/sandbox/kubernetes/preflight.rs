@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering;
 
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, ResourceRule, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    SelfSubjectRulesReview, SelfSubjectRulesReviewSpec,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
@@ -55,9 +56,14 @@ impl KubernetesSandbox {
                 return problems;
             }
         }
+        // What the namespace's rules grant, in one request; what they do not show (an
+        // authorizer that cannot list its rules) is asked one access review each.
+        let rules = self.resource_rules().await;
         let reviews: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
         for (verb, resource, sub) in NEEDED {
-            if !self.allowed(&reviews, verb, "", resource, sub).await {
+            if !granted(&rules, verb, "", resource, sub)
+                && !self.allowed(&reviews, verb, "", resource, sub).await
+            {
                 let what = if sub.is_empty() {
                     resource.to_string()
                 } else {
@@ -68,15 +74,16 @@ impl KubernetesSandbox {
                 ));
             }
         }
-        let policies = self
-            .allowed(
-                &reviews,
-                "create",
-                "networking.k8s.io",
-                "networkpolicies",
-                "",
-            )
-            .await;
+        let policies = granted(&rules, "create", "networking.k8s.io", "networkpolicies", "")
+            || self
+                .allowed(
+                    &reviews,
+                    "create",
+                    "networking.k8s.io",
+                    "networkpolicies",
+                    "",
+                )
+                .await;
         self.policies.store(policies, Ordering::SeqCst);
         if !problems.is_empty() {
             return problems;
@@ -116,6 +123,25 @@ impl KubernetesSandbox {
                 one_line(&e.to_string())
             )
         })
+    }
+
+    /// The resource rules the credentials have in the namespace (a rules review; empty when
+    /// it fails).
+    async fn resource_rules(&self) -> Vec<ResourceRule> {
+        let reviews: Api<SelfSubjectRulesReview> = Api::all(self.client.clone());
+        let review = SelfSubjectRulesReview {
+            spec: SelfSubjectRulesReviewSpec {
+                namespace: Some(self.resolved.namespace.clone()),
+            },
+            ..Default::default()
+        };
+        match reviews.create(&PostParams::default(), &review).await {
+            Ok(done) => done.status.map(|s| s.resource_rules).unwrap_or_default(),
+            Err(e) => {
+                tracing::debug!("rules review failed: {e}");
+                Vec::new()
+            }
+        }
     }
 
     async fn allowed(
@@ -207,6 +233,111 @@ impl KubernetesSandbox {
     }
 }
 
+/// Whether one of `rules` grants `verb` on `group`'s `resource` (its subresource `sub`, when
+/// not empty) whatever the object's name, as RBAC matches them (`*`, and `*/sub` for a
+/// subresource); a rule for some names only grants nothing here.
+fn granted(rules: &[ResourceRule], verb: &str, group: &str, resource: &str, sub: &str) -> bool {
+    let combined = if sub.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}/{sub}")
+    };
+    let any = |list: &[String], want: &str| list.iter().any(|v| v == "*" || v == want);
+    rules.iter().any(|rule| {
+        rule.resource_names.as_ref().is_none_or(Vec::is_empty)
+            && any(&rule.verbs, verb)
+            && any(rule.api_groups.as_deref().unwrap_or_default(), group)
+            && rule
+                .resources
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|r| {
+                    r == "*"
+                        || *r == combined
+                        || (!sub.is_empty() && r.strip_prefix("*/") == Some(sub))
+                })
+    })
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(verbs: &[&str], groups: &[&str], resources: &[&str], names: &[&str]) -> ResourceRule {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        ResourceRule {
+            verbs: strings(verbs),
+            api_groups: Some(strings(groups)),
+            resources: Some(strings(resources)),
+            resource_names: (!names.is_empty()).then(|| strings(names)),
+        }
+    }
+
+    #[test]
+    fn rules_grant_as_rbac_matches_them() {
+        // docs/kubernetes-rbac.yaml's Role, as a rules review lists it.
+        let role = [
+            rule(
+                &["create", "get", "list", "watch", "delete"],
+                &[""],
+                &["pods"],
+                &[],
+            ),
+            rule(&["create"], &[""], &["pods/exec"], &[]),
+            rule(&["get"], &[""], &["pods/log"], &[]),
+            rule(&["patch"], &[""], &["pods/ephemeralcontainers"], &[]),
+        ];
+        for (verb, resource, sub) in NEEDED {
+            assert!(
+                granted(&role, verb, "", resource, sub),
+                "{verb} {resource}/{sub}"
+            );
+        }
+        assert!(!granted(&role, "update", "", "pods", ""));
+        assert!(
+            !granted(&role, "get", "", "pods", "exec"),
+            "a subresource is its own"
+        );
+        assert!(!granted(
+            &role,
+            "create",
+            "networking.k8s.io",
+            "networkpolicies",
+            ""
+        ));
+        assert!(!granted(&[], "get", "", "pods", ""));
+        // Wildcards: cluster-admin's rule, and `*/sub`.
+        let admin = [rule(&["*"], &["*"], &["*"], &[])];
+        assert!(granted(
+            &admin,
+            "create",
+            "networking.k8s.io",
+            "networkpolicies",
+            ""
+        ));
+        assert!(granted(&admin, "create", "", "pods", "exec"));
+        let any_exec = [rule(&["create"], &[""], &["*/exec"], &[])];
+        assert!(granted(&any_exec, "create", "", "pods", "exec"));
+        assert!(!granted(&any_exec, "create", "", "pods", ""));
+        // Another group's pods; some names only.
+        assert!(!granted(
+            &[rule(&["*"], &["apps"], &["*"], &[])],
+            "get",
+            "",
+            "pods",
+            ""
+        ));
+        assert!(!granted(
+            &[rule(&["*"], &[""], &["pods"], &["one"])],
+            "get",
+            "",
+            "pods",
+            ""
+        ));
+    }
 }
