@@ -1172,3 +1172,31 @@ async fn a_pod_handed_over_early_runs_its_first_command_once_in_one_exec() {
         "no pod of 16 was handed over early and found running at once"
     );
 }
+
+/// Reads of a pod created and not started (an image's index, the source `clean` mode) wait
+/// until it runs: concurrent ones wait for one watch together, not one watch each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_reads_of_a_pod_not_started_wait_for_one_watch() {
+    let Some(sb) = cluster().await else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = build_spec(&tmp.path().join("ctx"), "k8s-basics", TASK_IMAGE);
+    let image = sb.prepare_image(&spec).await.expect("prepare");
+    let id = sb
+        .create(&container(&image, "unstarted-reads", Network::None, 64))
+        .await
+        .expect("create");
+    let before = sb.api_requests();
+    let (a, b) = (tmp.path().join("a.tar"), tmp.path().join("b.tar"));
+    let (got_a, got_b) = tokio::join!(
+        sb.download(&id, Download::entry("/work", &a, 1 << 20)),
+        sb.download(&id, Download::whole("/etc/passwd", &b, 1 << 20)),
+    );
+    assert!(matches!(got_a, Ok(Fetched::Archive { .. })), "{got_a:?}");
+    assert!(matches!(got_b, Ok(Fetched::Archive { .. })), "{got_b:?}");
+    assert_eq!(
+        sb.api_requests() - before,
+        3,
+        "one watch for both reads, then one exec each"
+    );
+    sb.remove(&Resource::Container(id)).await.expect("remove");
+}

@@ -71,11 +71,14 @@ pub(super) struct PodState {
     /// An upload held for its next command (`carry.rs`).
     pub held: Option<super::carried::HeldUpload>,
     /// The watch saw its init containers done and its main container being started, not
-    /// yet running (`await_running`): `start_pod` confirms it with an exec of its own
-    /// (`confirm_running`) before anything of the trial runs.
+    /// yet running (`await_running`): its first exec confirms it (`exec.rs`: a claimed
+    /// command, or the toolbox's `true` before any other).
     pub unconfirmed: bool,
     /// An agent's pod not stopped yet: its stop sends the change set's walk along.
     pub walk_on_stop: bool,
+    /// Set once a pod read before its start runs (and was replayed): `await_started` waits
+    /// for it once however many reads ask at once.
+    pub readable: Arc<OnceCell<()>>,
 }
 
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
@@ -207,6 +210,7 @@ impl KubernetesSandbox {
                     held: None,
                     unconfirmed: starting && running,
                     walk_on_stop: true,
+                    readable: Arc::default(),
                 },
             );
             return Ok(ContainerId::new(name));
@@ -232,6 +236,7 @@ impl KubernetesSandbox {
             held: None,
             unconfirmed: false,
             walk_on_stop: spec.owner.role == crate::sandbox::Role::Agent,
+            readable: Arc::default(),
         };
         self.states.lock().await.insert(name.clone(), state);
         Ok(ContainerId::new(name))
@@ -342,23 +347,32 @@ impl KubernetesSandbox {
     /// Wait until a pod this process created and has not started yet runs (nothing for one
     /// started, or of another process).
     pub(super) async fn await_started(&self, pod: &str) -> Result<(), SandboxError> {
-        let (fresh, replay) = match self.states.lock().await.get(pod) {
-            Some(s) if !s.started => (true, s.replay.clone()),
-            _ => (false, None),
+        let readable = match self.states.lock().await.get(pod) {
+            Some(s) if !s.started => Arc::clone(&s.readable),
+            _ => return Ok(()),
         };
-        if fresh {
-            // Not early: several reads may wait here at once, and a replay follows.
-            self.await_running(pod, false).await?;
-            // A pod of a frozen filesystem read without being started (the source `clean`
-            // mode copies the agent's changes from): its files are those of the frozen
-            // filesystem only once they are replayed.
-            if let Some(frozen) = replay {
-                self.replay(pod, &frozen).await?;
-                if let Some(s) = self.states.lock().await.get_mut(pod) {
-                    s.replay = None;
+        // Once, however many reads ask at once (`download_many`'s fallback reads each path
+        // on its own): one watch, one replay.
+        readable
+            .get_or_try_init(|| async {
+                // Not early: a replay may follow.
+                self.await_running(pod, false).await?;
+                // A pod of a frozen filesystem read without being started (the source
+                // `clean` mode copies the agent's changes from): its files are those of the
+                // frozen filesystem only once they are replayed.
+                let replay = match self.states.lock().await.get(pod) {
+                    Some(s) => s.replay.clone(),
+                    None => None,
+                };
+                if let Some(frozen) = replay {
+                    self.replay(pod, &frozen).await?;
+                    if let Some(s) = self.states.lock().await.get_mut(pod) {
+                        s.replay = None;
+                    }
                 }
-            }
-        }
+                Ok::<_, SandboxError>(())
+            })
+            .await?;
         Ok(())
     }
 

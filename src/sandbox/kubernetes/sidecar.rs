@@ -309,6 +309,7 @@ impl KubernetesSandbox {
                 held: None,
                 unconfirmed: false,
                 walk_on_stop: false,
+                readable: Default::default(),
             },
         );
         self.sidecars.lock().await.insert(
