@@ -485,10 +485,7 @@ impl KubernetesSandbox {
         err: &mut Sink<'_>,
         limits: (Option<Duration>, Duration),
     ) -> Result<Result<RawEnd, String>, SandboxError> {
-        // Handed over early: confirmed running by an exec of its own first.
-        if self.is_unconfirmed(pod).await {
-            self.confirm_running(pod).await?;
-        }
+        self.ensure_confirmed(pod).await?;
         match self
             .run_attempt(pod, (argv, stdin), (out, err), limits, false)
             .await?
@@ -522,8 +519,7 @@ impl KubernetesSandbox {
             let message = match attempt {
                 Attempt::Done(done) => {
                     if early {
-                        self.confirm(pod).await;
-                        self.early_wait.learn(tries);
+                        self.confirmed(pod, tries).await;
                     }
                     if matches!(done, Ok(RawEnd::Exited(125))) && err.take_claimed() {
                         return Ok(Err(
@@ -536,21 +532,42 @@ impl KubernetesSandbox {
                 Attempt::NotRunningYet(message) => message,
             };
             tries += 1;
-            if tries > EARLY_TRIES {
-                // The watch has the last word: the next ask is not early.
-                self.confirm(pod).await;
-                self.early_wait.learn(tries);
-                self.await_running(pod, false).await?;
-                continue;
-            }
-            tracing::debug!(
-                pod,
-                tries,
-                message,
-                "main container not confirmed running yet"
-            );
-            tokio::time::sleep(EARLY_PAUSE * tries).await;
+            // Past the last early ask the watch has had the last word: the next is not early.
+            self.too_soon(pod, tries, &message).await?;
         }
+    }
+
+    /// Handed over early: confirmed running by an exec of its own first.
+    pub(super) async fn ensure_confirmed(&self, pod: &str) -> Result<(), SandboxError> {
+        if self.is_unconfirmed(pod).await {
+            self.confirm_running(pod).await?;
+        }
+        Ok(())
+    }
+
+    /// An early exec confirmed `pod` running after `tries` that came too soon (or the watch
+    /// did).
+    async fn confirmed(&self, pod: &str, tries: u32) {
+        self.confirm(pod).await;
+        self.early_wait.learn(tries);
+    }
+
+    /// The `tries`-th early exec found `pod`'s container not running yet: pause before the
+    /// next, or after [`EARLY_TRIES`] let the watch decide (`true`: it did).
+    async fn too_soon(&self, pod: &str, tries: u32, message: &str) -> Result<bool, SandboxError> {
+        if tries > EARLY_TRIES {
+            self.confirmed(pod, tries).await;
+            self.await_running(pod, false).await?;
+            return Ok(true);
+        }
+        tracing::debug!(
+            pod,
+            tries,
+            message,
+            "main container not confirmed running yet"
+        );
+        tokio::time::sleep(EARLY_PAUSE * tries).await;
+        Ok(false)
     }
 
     /// Confirm that the main container of `pod`, handed over early (`await_running`'s
@@ -579,20 +596,18 @@ impl KubernetesSandbox {
             let attempt = self
                 .run_attempt(pod, (&argv, None), (&mut out, &mut err), limits, true)
                 .await?;
-            if let Attempt::Done(Ok(RawEnd::Exited(0))) = attempt {
-                self.confirm(pod).await;
-                self.early_wait.learn(tries);
-                return Ok(());
-            }
+            let message = match attempt {
+                Attempt::Done(Ok(RawEnd::Exited(0))) => {
+                    self.confirmed(pod, tries).await;
+                    return Ok(());
+                }
+                Attempt::NotRunningYet(message) | Attempt::Done(Err(message)) => message,
+                Attempt::Done(Ok(end)) => format!("`true` ended {end:?}"),
+            };
             tries += 1;
-            if tries > EARLY_TRIES {
-                self.confirm(pod).await;
-                self.early_wait.learn(tries);
-                self.await_running(pod, false).await?;
+            if self.too_soon(pod, tries, &message).await? {
                 return Ok(());
             }
-            tracing::debug!(pod, tries, "main container not confirmed running yet");
-            tokio::time::sleep(EARLY_PAUSE * tries).await;
         }
     }
 

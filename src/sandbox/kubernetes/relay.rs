@@ -146,10 +146,8 @@ impl KubernetesSandbox {
         let keep = listener.try_clone().map_err(RelayError::Bind)?;
         let inside = addr.port();
         let argv = vec![RELAY_PATH.to_string(), inside.to_string()];
-        // Handed over early: confirmed running first (a relay that did not start is an error).
-        if self.is_unconfirmed(&pod).await {
-            self.confirm_running(&pod).await?;
-        }
+        // A relay that did not start is an error: a pod handed over early is confirmed first.
+        self.ensure_confirmed(&pod).await?;
         let mut process = self.attach(&pod, &argv, true).await?;
         let (Some(mut stdout), Some(stdin)) = (process.stdout(), process.stdin()) else {
             return Err(RelayError::Start {
