@@ -1,7 +1,8 @@
 //! The harness toolbox (SPEC §5, "Harness commands"): a host directory holding a static
 //! busybox, the static in-pod end of the Kubernetes backend's loopback relay
-//! (`docker/toolbox/relay`, [`RELAY_PATH`]) and a manifest, built by `docker/toolbox/build.sh` (scripts/bootstrap runs it),
-//! bind-mounted read-only at [`TOOLBOX_MOUNT`] in every container arbiter creates. Every
+//! (`docker/toolbox/relay`) and a manifest, built by `docker/toolbox/build.sh` (scripts/bootstrap
+//! runs it), bind-mounted read-only at [`TOOLBOX_MOUNT`] in every container arbiter creates (a
+//! pod mounts it from ConfigMaps: sandbox/kubernetes/toolbox_maps.rs). Every
 //! command arbiter itself runs in a container is `/.arbiter/toolbox/busybox <applet> …`
 //! ([`toolbox_argv`]): never resolved through the container's `PATH` or shell, so it works in
 //! an image with no shell and nothing the agent planted runs with the harness's authority.
@@ -18,8 +19,6 @@ pub(crate) const TOOLBOX_MOUNT: &str = "/.arbiter/toolbox";
 pub const TOOLBOX_VERSION: &str = "2";
 /// Schema tag of the toolbox's `manifest.json`.
 pub const TOOLBOX_SCHEMA: &str = "arbiter.toolbox.v1";
-/// The relay's path in every container (the Kubernetes backend's loopback listener).
-pub(crate) const RELAY_PATH: &str = "/.arbiter/toolbox/relay";
 /// The static executables a toolbox must hold (each listed, executable, no `PT_INTERP`).
 pub(crate) const TOOLBOX_EXECUTABLES: [&str; 2] = ["busybox", "relay"];
 /// Environment variable naming a toolbox dir to use instead of the default.

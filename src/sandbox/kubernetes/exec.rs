@@ -80,6 +80,10 @@ pub(super) fn new_stem() -> String {
 /// it, exits 125 at once with [`CLAIMED`] as its whole stderr, so the command runs at most
 /// once however often it is asked.
 ///
+/// A command of a user other than root first makes the scratch root-only (`0700`): an
+/// emptyDir is made world-writable and no init container sets it any more (pod.rs), so it
+/// is done before any process not root's runs in the pod.
+///
 /// What a command carries runs first, as root, and the command runs only if it all held
 /// (`carry.rs`): `p`, the start's proofs (a base64 line on stdin after the environment: the
 /// script must exit 0 and print its proof line); `u`, an upload (on stdin after those: a line
@@ -127,6 +131,7 @@ if [ -n "$u" ]; then
   esac
   case $fl in *h*) ;; *) [ -n "$home" ] && export HOME="$home";; esac
 fi
+[ "$uid" = 0 ] || $B chmod 0700 /.arbiter/scratch 2>/dev/null
 if [ -n "$wd" ]; then cd "$wd" 2>/dev/null || { echo "cannot enter the working dir $wd" >&2; exit 126; }; fi
 "#,
     resolve_command!(),

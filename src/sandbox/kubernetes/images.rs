@@ -1,4 +1,4 @@
-//! Images for pods: the harness toolbox image and the task environments, built with the
+//! Images for pods: the task environments, built with the
 //! local Docker engine and pushed to the registry once per content key however many trials
 //! ask at the same time (a per-key async once-cell; across processes the registry itself is
 //! asked first), used by digest. Named images are left to the kubelet.
@@ -6,23 +6,17 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use bollard::query_parameters::{
-    CreateImageOptionsBuilder, PushImageOptionsBuilder, TagImageOptionsBuilder,
-};
+use bollard::query_parameters::{PushImageOptionsBuilder, TagImageOptionsBuilder};
 use futures_util::StreamExt;
 use tokio::sync::OnceCell;
 
 use super::KubernetesSandbox;
 use super::error::KubeError;
-use super::names::{IMAGE_BUSYBOX, IMAGE_RELAY};
 use super::registry::{
     Backoff, Failure, Reference, Registry, after_attempts, retrying, transient_status,
 };
 use crate::sandbox::docker::DockerSandbox;
 use crate::sandbox::{ImageConfig, ImageRecipe, ImageRef, ImageSpec, Sandbox, SandboxError};
-
-/// Repository of the toolbox image in the registry.
-const TOOLBOX_REPOSITORY: &str = "arbiter-toolbox";
 
 /// A prepared environment: the reference pods use, and what its config sets.
 #[derive(Debug, Clone)]
@@ -65,80 +59,6 @@ impl KubernetesSandbox {
                     Some(toolbox) => engine.with_toolbox(toolbox),
                     None => engine,
                 }))
-            })
-            .await
-            .cloned()
-    }
-
-    /// The toolbox image in the registry, by digest: imported from the host toolbox's static
-    /// busybox and relay with the local engine and pushed once (its tag is the toolbox's content
-    /// sha256).
-    pub(super) async fn toolbox_image(&self) -> Result<String, SandboxError> {
-        self.toolbox_image
-            .get_or_try_init(|| async {
-                let toolbox = self.toolbox.as_ref().ok_or_else(|| {
-                    KubeError::Setup("no harness toolbox (run scripts/bootstrap)".to_string())
-                })?;
-                let tag = &toolbox.content_sha256[..16];
-                let (name, repo) = self.pushed_name(TOOLBOX_REPOSITORY)?;
-                let registry = self.registry()?;
-                if let Some(digest) = registry.digest(&repo, tag).await? {
-                    return Ok(format!("{name}@{digest}"));
-                }
-                let read = |name: &str| {
-                    let path = toolbox.dir.join(name);
-                    std::fs::read(&path).map_err(SandboxError::io(path))
-                };
-                let (busybox, relay) = (read("busybox")?, read("relay")?);
-                let tar = crate::sandbox::files_to_tar(&[
-                    crate::sandbox::TarEntry {
-                        path: "toolbox",
-                        content: None,
-                        mode: 0o755,
-                    },
-                    crate::sandbox::TarEntry {
-                        path: IMAGE_BUSYBOX.trim_start_matches('/'),
-                        content: Some(&busybox),
-                        mode: 0o755,
-                    },
-                    crate::sandbox::TarEntry {
-                        path: IMAGE_RELAY.trim_start_matches('/'),
-                        content: Some(&relay),
-                        mode: 0o755,
-                    },
-                ])
-                .map_err(|e| KubeError::Setup(format!("packing the toolbox image: {e}")))?;
-                let engine = self.engine().await?;
-                let docker = engine.client();
-                let options = CreateImageOptionsBuilder::new()
-                    .from_src("-")
-                    .repo(&name)
-                    .tag(tag)
-                    .build();
-                let mut stream =
-                    docker.create_image(Some(options), Some(bollard::body_full(tar.into())), None);
-                while let Some(item) = stream.next().await {
-                    let info = item.map_err(|e| KubeError::Push {
-                        image: name.clone(),
-                        message: format!("import: {e}"),
-                    })?;
-                    if let Some(detail) = info.error_detail {
-                        return Err(KubeError::Push {
-                            image: name.clone(),
-                            message: format!("import: {}", detail.message.unwrap_or_default()),
-                        }
-                        .into());
-                    }
-                }
-                self.push(&name, tag).await?;
-                let digest = registry
-                    .digest(&repo, tag)
-                    .await?
-                    .ok_or_else(|| KubeError::Push {
-                        image: name.clone(),
-                        message: "pushed, but the registry does not list it".to_string(),
-                    })?;
-                Ok::<_, SandboxError>(format!("{name}@{digest}"))
             })
             .await
             .cloned()

@@ -135,14 +135,14 @@ impl KubernetesSandbox {
                 backend: "kubernetes",
             });
         };
-        let toolbox = self.toolbox_image().await?;
+        let toolbox = self.toolbox_maps().await?;
         let default_user = self.image_user(image.as_str()).await;
         let name = pod_name(&spec.owner.trial, spec.owner.role, &random_suffix());
         let mounts = self.plan_mounts(&spec.mounts).await?;
         let mut pod = pod_for(&PodPlan {
             name: &name,
             image: image.as_str(),
-            toolbox_image: &toolbox,
+            toolbox: &toolbox,
             spec,
             resolved: &self.resolved,
             default_user: default_user.as_deref(),

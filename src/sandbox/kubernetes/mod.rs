@@ -36,6 +36,7 @@ mod registry;
 mod relay;
 mod sidecar;
 mod starting;
+mod toolbox_maps;
 mod transfer;
 mod walk;
 mod warm;
@@ -75,7 +76,8 @@ pub struct KubernetesSandbox {
     resolved: config::Resolved,
     toolbox: Option<Toolbox>,
     engine: OnceCell<Arc<DockerSandbox>>,
-    toolbox_image: OnceCell<String>,
+    /// The toolbox's ConfigMaps in the namespace (toolbox_maps.rs).
+    toolbox_maps: OnceCell<toolbox_maps::ToolboxMaps>,
     images: Mutex<HashMap<String, Arc<OnceCell<images::Prepared>>>>,
     /// Prepared images by the reference pods use.
     prepared: Mutex<HashMap<String, images::Prepared>>,
@@ -194,7 +196,7 @@ impl KubernetesSandbox {
             },
             toolbox: None,
             engine: OnceCell::new(),
-            toolbox_image: OnceCell::new(),
+            toolbox_maps: OnceCell::new(),
             images: Mutex::new(HashMap::new()),
             prepared: Mutex::new(HashMap::new()),
             states: Mutex::new(HashMap::new()),
@@ -214,7 +216,7 @@ impl KubernetesSandbox {
         })
     }
 
-    /// The harness toolbox whose busybox goes into every pod (through the toolbox image).
+    /// The harness toolbox whose busybox goes into every pod (through its ConfigMaps).
     pub fn with_toolbox(mut self, toolbox: &Toolbox) -> Self {
         self.toolbox = Some(toolbox.clone());
         self
@@ -287,7 +289,7 @@ impl Sandbox for KubernetesSandbox {
         "kubernetes"
     }
 
-    /// The namespace, the permissions, the registry and the toolbox image
+    /// The namespace, the permissions, the registry and the toolbox's ConfigMaps
     /// (`preflight.rs`), and whether network `none` can be given here.
     async fn preflight(&self) -> Vec<String> {
         let problems = self.check_ready().await;

@@ -16,10 +16,8 @@ use crate::sandbox::{LABEL_JOB, LABEL_MANAGED, LABEL_TRIAL, Role, Selector};
 
 /// The main container's name.
 pub(crate) const MAIN: &str = "main";
-/// Where the toolbox image keeps its busybox.
+/// Where a read-only mount's image keeps its busybox (mounts.rs).
 pub(crate) const IMAGE_BUSYBOX: &str = "/toolbox/busybox";
-/// The relay's path in the toolbox image (copied beside busybox by the harness init).
-pub(crate) const IMAGE_RELAY: &str = "/toolbox/relay";
 /// A root-only directory beside the toolbox, for transfers checked before they are unpacked.
 pub(crate) const SCRATCH: &str = "/.arbiter/scratch";
 /// Annotation with the user execs run as when they name none (the image's `USER`).

@@ -1,11 +1,13 @@
 //! The pod of one [`ContainerSpec`] (pure: tested without a cluster).
 //!
-//! - one harness init container: copies the harness toolbox's static busybox from the toolbox
-//!   image into an emptyDir, which the main container mounts read-only at the path the Docker
-//!   backend bind-mounts it (`/.arbiter/toolbox`), so every harness command has the same argv
-//!   on both backends; for network `none` it alone has `NET_ADMIN` and takes every interface
-//!   but loopback down (addresses flushed) before the main container starts; the main
-//!   container never gets a capability Docker would not give it;
+//! - the harness toolbox (its static busybox, the relay gzipped) from two ConfigMaps
+//!   (toolbox_maps.rs), projected read-only at the path the Docker backend bind-mounts it
+//!   (`/.arbiter/toolbox`), so every harness command has the same argv on both backends and
+//!   no container starts before the main one; a root-only scratch emptyDir beside it;
+//! - for network `none` only, one init container of the task's image: it alone has
+//!   `NET_ADMIN` and takes every interface but loopback down (addresses flushed) with the
+//!   toolbox's busybox before the main container starts; the main container never gets a
+//!   capability Docker would not give it;
 //! - container `main`: the task's image, PID 1 arbiter's keep-alive (or the image's
 //!   ENTRYPOINT with the keep-alive as its arguments, Harbor's semantics: `args` without
 //!   `command`), run as root so that harness execs are root and switch to the exec's user
@@ -35,22 +37,22 @@ use crate::sandbox::{
     Base, ContainerLimits, ContainerSpec, Network, Process, SandboxError, StartSpec,
 };
 
-pub(super) use super::names::{
-    ANNOTATION_USER, IMAGE_BUSYBOX, IMAGE_RELAY, MAIN, SCRATCH, TOOLBOX_VOLUME,
-};
+pub(super) use super::names::{ANNOTATION_USER, MAIN, SCRATCH, TOOLBOX_VOLUME};
+use super::toolbox_maps::ToolboxMaps;
 pub(super) use crate::sandbox::handover::KEEPALIVE_MARKER;
 
 const SCRATCH_VOLUME: &str = "arbiter-scratch";
 
 /// Takes every interface but loopback down and flushes its addresses (run with NET_ADMIN).
-const NET_DOWN: &str = "B=/toolbox/busybox; for d in /sys/class/net/*; do i=${d##*/}; [ \"$i\" = lo ] && continue; $B ip link set \"$i\" down || exit 1; $B ip addr flush dev \"$i\" || exit 1; done";
+const NET_DOWN: &str = "B=/.arbiter/toolbox/busybox; for d in /sys/class/net/*; do i=${d##*/}; [ \"$i\" = lo ] && continue; $B ip link set \"$i\" down || exit 1; $B ip addr flush dev \"$i\" || exit 1; done";
 
 /// Everything the pod of one container spec is made from.
 pub(crate) struct PodPlan<'a> {
     pub name: &'a str,
     /// The main container's image (a reference the kubelet can pull, by digest when built).
     pub image: &'a str,
-    pub toolbox_image: &'a str,
+    /// The toolbox's ConfigMaps (toolbox_maps.rs).
+    pub toolbox: &'a ToolboxMaps,
     pub spec: &'a ContainerSpec,
     pub resolved: &'a Resolved,
     /// The user an exec without one runs as (the image's `USER`), when not root.
@@ -123,11 +125,10 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
         .and_then(|q| q.0.strip_suffix('m'))
         .and_then(|m| m.parse::<u64>().ok())
         .unwrap_or(HARNESS_CPU_MILLIS);
-    let mut init = vec![harness_init(
-        plan.toolbox_image,
-        spec.network == Network::None,
-        main_cpu_millis,
-    )];
+    let mut init: Vec<Container> = (spec.network == Network::None)
+        .then(|| net_none_init(plan.image, main_cpu_millis))
+        .into_iter()
+        .collect();
     let (mount_init, mount_volumes, mount_mounts) =
         super::mounts::pod_parts(plan.mounts, &spec.limits, plan.resolved.cpu_request);
     init.extend(mount_init);
@@ -190,16 +191,12 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
                 .then(|| settings.node_selector.clone()),
             tolerations: (!settings.tolerations.is_empty()).then(|| settings.tolerations.clone()),
             service_account_name: settings.service_account.clone(),
-            init_containers: Some(init),
+            init_containers: (!init.is_empty()).then_some(init),
             containers: vec![main],
             host_aliases: host_aliases(hosts),
             volumes: Some(
                 vec![
-                    Volume {
-                        name: TOOLBOX_VOLUME.to_string(),
-                        empty_dir: Some(EmptyDirVolumeSource::default()),
-                        ..Default::default()
-                    },
+                    plan.toolbox.volume(),
                     Volume {
                         name: SCRATCH_VOLUME.to_string(),
                         empty_dir: Some(EmptyDirVolumeSource::default()),
@@ -216,11 +213,11 @@ pub(crate) fn pod_for(plan: &PodPlan<'_>) -> Result<Pod, SandboxError> {
     })
 }
 
-/// The harness init container's CPU limit.
+/// The network-`none` init container's CPU limit.
 const HARNESS_CPU_MILLIS: u64 = 100;
 
-/// Small resources for the harness's init container: 100m CPU and 32 MiB at most; its CPU
-/// request is no more than the main container's (`main_cpu_millis`), so that the pod's
+/// Small resources for the network-`none` init container: 100m CPU and 32 MiB at most; its
+/// CPU request is no more than the main container's (`main_cpu_millis`), so that the pod's
 /// request (the larger of the init's and the main container's) is the main container's and
 /// a small `cpu_request` share packs as many pods on a node as it says.
 fn harness_resources(main_cpu_millis: u64) -> ResourceRequirements {
@@ -243,51 +240,34 @@ fn harness_resources(main_cpu_millis: u64) -> ResourceRequirements {
     }
 }
 
-/// The harness's one init container: copies the toolbox into its emptyDir and, for network
-/// `none` (then with `NET_ADMIN`, the only container of the pod that has it), takes every
-/// interface but loopback down. One container: each costs a start on the node.
-fn harness_init(image: &str, net_none: bool, main_cpu_millis: u64) -> Container {
-    let mut script = format!(
-        "B={IMAGE_BUSYBOX}; $B cp $B {IMAGE_RELAY} {TOOLBOX_MOUNT}/ && $B chmod 0755 {TOOLBOX_MOUNT}/busybox {TOOLBOX_MOUNT}/relay && $B chmod 0700 {SCRATCH}"
-    );
-    if net_none {
-        script = format!("{script} && {{ {NET_DOWN}; }}");
-    }
-    let capabilities = net_none.then(|| Capabilities {
-        add: Some(vec!["NET_ADMIN".to_string()]),
-        drop: None,
-    });
+/// Network `none`'s init container: of the task's image (pulled for the main container
+/// anyway), the only container of the pod with `NET_ADMIN`, it takes every interface but
+/// loopback down with the toolbox's busybox (mounted read-only) before the main container
+/// starts.
+fn net_none_init(image: &str, main_cpu_millis: u64) -> Container {
     Container {
-        name: if net_none {
-            "harness-net-none"
-        } else {
-            "harness"
-        }
-        .to_string(),
+        name: "harness-net-none".to_string(),
         image: Some(image.to_string()),
         command: Some(vec![
-            IMAGE_BUSYBOX.to_string(),
+            format!("{TOOLBOX_MOUNT}/busybox"),
             "sh".to_string(),
             "-c".to_string(),
-            script,
+            NET_DOWN.to_string(),
         ]),
         resources: Some(harness_resources(main_cpu_millis)),
         security_context: Some(SecurityContext {
-            capabilities,
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_ADMIN".to_string()]),
+                drop: None,
+            }),
             ..root()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: TOOLBOX_VOLUME.to_string(),
-                mount_path: TOOLBOX_MOUNT.to_string(),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: SCRATCH_VOLUME.to_string(),
-                mount_path: SCRATCH.to_string(),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: TOOLBOX_VOLUME.to_string(),
+            mount_path: TOOLBOX_MOUNT.to_string(),
+            read_only: Some(true),
+            ..Default::default()
+        }]),
         ..Default::default()
     }
 }
@@ -453,7 +433,7 @@ mod tests {
         let pod = pod_for(&PodPlan {
             name: "p",
             image: "reg/img@sha256:ab",
-            toolbox_image: "reg/tb@sha256:cd",
+            toolbox: &ToolboxMaps::of("cd"),
             spec: &spec,
             resolved: &resolved,
             default_user: Some("1000"),
@@ -484,6 +464,21 @@ mod tests {
                 .unwrap_or_default()
         };
         assert_eq!(caps(&init[0]), ["NET_ADMIN"]);
+        assert_eq!(
+            init[0].image.as_deref(),
+            Some("reg/img@sha256:ab"),
+            "of the task's image: nothing more to pull"
+        );
+        assert_eq!(
+            init[0].command.as_ref().unwrap()[0],
+            "/.arbiter/toolbox/busybox"
+        );
+        let toolbox = ps.volumes.as_ref().unwrap();
+        assert_eq!(toolbox[0].name, TOOLBOX_VOLUME);
+        assert!(
+            toolbox[0].projected.is_some(),
+            "the toolbox from its ConfigMaps"
+        );
         let main = &ps.containers[0];
         assert!(
             caps(main).is_empty(),
@@ -532,28 +527,32 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_network_has_no_harness_network_init_and_refusals_are_typed() {
+    fn a_pod_network_has_no_init_container_and_refusals_are_typed() {
         let resolved = resolved();
+        let maps = ToolboxMaps::of("t");
         let bridge = spec(Network::Bridge);
         let plan = |spec| PodPlan {
             name: "p",
             image: "i",
-            toolbox_image: "t",
+            toolbox: &maps,
             spec,
             resolved: &resolved,
             default_user: None,
             mounts: &[],
         };
         let pod = pod_for(&plan(&bridge)).unwrap();
-        let init = pod.spec.unwrap().init_containers.unwrap();
-        assert_eq!(init.len(), 1);
-        let caps = init[0]
-            .security_context
-            .as_ref()
-            .unwrap()
-            .capabilities
-            .clone();
-        assert!(caps.is_none(), "no NET_ADMIN without network none");
+        let ps = pod.spec.unwrap();
+        assert!(
+            ps.init_containers.is_none(),
+            "no container starts before the main one"
+        );
+        let main = &ps.containers[0];
+        assert!(
+            main.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == TOOLBOX_VOLUME && m.read_only == Some(true))
+        );
         let host = spec(Network::Host);
         assert!(matches!(
             pod_for(&plan(&host)),
@@ -583,12 +582,13 @@ mod tests {
         assert!(rules.ingress.is_none() && rules.egress.is_none());
         // Which pods carry the label: network none only.
         let resolved = resolved();
+        let maps = ToolboxMaps::of("t");
         let labels = |network| {
             let spec = spec(network);
             pod_for(&PodPlan {
                 name: "p",
                 image: "i",
-                toolbox_image: "t",
+                toolbox: &maps,
                 spec: &spec,
                 resolved: &resolved,
                 default_user: None,

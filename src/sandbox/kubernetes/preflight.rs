@@ -1,7 +1,7 @@
 //! Before any trial (SPEC §14): the namespace exists, the credentials may create, exec into
-//! and delete pods there, the registry answers, and — for network `none` — a pod with a
-//! `NET_ADMIN` init container is admitted. Each failure is one line naming what and how to
-//! fix it.
+//! and delete pods there, the registry answers, the toolbox's ConfigMaps are there, and — for
+//! network `none` — a pod with a `NET_ADMIN` init container is admitted. Each failure is one
+//! line naming what and how to fix it.
 
 use std::sync::atomic::Ordering;
 
@@ -29,6 +29,9 @@ const NEEDED: &[(&str, &str, &str)] = &[
     ("get", "pods", "log"),
     // Compose sidecars are ephemeral containers added to the agent's pod (sidecar.rs).
     ("patch", "pods", "ephemeralcontainers"),
+    // The harness toolbox every pod mounts (toolbox_maps.rs).
+    ("list", "configmaps", ""),
+    ("create", "configmaps", ""),
 ];
 
 impl KubernetesSandbox {
@@ -95,9 +98,9 @@ impl KubernetesSandbox {
                 return problems;
             }
         }
-        if let Err(e) = self.toolbox_image().await {
+        if let Err(e) = self.toolbox_maps().await {
             problems.push(format!(
-                "kubernetes: the harness toolbox image could not be pushed: {}",
+                "kubernetes: the harness toolbox's ConfigMaps could not be made in namespace {ns}: {}",
                 one_line(&e.to_string())
             ));
             return problems;
@@ -179,9 +182,11 @@ impl KubernetesSandbox {
     /// (Pod Security `baseline` forbids NET_ADMIN). `Err`: a line for the user (the
     /// namespace is missing).
     async fn net_admin_admitted(&self) -> Result<bool, String> {
-        let toolbox = self.toolbox_image().await.map_err(|e| e.to_string())?;
+        // Never pulled: a dry run only admits or refuses.
+        let image = "arbiter-preflight:dry-run";
+        let toolbox = self.toolbox_maps().await.map_err(|e| e.to_string())?;
         let spec = ContainerSpec {
-            base: Base::Image(ImageRef::new(toolbox.clone())),
+            base: Base::Image(ImageRef::new(image)),
             owner: Owner {
                 job: "preflight".to_string(),
                 trial: "preflight".to_string(),
@@ -203,8 +208,8 @@ impl KubernetesSandbox {
         };
         let pod = super::pod::pod_for(&super::pod::PodPlan {
             name: "arb-preflight",
-            image: &toolbox,
-            toolbox_image: &toolbox,
+            image,
+            toolbox: &toolbox,
             spec: &spec,
             resolved: &self.resolved,
             default_user: None,
@@ -291,6 +296,7 @@ mod tests {
             rule(&["create"], &[""], &["pods/exec"], &[]),
             rule(&["get"], &[""], &["pods/log"], &[]),
             rule(&["patch"], &[""], &["pods/ephemeralcontainers"], &[]),
+            rule(&["list", "create"], &[""], &["configmaps"], &[]),
         ];
         for (verb, resource, sub) in NEEDED {
             assert!(
