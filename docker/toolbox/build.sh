@@ -5,6 +5,16 @@
 # /.arbiter/toolbox in every container and runs each of its own commands as
 # /.arbiter/toolbox/busybox <applet> ... (see docker/toolbox/README.md).
 #
+# The busybox is built here from source: busybox 1.35.0 (Debian's pinned
+# .orig tarball, sha256 checked), the exact configuration committed beside this
+# script (docker/toolbox/busybox.config), statically linked against musl
+# (musl-gcc, Debian's musl-tools). It must stay under 1,000,000 bytes: the
+# Kubernetes backend ships it to pods in a ConfigMap, whose limit is 1 MiB
+# (Debian's glibc busybox-static is ~1.9 MB). The build (30-60 s) is cached under
+# ${XDG_CACHE_HOME:-$HOME/.cache}/arbiter/busybox/<key>/busybox, key = the first
+# 16 hex digits of sha256(tarball sha256, busybox.config), so it runs once per
+# configuration.
+#
 # Idempotent: an existing toolbox whose files match the manifest and the source
 # busybox is left alone. A new one is assembled beside the target and renamed
 # into place, so a reader never sees half a toolbox.
@@ -12,24 +22,35 @@
 # Usage: docker/toolbox/build.sh [DIR]
 #   DIR default: $ARBITER_TOOLBOX, else
 #                ${XDG_CACHE_HOME:-$HOME/.cache}/arbiter/toolbox/<version>
-# Env:   ARBITER_BUSYBOX  path to a static busybox binary (default /bin/busybox;
-#                         Debian's busybox-static is installed when missing)
+# Env:   ARBITER_BUSYBOX  path to a static busybox binary to use instead of
+#                         building one (any size: no size check here)
 #        CARGO            cargo to build the relay with (default: cargo on PATH)
-# Prints the toolbox directory on stdout.
+# Needs to build the busybox: musl-gcc, gcc, make, bzip2, the kernel headers
+# (linux-libc-dev) and curl or wget; as root on Debian/Ubuntu the missing ones
+# are installed with apt-get. Network only to fetch the tarball once.
+# Prints the toolbox directory on stdout; logs go to stderr.
 set -euo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 # shellcheck source=scripts/lib.sh
 . "$here/../../scripts/lib.sh"
 
-# Must match TOOLBOX_VERSION / TOOLBOX_SCHEMA in src/verifier/toolbox.rs.
-toolbox_version=2
+# Must match TOOLBOX_VERSION / TOOLBOX_SCHEMA in src/sandbox/toolbox.rs.
+toolbox_version=3
 toolbox_schema=arbiter.toolbox.v1
 
 cache=${XDG_CACHE_HOME:-}
 [ -n "$cache" ] || cache=${HOME:-/tmp}/.cache
 dir=${1:-${ARBITER_TOOLBOX:-$cache/arbiter/toolbox/$toolbox_version}}
-busybox=${ARBITER_BUSYBOX:-/bin/busybox}
+
+# The busybox built from source (see the header).
+busybox_version=1.35.0
+busybox_tarball=busybox_$busybox_version.orig.tar.bz2
+busybox_url=http://deb.debian.org/debian/pool/main/b/busybox/$busybox_tarball
+busybox_tarball_sha256=faeeb244c35a348a334f4a59e44626ee870fb07b6884d68c10ae8bc19f83a694
+busybox_config=$here/busybox.config
+# Under the Kubernetes ConfigMap limit (1,048,576 bytes) with room to spare.
+busybox_max_size=1000000
 
 # A dynamically linked busybox would not run in an image without a libc.
 is_static() {
@@ -38,19 +59,157 @@ is_static() {
   ! ldd "$1" >/dev/null 2>&1
 }
 
-if ! is_static "$busybox"; then
-  if [ -z "${ARBITER_BUSYBOX:-}" ] && arbiter_can_apt; then
-    arbiter_apt_install busybox-static || arbiter_die "could not install busybox-static"
-  fi
-  is_static "$busybox" ||
-    arbiter_die "need a statically linked busybox at $busybox for the harness toolbox." \
-      "Install Debian/Ubuntu's busybox-static (as root: apt-get install -y busybox-static)," \
-      "or point ARBITER_BUSYBOX at a static busybox binary for Linux."
-fi
-
 sha256_of() {
   sha256sum -- "$1" | cut -d' ' -f1
 }
+
+size_of() {
+  wc -c <"$1" | tr -d ' '
+}
+
+# The tools the busybox build needs, installed with apt-get when missing (root on
+# Debian/Ubuntu), else named in the error.
+ensure_build_tools() {
+  local missing=() tool package
+  for tool in musl-gcc:musl-tools gcc:gcc make:make bzip2:bzip2; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
+  done
+  [ -d /usr/include/linux ] && [ -d /usr/include/asm-generic ] || missing+=(linux-libc-dev)
+  command -v curl >/dev/null 2>&1 || command -v wget >/dev/null 2>&1 || missing+=(curl)
+  [ "${#missing[@]}" -gt 0 ] || return 0
+  if arbiter_can_apt; then
+    arbiter_apt_install "${missing[@]}" || arbiter_die "could not install ${missing[*]} (needed to build the toolbox's busybox)"
+    hash -r
+  else
+    arbiter_die "building the toolbox's busybox needs: ${missing[*]} (Debian/Ubuntu packages)." \
+      "Install them (as root: apt-get install -y ${missing[*]})," \
+      "or point ARBITER_BUSYBOX at a static busybox binary for Linux."
+  fi
+  for package in "${missing[@]}"; do
+    case $package in
+      musl-tools) tool=musl-gcc ;;
+      linux-libc-dev | curl) continue ;;
+      *) tool=$package ;;
+    esac
+    command -v "$tool" >/dev/null 2>&1 || arbiter_die "$tool is still missing after installing $package"
+  done
+}
+
+# fetch_tarball DEST — the pinned busybox tarball at DEST, its sha256 checked. A copy
+# already there with the right digest is kept; else it is downloaded beside DEST and
+# renamed into place.
+fetch_tarball() {
+  local dest=$1 part got
+  if [ -f "$dest" ] && [ "$(sha256_of "$dest")" = "$busybox_tarball_sha256" ]; then
+    return 0
+  fi
+  part=$dest.part.$$
+  arbiter_log "fetching $busybox_url"
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsSL --retry 3 --connect-timeout 20 -o "$part" "$busybox_url" >&2 || {
+      rm -f -- "$part"
+      arbiter_die "could not fetch $busybox_url (curl failed); the toolbox's busybox is built from it." \
+        "Check the network, or point ARBITER_BUSYBOX at a static busybox binary."
+    }
+  else
+    wget -q -O "$part" "$busybox_url" >&2 || {
+      rm -f -- "$part"
+      arbiter_die "could not fetch $busybox_url (wget failed); the toolbox's busybox is built from it." \
+        "Check the network, or point ARBITER_BUSYBOX at a static busybox binary."
+    }
+  fi
+  got=$(sha256_of "$part")
+  if [ "$got" != "$busybox_tarball_sha256" ]; then
+    rm -f -- "$part"
+    arbiter_die "$busybox_url has sha256 $got, expected $busybox_tarball_sha256; refusing to build from it."
+  fi
+  mv -f -- "$part" "$dest"
+}
+
+# build_busybox — prints the path of the cached busybox built from the pinned tarball
+# and busybox.config, building it first when the cache has none.
+build_busybox() {
+  [ -f "$busybox_config" ] || arbiter_die "missing $busybox_config (the toolbox's busybox configuration)"
+  local root key out tmp src kh asm log size
+  root=$cache/arbiter/busybox
+  key=$({ printf '%s\n' "$busybox_tarball_sha256" && cat -- "$busybox_config"; } | sha256sum | cut -c1-16)
+  out=$root/$key/busybox
+  if is_static "$out" && [ "$(size_of "$out")" -lt "$busybox_max_size" ]; then
+    arbiter_log "busybox $busybox_version: cached at $out"
+    printf '%s\n' "$out"
+    return 0
+  fi
+
+  ensure_build_tools
+  mkdir -p -- "$root"
+  fetch_tarball "$root/$busybox_tarball"
+  tmp=$(mktemp -d "$root/build.XXXXXX")
+  # shellcheck disable=SC2064 # expand $tmp now: it is local
+  trap "rm -rf -- '$tmp'" EXIT
+  arbiter_log "building busybox $busybox_version (musl, static) in $tmp"
+  tar -xjf "$root/$busybox_tarball" -C "$tmp"
+  src=$tmp/busybox-$busybox_version
+  [ -d "$src" ] || arbiter_die "$busybox_tarball has no busybox-$busybox_version/ directory"
+
+  # The kernel's uapi headers for musl-gcc (whose include path has only musl's own):
+  # just the directories busybox includes, not all of /usr/include (glibc's headers
+  # would clash with musl's).
+  kh=$src/kernel-headers
+  mkdir -p -- "$kh"
+  ln -s /usr/include/linux "$kh/linux"
+  ln -s /usr/include/asm-generic "$kh/asm-generic"
+  asm=/usr/include/$(gcc -print-multiarch 2>/dev/null || true)/asm
+  [ -d "$asm" ] || asm=/usr/include/asm
+  [ -d "$asm" ] || arbiter_die "no kernel asm headers (/usr/include/<multiarch>/asm); install linux-libc-dev"
+  ln -s "$asm" "$kh/asm"
+  if [ -d /usr/include/mtd ]; then ln -s /usr/include/mtd "$kh/mtd"; fi
+
+  log=$tmp/build.log
+  cp -- "$busybox_config" "$src/.config"
+  # oldconfig answers nothing for a complete config; a symbol the committed config lacks
+  # gets its default, and then the build would not be of the exact committed config.
+  # KCONFIG_NOTIMESTAMP: no build time in the banner, so the same tarball and config
+  # give the same binary (with the same compiler).
+  export KCONFIG_NOTIMESTAMP=1
+  if ! { yes "" 2>/dev/null || true; } | make -C "$src" oldconfig >"$log" 2>&1; then
+    tail -n 30 -- "$log" >&2
+    arbiter_die "busybox make oldconfig failed (log above)"
+  fi
+  # (Kconfig's timestamp comment aside.)
+  local stamp='^# [A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4}$'
+  if ! diff <(grep -Ev "$stamp" "$busybox_config") <(grep -Ev "$stamp" "$src/.config") >"$tmp/config.diff"; then
+    cat -- "$tmp/config.diff" >&2
+    arbiter_die "$busybox_config is not a complete busybox $busybox_version configuration (make oldconfig changed it, above);" \
+      "regenerate it: in the busybox source, cp busybox.config .config && make oldconfig, then copy .config back."
+  fi
+  if ! make -C "$src" -j "$(nproc 2>/dev/null || echo 2)" CC=musl-gcc EXTRA_CFLAGS="-isystem $kh" busybox >>"$log" 2>&1; then
+    tail -n 40 -- "$log" >&2
+    arbiter_die "building busybox $busybox_version with musl-gcc failed (the end of its log above)"
+  fi
+  is_static "$src/busybox" || arbiter_die "the busybox built in $src is not statically linked"
+  size=$(size_of "$src/busybox")
+  [ "$size" -lt "$busybox_max_size" ] ||
+    arbiter_die "the busybox built from $busybox_config is $size bytes; it must be under $busybox_max_size" \
+      "(the Kubernetes backend ships it in a ConfigMap, at most 1 MiB). Disable applets in the config."
+
+  # Into the cache: a rename within one filesystem, so a reader sees all of it or nothing.
+  mkdir -p -- "$root/$key"
+  mv -- "$src/busybox" "$root/$key/.busybox.$$"
+  mv -f -- "$root/$key/.busybox.$$" "$out"
+  rm -rf -- "$tmp"
+  trap - EXIT
+  arbiter_log "busybox $busybox_version: built, $size bytes, $("$out" --list | wc -l) applets, cached at $out"
+  printf '%s\n' "$out"
+}
+
+if [ -n "${ARBITER_BUSYBOX:-}" ]; then
+  busybox=$ARBITER_BUSYBOX
+  is_static "$busybox" ||
+    arbiter_die "ARBITER_BUSYBOX=$busybox is not a statically linked busybox (it must run in an image without a libc)." \
+      "Unset it to build the toolbox's own busybox."
+else
+  busybox=$(build_busybox)
+fi
 
 want_sha=$(sha256_of "$busybox")
 
