@@ -553,13 +553,14 @@ impl KubernetesSandbox {
     /// An early exec confirmed `pod` running after `tries` that came too soon (or the watch
     /// did).
     async fn confirmed(&self, pod: &str, tries: u32) {
-        self.confirm(pod).await;
-        self.early_wait.learn(tries);
+        let late = self.confirm(pod).await;
+        self.early_wait.learn(tries, late);
     }
 
     /// The `tries`-th early exec found `pod`'s container not running yet: pause before the
     /// next, or after [`EARLY_TRIES`] let the watch decide (`true`: it did).
     async fn too_soon(&self, pod: &str, tries: u32, message: &str) -> Result<bool, SandboxError> {
+        self.too_soon_now(pod).await;
         if tries > EARLY_TRIES {
             self.confirmed(pod, tries).await;
             self.await_running(pod, false).await?;

@@ -73,12 +73,30 @@ pub(super) struct PodState {
     /// The watch saw its init containers done and its main container being started, not
     /// yet running (`await_running`): its first exec confirms it (`exec.rs`: a claimed
     /// command, or the toolbox's `true` before any other).
-    pub unconfirmed: bool,
+    pub unconfirmed: Option<Unconfirmed>,
     /// An agent's pod not stopped yet: its stop sends the change set's walk along.
     pub walk_on_stop: bool,
     /// Set once a pod read before its start runs (and was replayed): `await_started` waits
     /// for it once however many reads ask at once.
     pub readable: Arc<OnceCell<()>>,
+}
+
+/// A pod handed over before its main container was seen running.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unconfirmed {
+    /// When the watch saw its main container being started.
+    pub since: tokio::time::Instant,
+    /// How long after `since` the last exec that found it not running yet was answered.
+    pub too_soon_after: Option<Duration>,
+}
+
+impl Unconfirmed {
+    pub(super) fn since(since: tokio::time::Instant) -> Unconfirmed {
+        Unconfirmed {
+            since,
+            too_soon_after: None,
+        }
+    }
 }
 
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
@@ -208,7 +226,8 @@ impl KubernetesSandbox {
                     proven: true,
                     proof: None,
                     held: None,
-                    unconfirmed: starting && running,
+                    unconfirmed: (starting && running)
+                        .then(|| Unconfirmed::since(tokio::time::Instant::now())),
                     walk_on_stop: true,
                     readable: Arc::default(),
                 },
@@ -234,7 +253,7 @@ impl KubernetesSandbox {
             proven: false,
             proof: None,
             held: None,
-            unconfirmed: false,
+            unconfirmed: None,
             walk_on_stop: spec.owner.role == crate::sandbox::Role::Agent,
             readable: Arc::default(),
         };
@@ -430,8 +449,10 @@ impl KubernetesSandbox {
                     last = Some(p);
                 }
                 Err(_) if early_by.is_some_and(|at| at <= until) => {
-                    if let Some(s) = self.states.lock().await.get_mut(pod) {
-                        s.unconfirmed = true;
+                    if let (Some(s), Some(since)) =
+                        (self.states.lock().await.get_mut(pod), starting)
+                    {
+                        s.unconfirmed = Some(Unconfirmed::since(since));
                     }
                     self.early_wait.handed_over();
                     tracing::debug!(pod, "main container being started: handed over early");
@@ -491,14 +512,31 @@ impl KubernetesSandbox {
             .lock()
             .await
             .get(pod)
-            .is_some_and(|s| s.unconfirmed)
+            .is_some_and(|s| s.unconfirmed.is_some())
     }
 
-    /// An exec connected to `pod`'s main container (or the watch has the last word).
-    pub(super) async fn confirm(&self, pod: &str) {
-        if let Some(s) = self.states.lock().await.get_mut(pod) {
-            s.unconfirmed = false;
+    /// An exec found `pod`'s main container not running yet.
+    pub(super) async fn too_soon_now(&self, pod: &str) {
+        if let Some(u) = self
+            .states
+            .lock()
+            .await
+            .get_mut(pod)
+            .and_then(|s| s.unconfirmed.as_mut())
+        {
+            u.too_soon_after = Some(u.since.elapsed());
         }
+    }
+
+    /// An exec connected to `pod`'s main container (or the watch has the last word): how
+    /// long after the start was seen the last exec that came too soon was answered.
+    pub(super) async fn confirm(&self, pod: &str) -> Option<Duration> {
+        self.states
+            .lock()
+            .await
+            .get_mut(pod)
+            .and_then(|s| s.unconfirmed.take())
+            .and_then(|u| u.too_soon_after)
     }
 
     /// The proofs `pod`'s start left to its first exec, when not made yet: the caller makes

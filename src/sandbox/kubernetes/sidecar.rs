@@ -307,7 +307,7 @@ impl KubernetesSandbox {
                 proven: false,
                 proof: None,
                 held: None,
-                unconfirmed: false,
+                unconfirmed: None,
                 walk_on_stop: false,
                 readable: Default::default(),
             },

@@ -27,9 +27,13 @@ pub(crate) const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long after the watch saw a pod's main container being started its first exec waits
 /// (`await_running`'s `early`): learnt from the execs that found the container not running
-/// yet (each a request) and those that found it at once (each perhaps later than needed).
-/// Longer by [`EARLY_STEP`] per exec that came too soon, shorter by a tenth after one that
-/// did not; within [`EARLY_MIN`]..=[`EARLY_MAX`].
+/// yet (each a request, and a pause before the next) and those that found it at once (each
+/// perhaps later than needed). After one that came too soon, at least [`EARLY_STEP`] past the
+/// moment it was answered (and never shorter than that step more than before); a
+/// twentieth shorter after a first exec that did not: so it settles just past the latest
+/// start seen, and tries shorter now and then. Within [`EARLY_MIN`]..=[`EARLY_MAX`]. (A pod
+/// without an init container is seen being started as soon as the kubelet takes it: its
+/// sandbox and its container are still to be made, a few hundred milliseconds.)
 ///
 /// It also knows which images ran on which node (`pulled`): only a pod whose image ran on its
 /// node before is handed over early, since the kubelet pulls the main container's image only
@@ -106,19 +110,21 @@ impl EarlyWait {
         Duration::from_millis(self.millis.load(Ordering::Relaxed))
     }
 
-    /// An early pod's first command ran after `too_soon` execs that found it not running.
-    pub(crate) fn learn(&self, too_soon: u32) {
+    /// An early pod's first command ran after `too_soon` execs that found it not running,
+    /// the last of them answered `late` after the main container was seen being started.
+    pub(crate) fn learn(&self, too_soon: u32, late: Option<Duration>) {
         self.too_soon
             .fetch_add(u64::from(too_soon), Ordering::Relaxed);
         let step = EARLY_STEP.as_millis() as u64;
         let (min, max) = (EARLY_MIN.as_millis() as u64, EARLY_MAX.as_millis() as u64);
+        let late = late.map_or(0, |d| d.as_millis() as u64);
         let _ = self
             .millis
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
                 let next = if too_soon == 0 {
-                    m - m / 10
+                    m - m / 20
                 } else {
-                    m + step * u64::from(too_soon)
+                    (m + step).max(late + step)
                 };
                 Some(next.clamp(min, max))
             });
@@ -264,15 +270,21 @@ mod tests {
     fn the_early_wait_grows_with_execs_too_soon_and_shrinks_without_within_bounds() {
         let wait = EarlyWait::default();
         assert_eq!(wait.get(), Duration::from_millis(100));
-        wait.learn(2);
-        assert_eq!(wait.get(), Duration::from_millis(200));
-        wait.learn(0);
-        assert_eq!(wait.get(), Duration::from_millis(180));
-        for _ in 0..100 {
-            wait.learn(0);
+        // Too soon, answered 420 ms after the start was seen: next time past that.
+        wait.learn(2, Some(Duration::from_millis(420)));
+        assert_eq!(wait.get(), Duration::from_millis(470));
+        wait.learn(0, None);
+        assert_eq!(wait.get(), Duration::from_millis(447));
+        // Too soon, answered earlier than the wait is now: a step longer still.
+        wait.learn(1, Some(Duration::from_millis(100)));
+        assert_eq!(wait.get(), Duration::from_millis(497));
+        wait.learn(1, None);
+        assert_eq!(wait.get(), Duration::from_millis(547));
+        for _ in 0..200 {
+            wait.learn(0, None);
         }
         assert_eq!(wait.get(), EARLY_MIN);
-        wait.learn(100);
+        wait.learn(1, Some(Duration::from_secs(5)));
         assert_eq!(wait.get(), EARLY_MAX);
     }
 
