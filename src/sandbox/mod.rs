@@ -594,7 +594,7 @@ pub trait Sandbox: Send + Sync + 'static {
     /// The backend's name, as records give it (`sandbox.backend`).
     fn name(&self) -> &'static str;
     /// What must hold before any trial of a job starts (permissions, a registry, the
-    /// toolbox image): one line per problem, none when ready. By default nothing to check.
+    /// toolbox's ConfigMaps): one line per problem, none when ready. By default nothing to check.
     async fn preflight(&self) -> Vec<String> {
         Vec::new()
     }

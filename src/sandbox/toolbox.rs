@@ -51,7 +51,7 @@ pub struct Toolbox {
     /// sha256 of its busybox, as the manifest says and the file is.
     pub busybox_sha256: String,
     /// sha256 over every file's name and sha256: the same id, the same toolbox (what the
-    /// Kubernetes backend tags its toolbox image with).
+    /// Kubernetes backend names its toolbox ConfigMaps by).
     pub content_sha256: String,
 }
 

@@ -52,10 +52,18 @@ pub(super) use resolve_command;
 /// Shell lines writing the facts of the kept files `$k.o` and `$k.e` of a command that
 /// ended with `$rc` to `$k.f` and into `$f`: `arbiter-kept CODE OUT_BYTES ERR_BYTES
 /// SHA256_OF_OUT SHA256_OF_ERR`. A macro, so that `concat!` takes it into the scripts.
+/// `(totals)`: then also `t<OUT>:<ERR>`, the bytes the command wrote to each stream in all
+/// (the kept ones and those past the cap, counted in `$ot` and `$et`), so that a count never
+/// depends on the exec's stream: a stream can lose its tail with exit 0 (kubernetes#124571),
+/// and what is past the cap is not kept to read again.
 macro_rules! facts_line {
     () => {
         r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
 f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"; printf '%s\n' "$f" >"$k.f""#
+    };
+    (totals) => {
+        r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
+f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *} t$((o+${ot:-0})):$((e+${et:-0}))"; printf '%s\n' "$f" >"$k.f""#
     };
 }
 pub(super) use facts_line;
@@ -93,8 +101,9 @@ pub(super) fn new_stem() -> String {
 /// line says why (`x<code> <message>` after the five facts) and the exit code is 125.
 ///
 /// Kept (`kept.rs`), the command's stdout and stderr go through `tee` both to the exec's
-/// streams and to a reader that keeps their first `$5` bytes (and drains the rest); once the
-/// command ended, the facts line (exit code, sizes and sha256 of what was kept) ends stderr
+/// streams and to a reader that keeps their first `$5` bytes (and counts the rest); once the
+/// command ended, the facts line (exit code, sizes and sha256 of what was kept, the bytes of
+/// each stream in all) ends stderr
 /// after a `\x1f`. The wrapper and its tees ignore SIGTERM (the deadline's), so that what a
 /// command writes in its grace period is kept too; the command itself gets it.
 const WRAPPER: &str = concat!(
@@ -140,15 +149,16 @@ if [ -n "$wd" ]; then cd "$wd" 2>/dev/null || { echo "cannot enter the working d
   exec $B nsenter -S "$uid" -G "$gid" "$@"
 fi
 trap '' TERM INT HUP
-{ $B head -c "$_cap" >"$_k.o"; $B cat >/dev/null; } <"$_k.po" &
-{ $B head -c "$_cap" >"$_k.e"; $B cat >/dev/null; } <"$_k.pe" &
+{ $B head -c "$_cap" >"$_k.o"; $B wc -c >"$_k.ot"; } <"$_k.po" &
+{ $B head -c "$_cap" >"$_k.e"; $B wc -c >"$_k.et"; } <"$_k.pe" &
 { { ( trap - TERM INT HUP
       if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
       exec $B nsenter -S "$uid" -G "$gid" "$@" ); echo $? >"$_k.r"; } 2>&1 >&3 3>&- | $B tee "$_k.pe" >&2; } 3>&1 | $B tee "$_k.po"
 wait
-k=$_k; rc=$($B cat "$k.r" 2>/dev/null); rc=${rc:-125}; $B rm -f "$k.po" "$k.pe" "$k.r"
+k=$_k; rc=$($B cat "$k.r" 2>/dev/null); rc=${rc:-125}; ot=0 et=0
+read -r ot 2>/dev/null <"$k.ot"; read -r et 2>/dev/null <"$k.et"; $B rm -f "$k.po" "$k.pe" "$k.r" "$k.ot" "$k.et"
 "#,
-    facts_line!(),
+    facts_line!(totals),
     r#"
 printf '\037%s\n' "$f" >&2; exit "$rc""#
 );

@@ -123,6 +123,9 @@ pub(super) struct Facts {
     /// `None`: stdout was only counted ([`Keep::Stream`]).
     sha_out: Option<String>,
     sha_err: String,
+    /// Bytes the command wrote to stdout and stderr in all, counted in the pod (the exec
+    /// wrapper's `t<OUT>:<ERR>`).
+    totals: Option<(u64, u64)>,
     /// What the command carried did not hold, and it was not run (`carry.rs`).
     unplaced: Option<Unplaced>,
 }
@@ -141,9 +144,19 @@ fn parse_facts(line: &[u8]) -> Option<Facts> {
         given => Some(sha(given)?),
     };
     let sha_err = sha(fields.next()?)?;
+    let mut next = fields.next();
+    // `t<out>:<err>`: the streams' bytes in all.
+    let totals = match next.and_then(|w| w.strip_prefix('t')) {
+        Some(both) => {
+            let (out, err) = both.split_once(':')?;
+            next = fields.next();
+            Some((out.parse().ok()?, err.parse().ok()?))
+        }
+        None => None,
+    };
     // `x<code> <message>`: what the command carried did not hold (the message is the rest of
     // the line).
-    let unplaced = match fields.next() {
+    let unplaced = match next {
         None => None,
         Some(word) => Some(Unplaced {
             code: word.strip_prefix('x')?.parse().ok()?,
@@ -156,6 +169,7 @@ fn parse_facts(line: &[u8]) -> Option<Facts> {
         err,
         sha_out,
         sha_err,
+        totals,
         unplaced,
     })
 }
@@ -654,8 +668,8 @@ impl KubernetesSandbox {
             return Ok((end, facts.unplaced));
         };
         for (stream, sink, size, sha) in [
-            ("o", stdout, facts.out, sha_out),
-            ("e", stderr, facts.err, &facts.sha_err),
+            ("o", &mut *stdout, facts.out, sha_out),
+            ("e", &mut *stderr, facts.err, &facts.sha_err),
         ] {
             let mut sink = Sink::Capped(sink);
             if sink.received().is_none() {
@@ -668,6 +682,20 @@ impl KubernetesSandbox {
                     pod,
                     format!("an exec's output arrived other than the pod's copy (sha256 {sha})"),
                 ));
+            }
+        }
+        // Past the cap nothing is kept to read again: the counts are the pod's.
+        if let Some((out, err)) = facts.totals {
+            for (sink, total) in [(stdout, out), (stderr, err)] {
+                if sink.total < total {
+                    tracing::debug!(
+                        pod,
+                        got = sink.total,
+                        total,
+                        "a stream lost bytes past the cap"
+                    );
+                    sink.total = total;
+                }
             }
         }
         if facts.out + facts.err > REMOVE_NOW {
@@ -714,10 +742,18 @@ mod tests {
                 err: 3,
                 sha_out: Some(sha.clone()),
                 sha_err: sha.clone(),
+                totals: None,
                 unplaced: None,
             }
         );
         assert_eq!(rest, b"boom\n");
+        // The exec wrapper's: the streams' bytes in all, past the cap too.
+        let line = format!("arbiter-kept 0 1000 3 {sha} {sha} t60000000:3\n");
+        let (facts, _) = split_facts(line.as_bytes()).expect("facts");
+        assert_eq!(facts.totals, Some((60_000_000, 3)));
+        assert_eq!(facts.unplaced, None);
+        let torn = format!("arbiter-kept 0 1000 3 {sha} {sha} t60000000\n");
+        assert!(split_facts(torn.as_bytes()).is_none());
         // What a command carried and did not hold: its code, then the rest of the line.
         let line = format!("arbiter-kept 125 0 0 {sha} {sha} x95 removing /tests failed: busy\n");
         let (facts, _) = split_facts(line.as_bytes()).expect("facts");
