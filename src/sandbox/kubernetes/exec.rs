@@ -58,12 +58,18 @@ pub(super) use resolve_command;
 /// and what is past the cap is not kept to read again.
 macro_rules! facts_line {
     () => {
-        r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
-f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"; printf '%s\n' "$f" >"$k.f""#
+        $crate::sandbox::kubernetes::exec::facts_line!(@with "")
     };
     (totals) => {
-        r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
-f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *} t$((o+${ot:-0})):$((e+${et:-0}))"; printf '%s\n' "$f" >"$k.f""#
+        $crate::sandbox::kubernetes::exec::facts_line!(@with " t$((o+${ot:-0})):$((e+${et:-0}))")
+    };
+    (@with $more:literal) => {
+        concat!(
+            r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
+f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"#,
+            $more,
+            r#""; printf '%s\n' "$f" >"$k.f""#
+        )
     };
 }
 pub(super) use facts_line;
