@@ -13,11 +13,19 @@
 //!
 //! The first stop of an agent's pod also sends the walk of its root filesystem along (the
 //! change set's, `changes.rs`), after the logs and framed the same way: the change set that
-//! follows reads it instead of walking in another exec.
+//! follows reads it instead of walking in another exec. And what the change set reads next,
+//! the content of what changed: an archive of every entry whose ctime is younger than the
+//! pod's first process (plus a margin), listed without recursion. Nothing in a container can
+//! set a ctime back, and every entry its processes wrote has one from after they started, so
+//! the archive holds all of what changed, and maybe more. Whether it holds all of a path that
+//! is asked for is decided by the walk taken in the same stop: a download is made from it only
+//! when every entry the walk has at or beneath that path is in it (no mount point there, and
+//! every directory on the way a directory); else the pod is asked.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use super::walk::Walk;
 use crate::digest::sha256_hex;
 use crate::sandbox::{Download, Extent, Fetched, SandboxError};
 
@@ -27,10 +35,16 @@ pub(super) const LOGS_MAX: u64 = 4 << 20;
 /// The most bytes of a walk a stop sends along (a bigger one is walked in its own exec).
 pub(super) const WALK_MAX: u64 = 32 << 20;
 
+/// The most bytes of the archive of recent changes a stop sends along (a bigger one is not
+/// sent: the change set reads its paths in an exec).
+pub(super) const CHANGED_MAX: u64 = 8 << 20;
+
 /// The line before the archive in the stop's stdout.
 const HEAD: &str = "arbiter-logs ";
 /// The line before the walk in the stop's stdout.
 const WALK_HEAD: &str = "arbiter-walk ";
+/// The line before the archive of recent changes in the stop's stdout.
+const CHANGED_HEAD: &str = "arbiter-changed ";
 
 /// Shell lines the stop runs once every process is gone: `/logs` archived to stdout after a
 /// line `arbiter-logs SIZE SHA256`, when it is under `$_lc` bytes (else nothing is sent).
@@ -55,52 +69,176 @@ pub(super) const SEND_WALK: &str = r#"if [ -n "$_wk" ]; then
   $B rm -f "$t"
 fi"#;
 
-/// Archives of `/logs` and walks by pod, as their stops sent them.
+/// Shell lines the stop runs after [`SEND_WALK`] (when it walked): every entry of the root
+/// filesystem whose ctime is younger than the pod's first process plus two minutes, archived
+/// without recursion, sent after a line `arbiter-changed SIZE SHA256` when all of it was
+/// archived under `$_cc` bytes (else nothing is sent).
+pub(super) const SEND_CHANGED: &str = r#"if [ -n "$_cc" ]; then
+  t=/.arbiter/scratch/stop-changed-$$; set -o pipefail
+  read -r s </proc/1/stat && set -- ${s##*) } && read -r up x </proc/uptime && up=${up%.*} &&
+  m=$(( (up - ${20}/100) / 60 + 2 )) &&
+  $B find / -xdev -cmin "-$m" 2>/dev/null | $B sed -e 's|^/||' -e '/^$/d' >"$t.list" &&
+  $B tar -c -f - -C / --no-recursion -T "$t.list" 2>/dev/null | $B head -c "$_cc" >"$t" && {
+    n=$($B wc -c <"$t"); n=$((n+0)); s=$($B sha256sum <"$t")
+    [ "$n" -lt "$_cc" ] && { echo "arbiter-changed $n ${s%% *}"; $B cat "$t"; }
+  }
+  $B rm -f "$t" "$t.list"
+fi"#;
+
+/// Archives of `/logs`, walks and archives of recent changes by pod, as their stops sent them.
 #[derive(Default)]
 pub(super) struct StoppedLogs {
     logs: Mutex<HashMap<String, Arc<Vec<u8>>>>,
-    walks: Mutex<HashMap<String, Vec<u8>>>,
+    walks: Mutex<HashMap<String, Walk>>,
+    changed: Mutex<HashMap<String, Arc<Changed>>>,
+}
+
+/// An archive of a pod's recent changes, and what the walk of the same stop says of each path.
+pub(super) struct Changed {
+    archive: Vec<u8>,
+    /// The names the archive holds (relative to `/`, as the walk's paths without the slash).
+    names: HashSet<Vec<u8>>,
+    /// Every path of the walk, and whether it is a directory.
+    dirs: BTreeMap<Vec<u8>, bool>,
+    /// The walk's mount points.
+    mounts: HashSet<Vec<u8>>,
+}
+
+impl Changed {
+    /// Index an archive against the walk of the same stop; `None` when it holds a hard link
+    /// (which name carries the content depends on what is archived).
+    fn new(archive: Vec<u8>, walk: &Walk) -> Option<Changed> {
+        let mut names = HashSet::new();
+        let mut entries = tar::Archive::new(&archive[..]);
+        for entry in entries.entries().ok()? {
+            let entry = entry.ok()?;
+            if entry.header().entry_type().is_hard_link() {
+                return None;
+            }
+            let raw = entry.path_bytes();
+            let name = raw.strip_suffix(b"/").unwrap_or(&raw);
+            names.insert(name.to_vec());
+        }
+        let dirs = walk
+            .entries
+            .iter()
+            .map(|(path, stat)| (path.clone(), stat.is_dir()))
+            .collect();
+        Some(Changed {
+            archive,
+            names,
+            dirs,
+            mounts: walk.mounts.clone(),
+        })
+    }
+
+    /// The archive the pod's `tar` would make of `path`, when this one holds all of it.
+    fn sub_archive(&self, path: &str, entry_only: bool) -> Option<Made> {
+        let path = path.trim_end_matches('/');
+        let rel = path.strip_prefix('/')?;
+        if rel.is_empty()
+            || rel
+                .split('/')
+                .any(|part| part.is_empty() || part == "." || part == "..")
+        {
+            return None;
+        }
+        // Every directory on the way a directory (the kernel would follow a symlink), and
+        // the path itself one the walk saw: else only the pod can say.
+        let mut at = 0;
+        while let Some(i) = rel[at..].find('/') {
+            let up = &path[..=at + i];
+            if self.dirs.get(up.as_bytes()) != Some(&true) {
+                return None;
+            }
+            at += i + 1;
+        }
+        let is_dir = *self.dirs.get(path.as_bytes())?;
+        let below = format!("{path}/").into_bytes();
+        let needed: Vec<&[u8]> = if entry_only || !is_dir {
+            vec![path.as_bytes()]
+        } else {
+            // A mount point beneath it: its tar would read another filesystem.
+            if self
+                .mounts
+                .iter()
+                .any(|m| m == path.as_bytes() || m.starts_with(&below))
+            {
+                return None;
+            }
+            let from = path.as_bytes().to_vec();
+            let mut all = vec![path.as_bytes()];
+            all.extend(
+                self.dirs
+                    .range(from..)
+                    .skip(1)
+                    .map(|(p, _)| p.as_slice())
+                    .take_while(|p| p.starts_with(&below)),
+            );
+            all
+        };
+        if needed.iter().any(|p| !self.names.contains(&p[1..])) {
+            return None;
+        }
+        sub_archive(&self.archive, path, entry_only, None)
+    }
 }
 
 impl StoppedLogs {
     /// Keep what the stop of `pod` sent after its count line (`out`: its stdout), each part
     /// when it arrived as the pod wrote it.
     pub(super) fn keep(&self, pod: &str, out: &[u8]) {
+        let mut walk = None;
         for (head, bytes) in checked_parts(out) {
             if head == HEAD {
                 self.lock()
                     .insert(pod.to_string(), Arc::new(bytes.to_vec()));
             } else if head == WALK_HEAD {
-                self.walks_lock().insert(pod.to_string(), bytes.to_vec());
+                match Walk::parse(bytes) {
+                    Ok(w) => walk = Some(w),
+                    Err(e) => tracing::debug!(pod, "the walk the stop sent: {e}"),
+                }
+            } else if head == CHANGED_HEAD
+                && let Some(walk) = &walk
+                && let Some(changed) = Changed::new(bytes.to_vec(), walk)
+            {
+                lock(&self.changed).insert(pod.to_string(), Arc::new(changed));
             }
+        }
+        if let Some(walk) = walk {
+            lock(&self.walks).insert(pod.to_string(), walk);
         }
     }
 
     /// Something may change the pod's files: what was kept is stale.
     pub(super) fn drop_pod(&self, pod: &str) {
         self.lock().remove(pod);
-        self.walks_lock().remove(pod);
+        lock(&self.walks).remove(pod);
+        lock(&self.changed).remove(pod);
     }
 
     /// The walk `pod`'s stop sent, once.
-    pub(super) fn take_walk(&self, pod: &str) -> Option<Vec<u8>> {
-        self.walks_lock().remove(pod)
+    pub(super) fn take_walk(&self, pod: &str) -> Option<Walk> {
+        lock(&self.walks).remove(pod)
     }
 
-    fn walks_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
-        self.walks.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `want` made from the `/logs` `pod`'s stop sent; `None` when there is none, or when
-    /// only the pod can say.
+    /// `want` made from the `/logs` (or the recent changes) `pod`'s stop sent; `None` when
+    /// there is none, or when only the pod can say.
     pub(super) fn download(
         &self,
         pod: &str,
         want: Download<'_>,
     ) -> Option<Result<Fetched, SandboxError>> {
         let (to, limit) = (want.to, want.limit);
-        let archive = self.lock().get(pod).cloned()?;
-        let made = sub_archive(&archive, want.path, want.extent == Extent::Entry)?;
+        let entry_only = want.extent == Extent::Entry;
+        let logs = self.lock().get(pod).cloned();
+        let made = match logs.and_then(|a| sub_archive(&a, want.path, entry_only, Some("logs"))) {
+            Some(made) => made,
+            None => {
+                let changed = lock(&self.changed).get(pod).cloned()?;
+                changed.sub_archive(want.path, entry_only)?
+            }
+        };
         Some(match made {
             Made::NotFound => Ok(Fetched::NotFound),
             Made::Archive(bytes) if bytes.len() as u64 > limit => Ok(Fetched::TooLarge { limit }),
@@ -113,19 +251,23 @@ impl StoppedLogs {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Vec<u8>>>> {
-        self.logs.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.logs)
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The parts of a stop's stdout, each after a line `HEAD SIZE SHA256` (`arbiter-logs `,
-/// `arbiter-walk `), in order, as long as each is whole and the same; lines before the first
+/// `arbiter-walk `, `arbiter-changed `), in order, as long as each is whole and the same; lines before the first
 /// (the count line) are skipped.
 fn checked_parts(out: &[u8]) -> Vec<(&'static str, &[u8])> {
     let mut parts = Vec::new();
     let mut rest = out;
     while let Some(end) = rest.iter().position(|&b| b == b'\n') {
         let line = &rest[..end];
-        let Some(head) = [HEAD, WALK_HEAD]
+        let Some(head) = [HEAD, WALK_HEAD, CHANGED_HEAD]
             .into_iter()
             .find(|h| line.starts_with(h.as_bytes()))
         else {
@@ -170,10 +312,14 @@ enum Made {
 }
 
 /// The archive the pod's `tar -c -C DIR NAME` would make of `path` (`DIR/NAME`), from an
-/// archive of `/logs`; `None` when `path` is not beneath `/logs` or the pod must say.
-fn sub_archive(logs: &[u8], path: &str, entry_only: bool) -> Option<Made> {
+/// archive of the names beneath `/` made by the pod's `tar` (of `/logs` when `top` is
+/// `Some("logs")`: `None` when `path` is not beneath it); `None` when the pod must say.
+fn sub_archive(logs: &[u8], path: &str, entry_only: bool, top: Option<&str>) -> Option<Made> {
     let rel = path.trim_end_matches('/').strip_prefix('/')?;
-    if rel != "logs" && !rel.starts_with("logs/") {
+    if let Some(top) = top
+        && rel != top
+        && !rel.starts_with(&format!("{top}/"))
+    {
         return None;
     }
     if rel
@@ -226,6 +372,7 @@ fn sub_archive(logs: &[u8], path: &str, entry_only: bool) -> Option<Made> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::kubernetes::walk::tests::{D, F, L};
     use std::path::Path;
 
     fn logs_archive(symlinked_agent: bool, hard_link: bool) -> Vec<u8> {
@@ -282,7 +429,8 @@ mod tests {
     #[test]
     fn a_path_beneath_logs_is_archived_as_the_pods_tar_would() {
         let logs = logs_archive(false, false);
-        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/verifier", false) else {
+        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/verifier", false, Some("logs"))
+        else {
             panic!("made")
         };
         assert_eq!(
@@ -292,24 +440,25 @@ mod tests {
                 ("verifier/reward.txt".to_string(), b"1".to_vec())
             ]
         );
-        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/agent/out.txt", false) else {
+        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/agent/out.txt", false, Some("logs"))
+        else {
             panic!("made")
         };
         assert_eq!(names(&a), [("out.txt".to_string(), b"agent says".to_vec())]);
-        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/", true) else {
+        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs/", true, Some("logs")) else {
             panic!("made")
         };
         assert_eq!(names(&a), [("logs".to_string(), vec![])]);
-        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs", false) else {
+        let Some(Made::Archive(a)) = sub_archive(&logs, "/logs", false, Some("logs")) else {
             panic!("made")
         };
         assert_eq!(names(&a).len(), 5);
         assert_eq!(
-            sub_archive(&logs, "/logs/nothing", false),
+            sub_archive(&logs, "/logs/nothing", false, Some("logs")),
             Some(Made::NotFound)
         );
         assert_eq!(
-            sub_archive(&logs, "/logs/agent/none/deeper", false),
+            sub_archive(&logs, "/logs/agent/none/deeper", false, Some("logs")),
             Some(Made::NotFound)
         );
     }
@@ -318,20 +467,32 @@ mod tests {
     fn the_pod_says_what_only_it_can() {
         // Not beneath /logs, or not a plain path.
         let logs = logs_archive(false, false);
-        assert_eq!(sub_archive(&logs, "/app", false), None);
-        assert_eq!(sub_archive(&logs, "/logsx", false), None);
-        assert_eq!(sub_archive(&logs, "/logs/../etc", false), None);
+        assert_eq!(sub_archive(&logs, "/app", false, Some("logs")), None);
+        assert_eq!(sub_archive(&logs, "/logsx", false, Some("logs")), None);
+        assert_eq!(
+            sub_archive(&logs, "/logs/../etc", false, Some("logs")),
+            None
+        );
         // A symlink on the way: the kernel follows it.
         let linked = logs_archive(true, false);
-        assert_eq!(sub_archive(&linked, "/logs/agent/out.txt", false), None);
+        assert_eq!(
+            sub_archive(&linked, "/logs/agent/out.txt", false, Some("logs")),
+            None
+        );
         // The symlink itself is archived as a link.
-        let Some(Made::Archive(a)) = sub_archive(&linked, "/logs/agent", false) else {
+        let Some(Made::Archive(a)) = sub_archive(&linked, "/logs/agent", false, Some("logs"))
+        else {
             panic!("made")
         };
         assert_eq!(names(&a), [("agent".to_string(), vec![])]);
         // A hard link: which name holds the content depends on the walk.
         assert_eq!(
-            sub_archive(&logs_archive(false, true), "/logs/verifier", false),
+            sub_archive(
+                &logs_archive(false, true),
+                "/logs/verifier",
+                false,
+                Some("logs")
+            ),
             None
         );
     }
@@ -350,7 +511,7 @@ mod tests {
         assert_eq!(checked(&other), None, "changed");
         assert_eq!(checked(b"oom_kill=0\n"), None);
         // After the count line, and followed by a walk: both kept, in order.
-        let walk = b"mounts\0/\0\0line\n".to_vec();
+        let walk = crate::sandbox::kubernetes::walk::tests::walk(&[(D, 0, "0", "0", b"/")]);
         let mut both = b"oom_kill=0\n".to_vec();
         both.extend_from_slice(&after);
         both.extend_from_slice(
@@ -376,11 +537,12 @@ mod tests {
                 )
                 .is_some()
         );
-        assert_eq!(walks.take_walk("w"), Some(walk.clone()));
-        assert_eq!(walks.take_walk("w"), None, "once");
+        let taken = walks.take_walk("w").expect("the walk");
+        assert_eq!(taken.entries.len(), 1);
+        assert!(walks.take_walk("w").is_none(), "once");
         walks.keep("w", &both);
         walks.drop_pod("w");
-        assert_eq!(walks.take_walk("w"), None, "dropped by an exec");
+        assert!(walks.take_walk("w").is_none(), "dropped by an exec");
         let kept = StoppedLogs::default();
         kept.keep("p", &after);
         let to = tempfile::NamedTempFile::new().unwrap();
@@ -391,5 +553,143 @@ mod tests {
         assert!(matches!(small, Some(Ok(Fetched::TooLarge { limit: 10 }))));
         kept.drop_pod("p");
         assert!(kept.download("p", want(1 << 20)).is_none());
+    }
+
+    /// An archive of recent changes as the pod's `tar --no-recursion` makes it.
+    fn changed_archive(hard_link: bool) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, body) in [
+            ("app/", None),
+            ("app/a.txt", Some(&b"new"[..])),
+            ("usr/lib/", None),
+            ("etc/", None),
+            ("etc/ho sts", Some(&b"127.0.0.1 pod"[..])),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            match body {
+                None => {
+                    h.set_entry_type(tar::EntryType::Directory);
+                    h.set_size(0);
+                    b.append_data(&mut h, name, std::io::empty()).unwrap();
+                }
+                Some(body) => {
+                    h.set_size(body.len() as u64);
+                    b.append_data(&mut h, name, body).unwrap();
+                }
+            }
+        }
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        b.append_link(&mut h, "app/link", "a.txt").unwrap();
+        if hard_link {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Link);
+            h.set_size(0);
+            b.append_link(&mut h, "app/again", "app/a.txt").unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    /// The walk of the same stop: more than the archive holds (what did not change).
+    fn changed_walk() -> Vec<u8> {
+        crate::sandbox::kubernetes::walk::tests::walk(&[
+            (D, 0, "0", "0", b"/"),
+            (D, 0, "0", "0", b"/app"),
+            (F, 3, "0", "0", b"/app/a.txt"),
+            (L, 5, "0", "0", b"/app/link"),
+            (D, 0, "0", "0", b"/usr"),
+            (D, 0, "0", "0", b"/usr/lib"),
+            (F, 9, "0", "0", b"/usr/lib/old"),
+            (L, 4, "0", "0", b"/lnk"),
+            (D, 0, "0", "0", b"/etc"),
+            (F, 13, "0", "0", b"/etc/ho sts"),
+        ])
+    }
+
+    fn part(head: &str, bytes: &[u8]) -> Vec<u8> {
+        let mut out = format!("{head}{} {}\n", bytes.len(), sha256_hex(bytes)).into_bytes();
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    #[test]
+    fn what_changed_is_made_from_the_stop_only_where_the_walk_says_it_is_all_there() {
+        let walk = Walk::parse(&changed_walk()).unwrap();
+        let changed = Changed::new(changed_archive(false), &walk).unwrap();
+        let made = |path, entry| match changed.sub_archive(path, entry) {
+            Some(Made::Archive(a)) => Some(names(&a)),
+            Some(Made::NotFound) => panic!("{path}: the walk has it"),
+            None => None,
+        };
+        assert_eq!(
+            made("/app", false),
+            Some(vec![
+                ("app".to_string(), vec![]),
+                ("app/a.txt".to_string(), b"new".to_vec()),
+                ("app/link".to_string(), vec![]),
+            ])
+        );
+        assert_eq!(
+            made("/app/a.txt", false),
+            Some(vec![("a.txt".to_string(), b"new".to_vec())])
+        );
+        assert_eq!(made("/app/", true), Some(vec![("app".to_string(), vec![])]));
+        // A file beneath that did not change is not in the archive: the pod says.
+        assert_eq!(made("/usr/lib", false), None);
+        assert_eq!(
+            made("/usr/lib", true),
+            Some(vec![("lib".to_string(), vec![])])
+        );
+        assert_eq!(made("/usr/lib/old", false), None);
+        // A symlink on the way, a path the walk has not, the root, a mount point beneath.
+        assert_eq!(made("/lnk/a.txt", false), None);
+        assert_eq!(made("/app/none", false), None);
+        assert_eq!(made("/", false), None);
+        assert_eq!(made("/app/../etc", false), None);
+        assert_eq!(made("/etc", false), None);
+        assert_eq!(made("/etc", true), Some(vec![("etc".to_string(), vec![])]));
+        // A hard link anywhere: which name holds the content depends on what was archived.
+        assert!(Changed::new(changed_archive(true), &walk).is_none());
+    }
+
+    #[test]
+    fn recent_changes_are_kept_only_with_the_walk_of_the_same_stop() {
+        let (walk, changed) = (changed_walk(), changed_archive(false));
+        let mut out = b"oom_kill=0\n".to_vec();
+        out.extend(part(WALK_HEAD, &walk));
+        out.extend(part(CHANGED_HEAD, &changed));
+        let to = tempfile::NamedTempFile::new().unwrap();
+        let kept = StoppedLogs::default();
+        kept.keep("p", &out);
+        let got = kept.download("p", Download::whole("/app", to.path(), 1 << 20));
+        assert!(matches!(got, Some(Ok(Fetched::Archive { .. }))), "{got:?}");
+        assert_eq!(names(&std::fs::read(to.path()).unwrap()).len(), 3);
+        let small = kept.download("p", Download::whole("/app", to.path(), 10));
+        assert!(matches!(small, Some(Ok(Fetched::TooLarge { limit: 10 }))));
+        assert!(
+            kept.download("p", Download::whole("/usr", to.path(), 1 << 20))
+                .is_none()
+        );
+        // Taking the walk (the change set) leaves the archive's index in place.
+        assert!(kept.take_walk("p").is_some());
+        assert!(
+            kept.download("p", Download::whole("/app", to.path(), 1 << 20))
+                .is_some()
+        );
+        kept.drop_pod("p");
+        assert!(
+            kept.download("p", Download::whole("/app", to.path(), 1 << 20))
+                .is_none()
+        );
+        // Without the walk, or with one that came short, the archive is not used.
+        let mut alone = b"oom_kill=0\n".to_vec();
+        alone.extend(part(CHANGED_HEAD, &changed));
+        kept.keep("q", &alone);
+        assert!(
+            kept.download("q", Download::whole("/app", to.path(), 1 << 20))
+                .is_none()
+        );
     }
 }

@@ -304,11 +304,8 @@ impl KubernetesSandbox {
     /// Walk the pod's root filesystem.
     pub(super) async fn walk(&self, pod: &str) -> Result<Walk, SandboxError> {
         // The walk the pod's stop sent along (after_stop.rs), when nothing ran since.
-        if let Some(sent) = self.stopped_logs.take_walk(pod) {
-            match Walk::parse(&sent) {
-                Ok(walk) => return Ok(walk),
-                Err(e) => tracing::debug!(pod, "the walk the stop sent: {e}; walking again"),
-            }
+        if let Some(walk) = self.stopped_logs.take_walk(pod) {
+            return Ok(walk);
         }
         let argv = toolbox_argv("sh", &["-c", WALK, "arbiter-walk", STAT_FORMAT]);
         let mut out = Vec::new();

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use tokio::sync::OnceCell;
 
 use super::KubernetesSandbox;
-use super::after_stop::{LOGS_MAX, SEND_LOGS, SEND_WALK, WALK_MAX};
+use super::after_stop::{CHANGED_MAX, LOGS_MAX, SEND_CHANGED, SEND_LOGS, SEND_WALK, WALK_MAX};
 use super::ended::{Ended, ended};
 use super::error::{KubeError, api_status};
 use super::exec::RawEnd;
@@ -737,19 +737,22 @@ impl KubernetesSandbox {
         // says how it ended (one request less per stop).
         // Once every process is gone, the stop sends `/logs` along (after_stop.rs): what
         // the trial reads next, read without another exec.
-        // An agent's pod's first stop also sends the change set's walk along.
+        // An agent's pod's first stop also sends the change set's walk along, and an archive
+        // of what changed recently (what the change set reads next).
         let walk = self
             .states
             .lock()
             .await
             .get_mut(pod)
             .is_some_and(|s| std::mem::take(&mut s.walk_on_stop));
-        let script = format!("_lc=$1 _wk=$2 _ws=$3 _wf=$4\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}");
+        let script = format!(
+            "_lc=$1 _wk=$2 _ws=$3 _wf=$4 _cc=$5\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}"
+        );
         let cap = (LOGS_MAX + 1).to_string();
-        let walk_cap = if walk {
-            (WALK_MAX + 1).to_string()
+        let (walk_cap, changed_cap) = if walk {
+            ((WALK_MAX + 1).to_string(), (CHANGED_MAX + 1).to_string())
         } else {
-            String::new()
+            (String::new(), String::new())
         };
         let argv = toolbox_argv(
             "sh",
@@ -761,12 +764,14 @@ impl KubernetesSandbox {
                 &walk_cap,
                 super::changes::WALK,
                 super::walk::STAT_FORMAT,
+                &changed_cap,
             ],
         );
         // Not kept in the pod (`kept.rs`): the stop kills every process but PID 1, the
         // keeping wrapper too. It is idempotent instead: an exit whose count line did not
         // arrive is run again.
-        let out_cap = (LOGS_MAX + if walk { WALK_MAX } else { 0 }) as usize + 64 * 1024;
+        let out_cap =
+            (LOGS_MAX + if walk { WALK_MAX + CHANGED_MAX } else { 0 }) as usize + 64 * 1024;
         let mut stopped = self.streamed(pod, &argv, out_cap).await;
         for _ in 0..2 {
             match &stopped {

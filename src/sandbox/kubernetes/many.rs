@@ -45,6 +45,47 @@ impl KubernetesSandbox {
         wants: &[Download<'_>],
         scratch: &Path,
     ) -> Vec<Result<Fetched, SandboxError>> {
+        // What the pod's stop sent along answers what it can (after_stop.rs); the pod the rest.
+        let mut got: Vec<Option<Result<Fetched, SandboxError>>> = wants
+            .iter()
+            .map(|w| self.stopped_logs.download(pod, *w))
+            .collect();
+        let left: Vec<Download<'_>> = wants
+            .iter()
+            .zip(&got)
+            .filter(|(_, g)| g.is_none())
+            .map(|(w, _)| *w)
+            .collect();
+        if left.len() < wants.len() {
+            tracing::debug!(
+                pod,
+                sent = wants.len() - left.len(),
+                "downloads from what the stop sent"
+            );
+        }
+        let mut asked = self.download_asked(pod, &left, scratch).await.into_iter();
+        got.iter_mut()
+            .map(|g| match g.take() {
+                Some(made) => made,
+                None => asked.next().unwrap_or_else(|| {
+                    Err(SandboxError::Refused {
+                        op: "download",
+                        message: "a download was not answered".to_string(),
+                    })
+                }),
+            })
+            .collect()
+    }
+
+    async fn download_asked(
+        &self,
+        pod: &str,
+        wants: &[Download<'_>],
+        scratch: &Path,
+    ) -> Vec<Result<Fetched, SandboxError>> {
+        if wants.is_empty() {
+            return Vec::new();
+        }
         // One path, or the root (whose archive leaves out the kernel's filesystems: the
         // single download's script knows how): each on its own.
         if wants.len() > 1

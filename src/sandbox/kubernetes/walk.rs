@@ -316,7 +316,7 @@ pub(super) fn finish_paths(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn line(mode: &str, size: u64, mtime: &str, ctime: &str, name: &[u8]) -> Vec<u8> {
@@ -330,7 +330,9 @@ mod tests {
     }
 
     /// A walk's output from (mode, size, mtime ns, ctime ns, name).
-    fn walk(entries: &[(&str, u64, &str, &str, &[u8])]) -> Vec<u8> {
+    pub(in crate::sandbox::kubernetes) fn walk(
+        entries: &[(&str, u64, &str, &str, &[u8])],
+    ) -> Vec<u8> {
         let mut out = b"22 1 0:5 / / rw - overlay overlay rw\n23 22 0:6 / /proc rw - proc proc rw\n24 22 8:1 /x /etc/ho\\040sts rw - ext4 /dev/sda rw\n".to_vec();
         out.push(0);
         for e in entries {
@@ -344,9 +346,9 @@ mod tests {
         out
     }
 
-    const D: &str = "41ed";
-    const F: &str = "81a4";
-    const L: &str = "a1ff";
+    pub(in crate::sandbox::kubernetes) const D: &str = "41ed";
+    pub(in crate::sandbox::kubernetes) const F: &str = "81a4";
+    pub(in crate::sandbox::kubernetes) const L: &str = "a1ff";
 
     #[test]
     fn a_walk_is_read_with_any_name() {
