@@ -129,7 +129,28 @@ cancellable! {
 
     async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
         self.check()?;
-        let exec = self.inner.exec(id, spec);
+        self.cut_short(id, self.inner.exec(id, spec)).await
+    }
+
+    async fn exec_then_halt(
+        &self,
+        id: &ContainerId,
+        spec: &ExecSpec,
+        next: &str,
+    ) -> Result<ExecOutcome, SandboxError> {
+        self.check()?;
+        self.cut_short(id, self.inner.exec_then_halt(id, spec, next))
+            .await
+    }
+}
+
+impl<S: Sandbox + ?Sized> Cancellable<S> {
+    /// An exec, cut short by a cancel: its container killed, its bookkeeping let finish.
+    async fn cut_short(
+        &self,
+        id: &ContainerId,
+        exec: impl std::future::Future<Output = Result<ExecOutcome, SandboxError>>,
+    ) -> Result<ExecOutcome, SandboxError> {
         tokio::pin!(exec);
         tokio::select! {
             result = &mut exec => result,

@@ -608,6 +608,21 @@ pub trait Sandbox: Send + Sync + 'static {
     async fn create(&self, spec: &ContainerSpec) -> Result<ContainerId, SandboxError>;
     async fn start(&self, id: &ContainerId) -> Result<(), SandboxError>;
     async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError>;
+    /// [`Sandbox::exec`], then [`Sandbox::halt`] once it ended (not when it failed): a
+    /// command whose container ends with it (a verifier's tests). `next` is the path the
+    /// caller reads next, which a backend may send along with the halt, so that the command,
+    /// the halt and that read are one round trip. By default the two calls.
+    async fn exec_then_halt(
+        &self,
+        id: &ContainerId,
+        spec: &ExecSpec,
+        next: &str,
+    ) -> Result<ExecOutcome, SandboxError> {
+        let _ = next;
+        let out = self.exec(id, spec).await?;
+        self.halt(id).await?;
+        Ok(out)
+    }
     /// Unpack a tar archive at `dest` (a directory that must exist) inside the container.
     /// A backend may hold a small archive back and unpack it in the container's next
     /// [`Sandbox::exec`], before the command and only then running it, or before anything

@@ -328,7 +328,14 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
         }
         None => None,
     };
-    let out = sb.exec(&id, &spec).await;
+    // A verifier container ends with its tests: nothing of it runs while its logs are read
+    // (from its layer, where the backend can), and the backend may send them along with the
+    // halt. The agent's own live container is stopped by the trial, which judges how it ended.
+    let out = if matches!(target, Target::Live(_)) {
+        sb.exec(&id, &spec).await
+    } else {
+        sb.exec_then_halt(&id, &spec, "/logs/verifier").await
+    };
     let mut seen = Vec::new();
     let offline = matches!(
         input.egress.as_ref().map(|e| &e.policy),
@@ -348,12 +355,6 @@ pub(crate) async fn verify<S: Sandbox + ?Sized>(
         }) => return Ok(unprepared(message)),
         out => out?,
     };
-    // A verifier container ends with its tests: nothing of it runs while its logs are read
-    // (from its layer, where the backend can). The agent's own live container is stopped by
-    // the trial, which judges how it ended.
-    if !matches!(target, Target::Live(_)) {
-        sb.halt(&id).await?;
-    }
     if out.end == ExecEnd::TimedOut {
         return Ok(VerifierOutcome::error(
             mode,

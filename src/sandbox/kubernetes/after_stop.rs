@@ -88,7 +88,10 @@ fi"#;
 /// Archives of `/logs`, walks and archives of recent changes by pod, as their stops sent them.
 #[derive(Default)]
 pub(super) struct StoppedLogs {
-    logs: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    /// An archive of the names at and beneath a path (relative to `/`), by pod.
+    logs: Mutex<HashMap<String, (String, Arc<Vec<u8>>)>>,
+    /// Pods halted by a command's own wrapper, and what it sent along (`exec.rs`).
+    halted: Mutex<HashMap<String, Option<Vec<u8>>>>,
     walks: Mutex<HashMap<String, Walk>>,
     changed: Mutex<HashMap<String, Arc<Changed>>>,
 }
@@ -191,8 +194,10 @@ impl StoppedLogs {
         let mut walk = None;
         for (head, bytes) in checked_parts(out) {
             if head == HEAD {
-                self.lock()
-                    .insert(pod.to_string(), Arc::new(bytes.to_vec()));
+                self.lock().insert(
+                    pod.to_string(),
+                    ("logs".to_string(), Arc::new(bytes.to_vec())),
+                );
             } else if head == WALK_HEAD {
                 match Walk::parse(bytes) {
                     Ok(w) => walk = Some(w),
@@ -210,9 +215,35 @@ impl StoppedLogs {
         }
     }
 
+    /// A halting command's wrapper halted `pod` once it ended (`exec.rs`), and sent `sent`.
+    pub(super) fn halted(&self, pod: &str, sent: Option<Vec<u8>>) {
+        lock(&self.halted).insert(pod.to_string(), sent);
+    }
+
+    /// Whether the pod's last command halted it, and what it sent along, once.
+    pub(super) fn take_halted(&self, pod: &str) -> Option<Option<Vec<u8>>> {
+        lock(&self.halted).remove(pod)
+    }
+
+    /// Keep the archive a halting command sent of `path` (as `tar -c -C / ${path#/}` makes
+    /// it): downloads at or beneath `path` are made from it.
+    pub(super) fn keep_sent(&self, pod: &str, path: &str, archive: Vec<u8>) {
+        let top = path.trim_matches('/').to_string();
+        if top.is_empty()
+            || top
+                .split('/')
+                .any(|p| p.is_empty() || p == "." || p == "..")
+        {
+            return;
+        }
+        self.lock()
+            .insert(pod.to_string(), (top, Arc::new(archive)));
+    }
+
     /// Something may change the pod's files: what was kept is stale.
     pub(super) fn drop_pod(&self, pod: &str) {
         self.lock().remove(pod);
+        lock(&self.halted).remove(pod);
         lock(&self.walks).remove(pod);
         lock(&self.changed).remove(pod);
     }
@@ -232,13 +263,14 @@ impl StoppedLogs {
         let (to, limit) = (want.to, want.limit);
         let entry_only = want.extent == Extent::Entry;
         let logs = self.lock().get(pod).cloned();
-        let made = match logs.and_then(|a| sub_archive(&a, want.path, entry_only, Some("logs"))) {
-            Some(made) => made,
-            None => {
-                let changed = lock(&self.changed).get(pod).cloned()?;
-                changed.sub_archive(want.path, entry_only)?
-            }
-        };
+        let made =
+            match logs.and_then(|(top, a)| sub_archive(&a, want.path, entry_only, Some(&top))) {
+                Some(made) => made,
+                None => {
+                    let changed = lock(&self.changed).get(pod).cloned()?;
+                    changed.sub_archive(want.path, entry_only)?
+                }
+            };
         Some(match made {
             Made::NotFound => Ok(Fetched::NotFound),
             Made::Archive(bytes) if bytes.len() as u64 > limit => Ok(Fetched::TooLarge { limit }),
@@ -250,7 +282,7 @@ impl StoppedLogs {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Vec<u8>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Arc<Vec<u8>>)>> {
         lock(&self.logs)
     }
 }
@@ -313,7 +345,7 @@ enum Made {
 
 /// The archive the pod's `tar -c -C DIR NAME` would make of `path` (`DIR/NAME`), from an
 /// archive of the names beneath `/` made by the pod's `tar` (of `/logs` when `top` is
-/// `Some("logs")`: `None` when `path` is not beneath it); `None` when the pod must say.
+/// `Some("logs")`: `None` when `path` is not at or beneath it); `None` when the pod must say.
 fn sub_archive(logs: &[u8], path: &str, entry_only: bool, top: Option<&str>) -> Option<Made> {
     let rel = path.trim_end_matches('/').strip_prefix('/')?;
     if let Some(top) = top

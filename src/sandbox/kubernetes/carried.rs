@@ -13,11 +13,13 @@ pub(super) struct HeldUpload {
 }
 
 /// What one command carries (`exec.rs`'s wrapper runs it first): the start's proofs (their
-/// script, `proof.rs`) and an upload.
+/// script, `proof.rs`) and an upload; and what it does after: `halt`, the pod's processes
+/// killed once the command ended, and the path named sent along (`exec.rs`'s `HALT`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Carried<'a> {
     pub proofs: Option<&'a str>,
     pub upload: Option<&'a HeldUpload>,
+    pub halt: Option<&'a str>,
 }
 
 impl Carried<'_> {

@@ -125,14 +125,19 @@ impl KubernetesSandbox {
         &self,
         pod: &str,
         spec: &ExecSpec,
+        halt: Option<&str>,
     ) -> Result<ExecOutcome, SandboxError> {
         if is_sidecar(pod) || !carries(spec) {
             if !is_sidecar(pod) {
                 self.send_held(pod).await?;
                 self.ensure_proven(pod).await?;
             }
+            let only = Carried {
+                halt: halt.filter(|_| !is_sidecar(pod)),
+                ..Carried::default()
+            };
             return self
-                .exec_spec(pod, spec, Carried::default())
+                .exec_spec(pod, spec, only)
                 .await?
                 .map_err(|why| unplaced_error(pod, why, None));
         }
@@ -143,6 +148,7 @@ impl KubernetesSandbox {
         let carried = Carried {
             proofs: script.as_deref(),
             upload: held.as_ref(),
+            halt,
         };
         match self.exec_spec(pod, spec, carried).await? {
             Ok(outcome) => {
@@ -168,6 +174,7 @@ impl KubernetesSandbox {
         let carried = Carried {
             proofs: None,
             upload: held.as_ref(),
+            halt,
         };
         self.exec_spec(pod, spec, carried)
             .await?

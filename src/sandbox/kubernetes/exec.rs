@@ -61,7 +61,7 @@ macro_rules! facts_line {
         $crate::sandbox::kubernetes::exec::facts_line!(@with "")
     };
     (totals) => {
-        $crate::sandbox::kubernetes::exec::facts_line!(@with " t$((o+${ot:-0})):$((e+${et:-0}))")
+        $crate::sandbox::kubernetes::exec::facts_line!(@with " t$((o+${ot:-0})):$((e+${et:-0}))$hf")
     };
     (@with $more:literal) => {
         concat!(
@@ -83,11 +83,40 @@ pub(super) fn new_stem() -> String {
     )
 }
 
+/// Shell lines after `kill_all!` (lifecycle.rs) in the wrapper of a halting
+/// command (`$_h`, the path to send along; their stderr is not the command's: dropped):
+/// `$hf` becomes ` s0` (every process gone) or
+/// ` s1`, and once all are gone ` l<SIZE>:<SHA256>:<BASE64>` after it, the archive of `$_h`
+/// as `tar -c -C / ${_h#/}` makes it, when every directory on the way is one and it is
+/// under [`HALT_SENT_MAX`] bytes. A macro, so that `concat!` takes it into the wrapper.
+macro_rules! halt_send {
+    () => {
+        r#"hf=" s1"
+if [ "$n" = 0 ]; then hf=" s0"; t=$k.h; q=${_h#/}; a=/
+  while [ "${q#*/}" != "$q" ]; do a=$a${q%%/*}; q=${q#*/}; [ -d "$a" ] && [ ! -L "$a" ] || a=; [ -n "$a" ] || break; a=$a/; done
+  if [ -n "$a" ] && { [ -e "$_h" ] || [ -L "$_h" ]; }; then
+    set -o pipefail
+    if $B tar -c -f - -C / "${_h#/}" 2>/dev/null | $B head -c 49153 >"$t"; then
+      n=$($B wc -c <"$t"); n=$((n+0)); s=$($B sha256sum <"$t")
+      [ "$n" -lt 49153 ] && hf="$hf l$n:${s%% *}:$($B base64 -w 0 <"$t")"
+    fi
+    $B rm -f "$t"
+  fi
+fi
+"#
+    };
+}
+/// Bytes a [`Sink::Held`] holds back for a halting command: more than its facts line with
+/// the archive sent along (at most 48 KiB: `halt_send!`'s `49153` is one more), in base64.
+pub(super) const HOLD_HALT: usize = 72 * 1024;
+
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
 /// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
 /// base64 each, ending with `.`; `h`: the environment sets HOME; `p` and `u`: what the
 /// command carries, below; `c`: claimed, below), `$4` the stem of the files that keep the
-/// output in the pod (empty: none), `$5` the bytes of each stream kept, then the argv.
+/// output in the pod (empty: none), `$5` the bytes of each stream kept, `$6` a path to send
+/// along after halting the pod once the command ended (empty: no halt; `halt_send!`), then
+/// the argv.
 ///
 /// Claimed (`c`, the first exec of a pod handed over early, which may be asked again): the
 /// wrapper first creates `$4.c` exclusively, and where another run of the same exec created
@@ -114,7 +143,7 @@ pub(super) fn new_stem() -> String {
 /// command writes in its grace period is kept too; the command itself gets it.
 const WRAPPER: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox
-u=$1 wd=$2 fl=$3 _k=$4 _cap=$5; shift 5
+u=$1 wd=$2 fl=$3 _k=$4 _cap=$5 _h=$6; shift 6
 case $fl in *c*) ( set -C; : >"$_k.c" ) 2>/dev/null || { [ -e "$_k.c" ] && { printf '\037arbiter-claimed\n' >&2; exit 125; }; };; esac
 case $fl in *e*)
   while IFS= read -r l; do
@@ -163,6 +192,12 @@ trap '' TERM INT HUP
 wait
 k=$_k; rc=$($B cat "$k.r" 2>/dev/null); rc=${rc:-125}; ot=0 et=0
 read -r ot 2>/dev/null <"$k.ot"; read -r et 2>/dev/null <"$k.et"; $B rm -f "$k.po" "$k.pe" "$k.r" "$k.ot" "$k.et"
+hf=
+if [ -n "$_h" ]; then {
+"#,
+    super::lifecycle::kill_all!(),
+    halt_send!(),
+    r#"} 2>/dev/null; fi
 "#,
     facts_line!(totals),
     r#"
@@ -208,11 +243,12 @@ pub(super) enum Sink<'a> {
     Capped(&'a mut CappedSink),
     /// Memory, at most `cap` bytes kept.
     Memory { buf: &'a mut Vec<u8>, cap: usize },
-    /// An [`ExecSpec`]'s capped file whose last [`HOLD`] bytes are held back until the end,
-    /// where the keeping wrapper's facts line is (`kept.rs`).
+    /// An [`ExecSpec`]'s capped file whose last `hold` bytes ([`HOLD`], or [`HOLD_HALT`])
+    /// are held back until the end, where the keeping wrapper's facts line is (`kept.rs`).
     Held {
         sink: &'a mut CappedSink,
         held: Vec<u8>,
+        hold: usize,
     },
     /// A file of at most `limit` bytes: past it the exec is abandoned (`over` is set).
     Limited {
@@ -241,10 +277,11 @@ impl Sink<'_> {
     async fn take(&mut self, bytes: &[u8]) -> Result<bool, SandboxError> {
         match self {
             Sink::Capped(sink) => sink.write(bytes).await.map(|_| true),
-            Sink::Held { sink, held } => {
+            Sink::Held { sink, held, hold } => {
                 held.extend_from_slice(bytes);
-                if held.len() > HOLD {
-                    let pass = held.len() - HOLD;
+                // Passed on once twice the hold is held: each byte moved at most once more.
+                if held.len() > 2 * *hold {
+                    let pass = held.len() - *hold;
                     sink.write(&held[..pass]).await?;
                     held.drain(..pass);
                 }
@@ -386,12 +423,20 @@ pub(super) fn wrapped(
     argv.push(flags);
     argv.push(keep.unwrap_or("").to_string());
     argv.push(spec.cap_bytes.to_string());
+    argv.push(
+        carried
+            .halt
+            .filter(|_| keep.is_some())
+            .unwrap_or("")
+            .to_string(),
+    );
     argv.extend(spec.argv.iter().cloned());
     (argv, stdin)
 }
 
-/// Standard base64 (the toolbox's `base64 -d` reads it), no line breaks.
-mod base64_lines {
+/// Standard base64 (the toolbox's `base64 -d` reads it, and `base64 -w 0` writes it), no
+/// line breaks.
+pub(super) mod base64_lines {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
     pub(crate) fn encode(bytes: &[u8]) -> String {
@@ -412,6 +457,31 @@ mod base64_lines {
             }
         }
         out
+    }
+
+    /// The bytes of `text`; `None` when it is not standard padded base64.
+    pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
+        let text = text.as_bytes();
+        if text.len() % 4 != 0 {
+            return None;
+        }
+        let value = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u32);
+        let mut out = Vec::with_capacity(text.len() / 4 * 3);
+        let quads = text.chunks(4);
+        let last = quads.len().saturating_sub(1);
+        for (i, quad) in quads.enumerate() {
+            let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
+            if pad > 2 || (pad > 0 && i != last) {
+                return None;
+            }
+            let mut n = 0u32;
+            for &c in &quad[..4 - pad] {
+                n = (n << 6) | value(c)?;
+            }
+            n <<= 6 * pad as u32;
+            out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8][..3 - pad]);
+        }
+        Some(out)
     }
 }
 
@@ -879,6 +949,11 @@ impl KubernetesSandbox {
         let mut err_sink = Sink::Held {
             sink: &mut stderr,
             held: Vec::new(),
+            hold: if carried.halt.is_some() {
+                HOLD_HALT
+            } else {
+                HOLD
+            },
         };
         let begun = tokio::time::Instant::now();
         let stdin = (!stdin.is_empty()).then_some(&stdin[..]);
@@ -978,12 +1053,20 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 
+    #[test]
+    fn a_halting_commands_facts_line_fits_what_its_stderr_holds_back() {
+        // The archive sent along is under 49153 bytes; in base64, with the rest of the line.
+        assert!(WRAPPER.contains("head -c 49153"), "{WRAPPER}");
+        assert!(49152_usize.div_ceil(3) * 4 + 512 < HOLD_HALT);
+    }
+
     #[tokio::test]
     async fn only_a_stderr_that_is_all_the_claim_marker_says_claimed() {
         let mut capped = CappedSink::open(None, 1 << 20).await.unwrap();
         let mut sink = Sink::Held {
             sink: &mut capped,
             held: Vec::new(),
+            hold: HOLD,
         };
         sink.take(CLAIMED).await.unwrap();
         assert!(sink.take_claimed());
@@ -1068,7 +1151,9 @@ mod tests {
         let tail: Vec<&str> = argv[5..].iter().map(String::as_str).collect();
         assert_eq!(
             tail,
-            ["agent", "/app", "e", "", "10", "python3", "-c", "print(1)"]
+            [
+                "agent", "/app", "e", "", "10", "", "python3", "-c", "print(1)"
+            ]
         );
         let text = String::from_utf8(stdin).unwrap();
         assert_eq!(
@@ -1118,9 +1203,14 @@ mod tests {
         let carried = Carried {
             proofs: Some(&script),
             upload: Some(&upload),
+            halt: Some("/logs/verifier"),
         };
         let (argv, stdin) = wrapped(&spec, None, (Some("/k"), false), carried);
         assert_eq!(argv[7], "epu");
+        assert_eq!(
+            argv[10], "/logs/verifier",
+            "the path sent along after the halt"
+        );
         let argv_u = wrapped(
             &spec,
             None,
@@ -1145,6 +1235,7 @@ mod tests {
         // Nothing is carried without a place in the pod to report on it.
         let (argv, stdin) = wrapped(&spec, None, (None, false), carried);
         assert_eq!(argv[7], "e");
+        assert_eq!(argv[10], "", "no halt either");
         assert_eq!(
             stdin,
             format!("{}\n.\n", base64_lines::encode(b"A=1")).into_bytes()

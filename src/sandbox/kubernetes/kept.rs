@@ -128,6 +128,9 @@ pub(super) struct Facts {
     totals: Option<(u64, u64)>,
     /// What the command carried did not hold, and it was not run (`carry.rs`).
     unplaced: Option<Unplaced>,
+    /// A halting command's pod was halted after it (`s0`): what was sent along, when it
+    /// arrived whole (`l…`; `exec.rs`'s `halt_send!`).
+    pub halted: Option<Option<Vec<u8>>>,
 }
 
 fn parse_facts(line: &[u8]) -> Option<Facts> {
@@ -154,6 +157,20 @@ fn parse_facts(line: &[u8]) -> Option<Facts> {
         }
         None => None,
     };
+    // `s<0|1>`: the pod halted after the command (0: every process gone), then perhaps
+    // `l<size>:<sha256>:<base64>`, the archive sent along.
+    let mut halted = None;
+    if let Some(done) = next.and_then(|w| w.strip_prefix('s')) {
+        next = fields.next();
+        let sent = match next.and_then(|w| w.strip_prefix('l')) {
+            Some(sent) => {
+                next = fields.next();
+                checked_sent(sent)
+            }
+            None => None,
+        };
+        halted = (done == "0").then_some(sent);
+    }
     // `x<code> <message>`: what the command carried did not hold (the message is the rest of
     // the line).
     let unplaced = match next {
@@ -171,7 +188,16 @@ fn parse_facts(line: &[u8]) -> Option<Facts> {
         sha_err,
         totals,
         unplaced,
+        halted,
     })
+}
+
+/// The archive of `<size>:<sha256>:<base64>`, when it decodes to that size and digest.
+fn checked_sent(field: &str) -> Option<Vec<u8>> {
+    let (size, rest) = field.split_once(':')?;
+    let (sha, text) = rest.split_once(':')?;
+    let bytes = super::exec::base64_lines::decode(text)?;
+    (bytes.len().to_string() == size && crate::digest::sha256_hex(&bytes) == sha).then_some(bytes)
 }
 
 /// The facts line at the head of the wrapper's stderr and the command's own stderr after
@@ -665,6 +691,9 @@ impl KubernetesSandbox {
         let end = settled_end(pod, code, &facts);
         let Some(sha_out) = facts.sha_out.as_ref() else {
             self.kept.add_stale(pod, stem);
+            if let Some(sent) = facts.halted {
+                self.stopped_logs.halted(pod, sent);
+            }
             return Ok((end, facts.unplaced));
         };
         for (stream, sink, size, sha) in [
@@ -702,6 +731,10 @@ impl KubernetesSandbox {
             self.remove_kept(pod, &stem).await;
         } else {
             self.kept.add_stale(pod, stem);
+        }
+        // Last: any exec into the pod forgets what a halt sent.
+        if let Some(sent) = facts.halted {
+            self.stopped_logs.halted(pod, sent);
         }
         Ok((end, facts.unplaced))
     }
@@ -744,6 +777,7 @@ mod tests {
                 sha_err: sha.clone(),
                 totals: None,
                 unplaced: None,
+                halted: None,
             }
         );
         assert_eq!(rest, b"boom\n");
@@ -782,6 +816,51 @@ mod tests {
             split_facts(format!("oops\narbiter-kept 0 1 2 {sha} {sha}\n").as_bytes()).is_none()
         );
         assert!(split_facts(format!("arbiter-kept 0 1 2 {sha} {sha} x\n").as_bytes()).is_none());
+    }
+
+    #[test]
+    fn a_halting_commands_facts_say_whether_it_halted_and_carry_what_it_sent() {
+        use super::super::exec::base64_lines::encode;
+        let sha = "a".repeat(64);
+        let archive = b"an archive of /logs/verifier".to_vec();
+        let digest = crate::digest::sha256_hex(&archive);
+        let sent = format!("l{}:{digest}:{}", archive.len(), encode(&archive));
+        let facts = |tail: &str| {
+            let line = format!("arbiter-kept 0 1 2 {sha} {sha} t1:2{tail}\n");
+            split_facts(line.as_bytes()).map(|(f, _)| f)
+        };
+        assert_eq!(facts("").unwrap().halted, None, "not a halting command");
+        assert_eq!(
+            facts(" s0").unwrap().halted,
+            Some(None),
+            "halted, nothing sent"
+        );
+        assert_eq!(facts(" s1").unwrap().halted, None, "processes were left");
+        let got = facts(&format!(" s0 {sent}")).unwrap();
+        assert_eq!(got.halted, Some(Some(archive.clone())));
+        assert_eq!(got.totals, Some((1, 2)));
+        // Sent other than announced: halted, the archive not used.
+        let short = format!("l{}:{digest}:{}", archive.len(), encode(&archive[1..]));
+        assert_eq!(facts(&format!(" s0 {short}")).unwrap().halted, Some(None));
+        let other = format!("l{}:{}:{}", archive.len(), "b".repeat(64), encode(&archive));
+        assert_eq!(facts(&format!(" s0 {other}")).unwrap().halted, Some(None));
+        assert_eq!(facts(" s0 lnonsense").unwrap().halted, Some(None));
+        // A carried failure still reads after them.
+        let unplaced = facts(" s0 x95 busy").unwrap();
+        assert_eq!(unplaced.unplaced.map(|u| u.code), Some(95));
+    }
+
+    #[test]
+    fn base64_decodes_what_the_toolbox_writes() {
+        use super::super::exec::base64_lines::{decode, encode};
+        for n in 0..70 {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
+            assert_eq!(decode(&encode(&bytes)), Some(bytes), "{n}");
+        }
+        assert_eq!(decode("aGk="), Some(b"hi".to_vec()));
+        for bad in ["aGk", "a===", "aG=k", "aGk=aGk=", "aG!="] {
+            assert_eq!(decode(bad), None, "{bad}");
+        }
     }
 
     #[test]

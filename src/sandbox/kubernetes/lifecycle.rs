@@ -99,12 +99,13 @@ impl Unconfirmed {
     }
 }
 
-/// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
-/// until none is left; print the memory cgroup's OOM-kill count read before.
-const STOP: &str = r#"B=/.arbiter/toolbox/busybox; o=0
-if [ -r /sys/fs/cgroup/memory/memory.oom_control ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory/memory.oom_control)
-elif [ -r /sys/fs/cgroup/memory.events ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory.events); fi
-i=0
+/// Shell lines killing every process but PID 1, the shell itself (and the keep-alive's own
+/// sleep, which PID 1 starts again) until none is left, or 3 s passed: `$n` is how many
+/// are left. A macro, so that `concat!` takes it into the scripts (the stop's, and the exec
+/// wrapper's halt).
+macro_rules! kill_all {
+    () => {
+        r#"i=0
 while :; do
   kill -KILL -1 2>/dev/null
   n=0
@@ -118,10 +119,25 @@ while :; do
     n=$((n+1))
   done
   [ "$n" = 0 ] && break
-  i=$((i+1)); [ "$i" -ge 150 ] && { echo "$n process(es) left after SIGKILL" >&2; exit 3; }
+  i=$((i+1)); [ "$i" -ge 150 ] && break
   $B usleep 20000
 done
-echo "oom_kill=${o:-0}""#;
+"#
+    };
+}
+pub(super) use kill_all;
+
+/// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
+/// until none is left; print the memory cgroup's OOM-kill count read before.
+const STOP: &str = concat!(
+    r#"B=/.arbiter/toolbox/busybox; o=0
+if [ -r /sys/fs/cgroup/memory/memory.oom_control ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory/memory.oom_control)
+elif [ -r /sys/fs/cgroup/memory.events ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory.events); fi
+"#,
+    kill_all!(),
+    r#"[ "$n" = 0 ] || { echo "$n process(es) left after SIGKILL" >&2; exit 3; }
+echo "oom_kill=${o:-0}""#
+);
 
 impl KubernetesSandbox {
     /// [`Sandbox::create`](crate::sandbox::Sandbox::create).

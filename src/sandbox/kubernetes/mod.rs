@@ -339,7 +339,28 @@ impl Sandbox for KubernetesSandbox {
     }
 
     async fn exec(&self, id: &ContainerId, spec: &ExecSpec) -> Result<ExecOutcome, SandboxError> {
-        self.exec_carrying(id.as_str(), spec).await
+        self.exec_carrying(id.as_str(), spec, None).await
+    }
+
+    /// The halt by the command's own wrapper, `next` sent along in its facts line when small
+    /// (one exec for the three); where it did not halt, a stop after it.
+    async fn exec_then_halt(
+        &self,
+        id: &ContainerId,
+        spec: &ExecSpec,
+        next: &str,
+    ) -> Result<ExecOutcome, SandboxError> {
+        let pod = id.as_str();
+        let out = self.exec_carrying(pod, spec, Some(next)).await?;
+        match self.stopped_logs.take_halted(pod) {
+            Some(sent) => {
+                if let Some(archive) = sent {
+                    self.stopped_logs.keep_sent(pod, next, archive);
+                }
+            }
+            None => self.halt(id).await?,
+        }
+        Ok(out)
     }
 
     /// Held for the pod's next command when small (`carry.rs`).
