@@ -85,11 +85,15 @@ pub(super) const SEND_CHANGED: &str = r#"if [ -n "$_cc" ]; then
   $B rm -f "$t" "$t.list"
 fi"#;
 
+/// An archive of the names at and beneath a path (relative to `/`: its `top`), as a pod sent
+/// it: (top, archive).
+type Sent = (String, Arc<Vec<u8>>);
+
 /// Archives of `/logs`, walks and archives of recent changes by pod, as their stops sent them.
 #[derive(Default)]
 pub(super) struct StoppedLogs {
     /// An archive of the names at and beneath a path (relative to `/`), by pod.
-    logs: Mutex<HashMap<String, (String, Arc<Vec<u8>>)>>,
+    logs: Mutex<HashMap<String, Sent>>,
     /// Pods halted by a command's own wrapper, and what it sent along (`exec.rs`).
     halted: Mutex<HashMap<String, Option<Vec<u8>>>>,
     walks: Mutex<HashMap<String, Walk>>,
@@ -282,7 +286,7 @@ impl StoppedLogs {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Arc<Vec<u8>>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sent>> {
         lock(&self.logs)
     }
 }

@@ -462,7 +462,7 @@ pub(super) mod base64_lines {
     /// The bytes of `text`; `None` when it is not standard padded base64.
     pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
         let text = text.as_bytes();
-        if text.len() % 4 != 0 {
+        if !text.len().is_multiple_of(4) {
             return None;
         }
         let value = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u32);

@@ -139,6 +139,17 @@ elif [ -r /sys/fs/cgroup/memory.events ]; then o=$($B awk '$1=="oom_kill"{print 
 echo "oom_kill=${o:-0}""#
 );
 
+/// The pod handed over before the API shows it running, as last seen: its image id is known
+/// only once it runs, so an image by tag leaves the change set's facts to a later read
+/// (`facts`); a digest is its own id.
+fn handed_over(last: Option<Pod>) -> Pod {
+    let mut p = last.unwrap_or_default();
+    if !p.spec.as_ref().is_some_and(main_by_digest) {
+        p.spec = None;
+    }
+    p
+}
+
 impl KubernetesSandbox {
     /// [`Sandbox::create`](crate::sandbox::Sandbox::create).
     pub(super) async fn create_pod(
@@ -154,6 +165,11 @@ impl KubernetesSandbox {
         spec: &ContainerSpec,
         node: Option<&str>,
     ) -> Result<ContainerId, SandboxError> {
+        // The first pod starts the watch of Started events (started.rs).
+        self.started.begin(Api::namespaced(
+            self.client.clone(),
+            &self.resolved.namespace,
+        ));
         // A frozen filesystem: a pod of its base image, replayed at the start (frozen.rs).
         let (of_base, command, replay) = match &spec.base {
             Base::Frozen(frozen) => {
@@ -441,9 +457,22 @@ impl KubernetesSandbox {
         let why = loop {
             let placed = last.as_ref().is_some_and(super::starting::scheduled);
             let until = if placed { running_by } else { placed_by };
-            let early_by = starting.map(|at| at + self.early_wait.get());
+            // Where the kubelet's Started events are watched (started.rs), the pod is handed
+            // over at its event, never after a learnt wait.
+            let by_event = early && self.started.live();
+            let early_by = starting
+                .filter(|_| !by_event)
+                .map(|at| at + self.early_wait.get());
             let until = early_by.map_or(until, |at| until.min(at));
-            match tokio::time::timeout_at(until, stream.try_next()).await {
+            let got = tokio::select! {
+                got = tokio::time::timeout_at(until, stream.try_next()) => got,
+                () = self.started.started(pod), if by_event => {
+                    self.early_wait.handed_over();
+                    tracing::debug!(pod, "main container started (its event): handed over");
+                    return Ok(handed_over(last));
+                }
+            };
+            match got {
                 Ok(Ok(Some(Some(p)))) => {
                     match start_verdict(&p) {
                         Some(Ok(())) => {
@@ -472,13 +501,7 @@ impl KubernetesSandbox {
                     }
                     self.early_wait.handed_over();
                     tracing::debug!(pod, "main container being started: handed over early");
-                    let mut p = last.unwrap_or_default();
-                    // Its image id is known only once it runs: an image by tag leaves the
-                    // change set's facts to a later read (`facts`), a digest is its own id.
-                    if !p.spec.as_ref().is_some_and(main_by_digest) {
-                        p.spec = None;
-                    }
-                    return Ok(p);
+                    return Ok(handed_over(last));
                 }
                 Ok(Ok(Some(None))) => {
                     return Err(KubeError::PodGone {
@@ -871,6 +894,7 @@ impl KubernetesSandbox {
             Resource::Image(_) => return Ok(()),
         };
         self.states.lock().await.remove(id.as_str());
+        self.started.forget(id.as_str());
         self.stopped_logs.drop_pod(id.as_str());
         self.integrity.replayed.lock().await.remove(id.as_str());
         self.kept.forget(id.as_str());

@@ -35,6 +35,7 @@ mod proof;
 mod registry;
 mod relay;
 mod sidecar;
+mod started;
 mod starting;
 mod toolbox_maps;
 mod transfer;
@@ -88,6 +89,8 @@ pub struct KubernetesSandbox {
     slots: Arc<starting::StartSlots>,
     /// How long a pod handed over early waits before its first exec (`await_running`).
     early_wait: Arc<starting::EarlyWait>,
+    /// The kubelet's Started events of main containers (started.rs).
+    started: Arc<started::StartedEvents>,
     /// Image walks, replayed pods and frozen filesystems (the change set, `freeze`).
     integrity: changes::Integrity,
     /// Pods with a NET_ADMIN init container are admitted (preflight).
@@ -203,6 +206,7 @@ impl KubernetesSandbox {
             sidecars: Mutex::new(HashMap::new()),
             slots,
             early_wait,
+            started: Arc::default(),
             integrity: changes::Integrity::default(),
             kept: kept::KeptFiles::default(),
             stopped_logs: after_stop::StoppedLogs::default(),
