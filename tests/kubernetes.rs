@@ -1185,6 +1185,14 @@ async fn concurrent_reads_of_a_pod_not_started_wait_for_one_watch() {
         .create(&container(&image, "unstarted-reads", Network::None, 64))
         .await
         .expect("create");
+    // The first pod starts the watch of Started events: its requests are the job's.
+    for _ in 0..100 {
+        if sb.started_events_live() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(sb.started_events_live(), "the Started events are watched");
     let before = sb.api_requests();
     let (a, b) = (tmp.path().join("a.tar"), tmp.path().join("b.tar"));
     let (got_a, got_b) = tokio::join!(

@@ -249,6 +249,12 @@ impl KubernetesSandbox {
         )
     }
 
+    /// Whether the watch of the kubelet's Started events runs (started.rs): its requests are
+    /// the job's, not a pod's.
+    pub fn started_events_live(&self) -> bool {
+        self.started.live()
+    }
+
     /// API requests this process sent: every HTTP request of its client (lists, watches and
     /// their restarts, exec and attach upgrades, deletes), counted under kube's client.
     pub fn api_requests(&self) -> u64 {
