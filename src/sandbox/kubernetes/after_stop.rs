@@ -46,6 +46,34 @@ const WALK_HEAD: &str = "arbiter-walk ";
 /// The line before the archive of recent changes in the stop's stdout.
 const CHANGED_HEAD: &str = "arbiter-changed ";
 
+/// Shell lines killing every process but PID 1, the shell itself (and the keep-alive's own
+/// sleep, which PID 1 starts again) until none is left, or 3 s passed: `$n` is how many
+/// are left. A macro, so that `concat!` takes it into the scripts (the stop's, and the exec
+/// wrapper's halt).
+macro_rules! kill_all {
+    () => {
+        r#"i=0
+while :; do
+  kill -KILL -1 2>/dev/null
+  n=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    { [ "$p" = 1 ] || [ "$p" = $$ ]; } && continue
+    read -r s < "$d/stat" 2>/dev/null || continue
+    r=${s##*) }; set -- $r
+    [ "$1" = Z ] && continue
+    if [ "$2" = 1 ]; then c=$($B tr '\000' ' ' < "$d/cmdline" 2>/dev/null); [ "$c" = "/.arbiter/toolbox/busybox sleep 3600 " ] && continue; fi
+    n=$((n+1))
+  done
+  [ "$n" = 0 ] && break
+  i=$((i+1)); [ "$i" -ge 150 ] && break
+  $B usleep 20000
+done
+"#
+    };
+}
+pub(super) use kill_all;
+
 /// Shell lines the stop runs once every process is gone: `/logs` archived to stdout after a
 /// line `arbiter-logs SIZE SHA256`, when it is under `$_lc` bytes (else nothing is sent).
 pub(super) const SEND_LOGS: &str = r#"if [ -n "$_lc" ] && [ -d /logs ] && [ ! -L /logs ]; then

@@ -83,7 +83,7 @@ pub(super) fn new_stem() -> String {
     )
 }
 
-/// Shell lines after `kill_all!` (lifecycle.rs) in the wrapper of a halting
+/// Shell lines after `kill_all!` (after_stop.rs) in the wrapper of a halting
 /// command (`$_h`, the path to send along; their stderr is not the command's: dropped):
 /// `$hf` becomes ` s0` (every process gone) or
 /// ` s1`, and once all are gone ` l<SIZE>:<SHA256>:<BASE64>` after it, the archive of `$_h`
@@ -195,7 +195,7 @@ read -r ot 2>/dev/null <"$k.ot"; read -r et 2>/dev/null <"$k.et"; $B rm -f "$k.p
 hf=
 if [ -n "$_h" ]; then {
 "#,
-    super::lifecycle::kill_all!(),
+    super::after_stop::kill_all!(),
     halt_send!(),
     r#"} 2>/dev/null; fi
 "#,

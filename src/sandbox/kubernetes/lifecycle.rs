@@ -99,34 +99,6 @@ impl Unconfirmed {
     }
 }
 
-/// Shell lines killing every process but PID 1, the shell itself (and the keep-alive's own
-/// sleep, which PID 1 starts again) until none is left, or 3 s passed: `$n` is how many
-/// are left. A macro, so that `concat!` takes it into the scripts (the stop's, and the exec
-/// wrapper's halt).
-macro_rules! kill_all {
-    () => {
-        r#"i=0
-while :; do
-  kill -KILL -1 2>/dev/null
-  n=0
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    { [ "$p" = 1 ] || [ "$p" = $$ ]; } && continue
-    read -r s < "$d/stat" 2>/dev/null || continue
-    r=${s##*) }; set -- $r
-    [ "$1" = Z ] && continue
-    if [ "$2" = 1 ]; then c=$($B tr '\000' ' ' < "$d/cmdline" 2>/dev/null); [ "$c" = "/.arbiter/toolbox/busybox sleep 3600 " ] && continue; fi
-    n=$((n+1))
-  done
-  [ "$n" = 0 ] && break
-  i=$((i+1)); [ "$i" -ge 150 ] && break
-  $B usleep 20000
-done
-"#
-    };
-}
-pub(super) use kill_all;
-
 /// Kill every process but PID 1 (and the keep-alive's own sleep, which PID 1 starts again)
 /// until none is left; print the memory cgroup's OOM-kill count read before.
 const STOP: &str = concat!(
@@ -134,7 +106,7 @@ const STOP: &str = concat!(
 if [ -r /sys/fs/cgroup/memory/memory.oom_control ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory/memory.oom_control)
 elif [ -r /sys/fs/cgroup/memory.events ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory.events); fi
 "#,
-    kill_all!(),
+    super::after_stop::kill_all!(),
     r#"[ "$n" = 0 ] || { echo "$n process(es) left after SIGKILL" >&2; exit 3; }
 echo "oom_kill=${o:-0}""#
 );
