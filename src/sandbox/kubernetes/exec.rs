@@ -83,12 +83,11 @@ pub(super) fn new_stem() -> String {
     )
 }
 
-/// Shell lines after `kill_all!` (after_stop.rs) in the wrapper of a halting
-/// command (`$_h`, the path to send along; their stderr is not the command's: dropped):
-/// `$hf` becomes ` s0` (every process gone) or
-/// ` s1`, and once all are gone ` l<SIZE>:<SHA256>:<BASE64>` after it, the archive of `$_h`
-/// as `tar -c -C / ${_h#/}` makes it, when every directory on the way is one and it is
-/// under [`HALT_SENT_MAX`] bytes. A macro, so that `concat!` takes it into the wrapper.
+/// Shell lines after `kill_all!` (after_stop.rs) in the wrapper of a halting command (`$_h`,
+/// the path to send along; their stderr is not the command's: dropped): `$hf` becomes ` s0`
+/// (every process gone) or ` s1`, and once all are gone ` l<SIZE>:<SHA256>:<BASE64>` after
+/// it, the archive of `$_h` as `tar -c -C / ${_h#/}` makes it, when every directory on the way
+/// is one and it is under 48 KiB. A macro, so that `concat!` takes it into the wrapper.
 macro_rules! halt_send {
     () => {
         r#"hf=" s1"
