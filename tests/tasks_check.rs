@@ -225,7 +225,14 @@ fn bad_arguments_exit_2_with_one_line() {
 /// libpcre2 and zlib, which minbase has; its Depends (perl, liberror-perl, git-man, and
 /// libcurl3-gnutls with its libraries: 17 packages, and perl's must match the image's
 /// perl-base exactly) serve `add -p`, send-email and http remotes, none of which runs here.
+/// Fetched once per test process: tests running at once on a new machine would otherwise
+/// remove each other's download directory (a CI run on a fresh machine saw it).
 fn git_debs() -> Option<PathBuf> {
+    static DEBS: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DEBS.get_or_init(fetch_git_debs).clone()
+}
+
+fn fetch_git_debs() -> Option<PathBuf> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?

@@ -6,8 +6,8 @@
 //! A pod being started is handed over at its event (`lifecycle.rs`'s `await_running`), so its
 //! first exec never comes too soon: no learnt wait, no exec asked again (`starting.rs`'s
 //! `EarlyWait`, which stays the way where this watch cannot run: a Role without `watch` on
-//! events, a watch that keeps failing). One request for the job (and the watch's own
-//! renewals), none per pod.
+//! events, a watch that keeps failing). Two requests for the job (a list, a watch; and the
+//! watch's renewals), none per pod.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -101,55 +101,106 @@ impl StartedEvents {
     }
 }
 
-/// Watch until the [`StartedEvents`] is dropped; on a refusal (no `watch` on events) or
-/// errors in a row, stop and leave the pods to the learnt wait.
+/// Watch until the [`StartedEvents`] is dropped: a list, then watches from its version (one
+/// request each, renewed when one times out); live from the moment a watch was accepted, so
+/// every request of a live watch was sent before (`started_events_live`). On a refusal (no
+/// `watch` or `list` on events), or failures in a row, stop and leave the pods to the learnt
+/// wait.
 async fn watch_events(events: std::sync::Weak<StartedEvents>, api: kube::Api<Event>) {
     use futures_util::StreamExt;
-    use kube::runtime::watcher::{Config, Event as Change, watcher};
-    let config = Config::default().fields(&selector());
-    let mut stream = std::pin::pin!(watcher(api, config));
-    let mut errors = 0u32;
-    while let Some(change) = stream.next().await {
+    use kube::api::{ListParams, WatchEvent, WatchParams};
+    let list_params = ListParams::default().fields(&selector());
+    let watch_params = WatchParams::default().fields(&selector()).timeout(290);
+    let mut failures = 0u32;
+    // Set `live`, waking every waiter to look again; `false` once the owner is gone.
+    let set_live = |live: bool| -> bool {
         let Some(events) = events.upgrade() else {
-            return;
+            return false;
         };
-        match change {
-            Ok(Change::InitApply(e) | Change::Apply(e)) => {
-                errors = 0;
+        events.live.store(live, Ordering::SeqCst);
+        events.seen.send_modify(|n| *n += 1);
+        true
+    };
+    'list: loop {
+        if failures > 0 {
+            if !set_live(false) {
+                return;
+            }
+            if failures >= 5 {
+                tracing::debug!("no watch of Started events: pods wait as learnt");
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500 * u64::from(failures))).await;
+        }
+        let list = match api.list(&list_params).await {
+            Ok(list) => list,
+            Err(e) => {
+                failures = if refused(&e) { 5 } else { failures + 1 };
+                tracing::debug!("listing Started events: {e}");
+                continue;
+            }
+        };
+        {
+            let Some(events) = events.upgrade() else {
+                return;
+            };
+            for e in list.items {
                 if let Some(pod) = e.involved_object.name {
                     events.add(pod);
                 }
             }
-            Ok(Change::InitDone) => {
-                errors = 0;
-                if !events.live.swap(true, Ordering::SeqCst) {
-                    tracing::debug!("watching the main containers' Started events");
+        }
+        let mut version = list.metadata.resource_version.unwrap_or_default();
+        loop {
+            let stream = match api.watch(&watch_params, &version).await {
+                Ok(stream) => stream,
+                Err(e) => {
+                    failures = if refused(&e) { 5 } else { failures + 1 };
+                    tracing::debug!("watching Started events: {e}");
+                    continue 'list;
                 }
-                // A waiter that found the watch not live yet looks again.
-                events.seen.send_modify(|n| *n += 1);
+            };
+            if !set_live(true) {
+                return;
             }
-            Ok(Change::Init | Change::Delete(_)) => {}
-            Err(e) => {
-                errors += 1;
-                let refused = matches!(
-                    &e,
-                    kube::runtime::watcher::Error::InitialListFailed(kube::Error::Api(s))
-                        | kube::runtime::watcher::Error::WatchStartFailed(kube::Error::Api(s))
-                        if s.code == 403
-                );
-                if refused || errors >= 5 {
-                    tracing::debug!("no watch of Started events ({e}): pods wait as learnt");
-                    events.live.store(false, Ordering::SeqCst);
-                    events.seen.send_modify(|n| *n += 1);
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                let Some(events) = events.upgrade() else {
                     return;
+                };
+                match item {
+                    Ok(WatchEvent::Added(e) | WatchEvent::Modified(e)) => {
+                        failures = 0;
+                        version = e.metadata.resource_version.unwrap_or(version);
+                        if let Some(pod) = e.involved_object.name {
+                            events.add(pod);
+                        }
+                    }
+                    Ok(WatchEvent::Deleted(e)) => {
+                        version = e.metadata.resource_version.unwrap_or(version);
+                    }
+                    Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
+                    // Too old a version (410), or another error: list again.
+                    Ok(WatchEvent::Error(e)) => {
+                        tracing::debug!("watching Started events: {}", e.message);
+                        failures += 1;
+                        continue 'list;
+                    }
+                    Err(e) => {
+                        tracing::debug!("watching Started events: {e}");
+                        failures += 1;
+                        continue 'list;
+                    }
                 }
-                // Not live while the watch is down: an event missed then would never come.
-                events.live.store(false, Ordering::SeqCst);
-                events.seen.send_modify(|n| *n += 1);
-                tokio::time::sleep(std::time::Duration::from_millis(500 * u64::from(errors))).await;
             }
+            // The watch timed out: watch again from where it was.
         }
     }
+}
+
+/// The API refused the request (no access): no use asking again.
+fn refused(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 401 || s.code == 403)
 }
 
 #[cfg(test)]
