@@ -29,7 +29,7 @@ pub(super) struct StartedEvents {
     pods: Mutex<HashSet<String>>,
     /// Bumped at each pod added: what a waiter waits on.
     seen: watch::Sender<u64>,
-    /// The watch runs and has listed once: its word can be waited for.
+    /// A watch (after its list) was accepted and runs: its word can be waited for.
     live: AtomicBool,
     begun: AtomicBool,
 }
