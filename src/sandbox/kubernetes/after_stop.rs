@@ -226,7 +226,7 @@ impl StoppedLogs {
         let mut walk = None;
         for (head, bytes) in checked_parts(out) {
             if head == HEAD {
-                self.lock().insert(
+                lock(&self.logs).insert(
                     pod.to_string(),
                     ("logs".to_string(), Arc::new(bytes.to_vec())),
                 );
@@ -268,13 +268,12 @@ impl StoppedLogs {
         {
             return;
         }
-        self.lock()
-            .insert(pod.to_string(), (top, Arc::new(archive)));
+        lock(&self.logs).insert(pod.to_string(), (top, Arc::new(archive)));
     }
 
     /// Something may change the pod's files: what was kept is stale.
     pub(super) fn drop_pod(&self, pod: &str) {
-        self.lock().remove(pod);
+        lock(&self.logs).remove(pod);
         lock(&self.halted).remove(pod);
         lock(&self.walks).remove(pod);
         lock(&self.changed).remove(pod);
@@ -294,7 +293,7 @@ impl StoppedLogs {
     ) -> Option<Result<Fetched, SandboxError>> {
         let (to, limit) = (want.to, want.limit);
         let entry_only = want.extent == Extent::Entry;
-        let logs = self.lock().get(pod).cloned();
+        let logs = lock(&self.logs).get(pod).cloned();
         let made =
             match logs.and_then(|(top, a)| sub_archive(&a, want.path, entry_only, Some(&top))) {
                 Some(made) => made,
@@ -312,10 +311,6 @@ impl StoppedLogs {
                 })
                 .map_err(SandboxError::io(to.to_path_buf())),
         })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sent>> {
-        lock(&self.logs)
     }
 }
 
