@@ -29,9 +29,6 @@ struct Seen {
     /// The main container's memory limit.
     memory: String,
     ran: bool,
-    /// Whether its main container ran in the first state that named a trial (a warm pod:
-    /// the state its claim left).
-    running_when_claimed: Option<bool>,
 }
 
 #[derive(Default)]
@@ -63,9 +60,6 @@ fn apply(o: &mut Observed, pod: &Pod) {
     entry.name = pod.metadata.name.clone().unwrap_or_default();
     entry.created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
     if let Some(trial) = labels.get("arbiter.trial") {
-        if entry.trials.is_empty() {
-            entry.running_when_claimed = Some(running);
-        }
         entry.trials.insert(trial.clone());
     }
     let main = pod
@@ -126,7 +120,8 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
         ])
         .env(
             "RUST_LOG",
-            "arbiter=info,arbiter::sandbox::kubernetes::warm=debug",
+            "arbiter=info,arbiter::sandbox::kubernetes::warm=debug,\
+             arbiter::sandbox::kubernetes::carry=debug,arbiter::sandbox::kubernetes::lifecycle=debug",
         )
         .output()
         .expect("arbiter run");
@@ -171,6 +166,7 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
         }
     }
     let mut warm_claims = 0;
+    let mut claimed_warm = Vec::new();
     let mut created_before_start = 0;
     for task in ["small-task", "large-task"] {
         for i in 1..=4 {
@@ -199,12 +195,7 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
                     continue;
                 }
                 warm_claims += 1;
-                // Offered only once running: a claim never waits for a start.
-                assert_eq!(
-                    pod.running_when_claimed,
-                    Some(true),
-                    "{trial} claimed a warm pod that was not running yet: {pod:?}"
-                );
+                claimed_warm.push(pod.name.clone());
                 let started: k8s_openapi::jiff::Timestamp =
                     record["started_at"].as_str().unwrap().parse().unwrap();
                 let created = pod.created.expect("creation time");
@@ -233,23 +224,44 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
         created_before_start >= 1,
         "a claimed warm pod was created before its trial started"
     );
-    // Proved before offered: every claimed warm pod's proof (its image's ENTRYPOINT handed
-    // over) passed before its claim, so the claim needs no exec before the trial's own.
+    // Offered only once started: a claim never waits for a start. Every claimed warm pod
+    // was offered before its claim, and the kubelet said its main container started (its
+    // event, asked of the API). Its start's proofs (the image's ENTRYPOINT handed over,
+    // network `none`) were made after the claim, by the trial's first command, before it
+    // ran anything of the trial.
     let text = strip_ansi(&log);
-    let mut claimed = 0;
-    for (at, _) in text.match_indices("warm pod claimed pod=\"") {
-        let name = text[at + "warm pod claimed pod=\"".len()..]
-            .split('"')
-            .next()
-            .unwrap_or_default();
-        let proved = format!("warm pod proved pod=\"{name}\"");
+    let started_events: BTreeSet<String> =
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+                common::k8s::namespaced_api().await;
+            let list = events
+                .list(&ListParams::default().fields("reason=Started"))
+                .await
+                .expect("event list");
+            list.items
+                .into_iter()
+                .filter_map(|e| e.involved_object.name)
+                .collect()
+        });
+    for name in &claimed_warm {
+        let claim = text
+            .find(&format!("warm pod claimed pod=\"{name}\""))
+            .unwrap_or_else(|| panic!("the log names the claim of {name}\n{log}"));
+        let offered = text.find(&format!("warm pod offered pod=\"{name}\""));
         assert!(
-            text[..at].contains(&proved),
-            "warm pod {name} was claimed before its start was proved\n{log}"
+            offered.is_some_and(|at| at < claim),
+            "warm pod {name} was claimed before it was offered\n{log}"
         );
-        claimed += 1;
+        assert!(
+            started_events.contains(name),
+            "no Started event of warm pod {name}"
+        );
+        let proved = text[claim..].find(&format!("start proved pod=\"{name}\""));
+        assert!(
+            proved.is_some(),
+            "warm pod {name}'s start was not proved after its claim\n{log}"
+        );
     }
-    assert!(claimed >= 2, "the log names the claims ({claimed})\n{log}");
     // Pods of the job that never carried a trial were warm pods, deleted unclaimed.
     for pod in pods.iter().filter(|p| p.trials.is_empty()) {
         assert!(

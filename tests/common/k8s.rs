@@ -124,6 +124,15 @@ pub fn pods_of(job_dir: &Path) -> Vec<String> {
 
 /// The pods API of the test namespace (`$ARBITER_K8S_NAMESPACE`, else the context's).
 pub async fn pods_api() -> kube::Api<k8s_openapi::api::core::v1::Pod> {
+    namespaced_api().await
+}
+
+/// The API of kind `K` in the test namespace (`ARBITER_K8S_NAMESPACE`, else the context's).
+pub async fn namespaced_api<K>() -> kube::Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
     let client = kube::Client::try_default().await.expect("kube client");
     match std::env::var("ARBITER_K8S_NAMESPACE") {
         Ok(ns) if !ns.is_empty() => kube::Api::namespaced(client, &ns),

@@ -155,6 +155,7 @@ impl KubernetesSandbox {
                 if let Some((_, cell)) = proof {
                     // Made by this command's wrapper; another caller may have made them too.
                     let _ = cell.set(());
+                    tracing::debug!(pod, carried = true, "start proved");
                 }
                 return Ok(outcome);
             }

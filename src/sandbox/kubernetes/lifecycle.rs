@@ -64,8 +64,6 @@ pub(super) struct PodState {
     /// A claimed warm pod the claim's answer showed running (with its facts): its start
     /// needs no watch.
     pub running: bool,
-    /// Its start's proofs were made before it was offered (a claimed warm pod, warm.rs).
-    pub proven: bool,
     /// The proofs its start left to its first exec (`ensure_proven`): set once made.
     pub proof: Option<(Proofs, Arc<OnceCell<()>>)>,
     /// An upload held for its next command (`carry.rs`).
@@ -191,28 +189,29 @@ impl KubernetesSandbox {
         if spec.network == Network::None && self.policies_allowed() {
             self.ensure_no_network_policy().await;
         }
-        // A warm pod of the same spec, claimed (warm.rs): no slot, it was created already,
-        // and its start's proofs were made before it was offered.
-        let proofs = Proofs {
-            handover: spec.start.process == Process::ImageEntrypoint,
-            no_network: spec.network == Network::None,
-        };
+        // A warm pod of the same spec, claimed (warm.rs): no slot, it was created already.
         if self.warm.enabled()
             && node.is_none()
             && replay.is_none()
             && spec.mounts.is_empty()
             && spec.owner.role == crate::sandbox::Role::Agent
-            && let Some((name, claimed)) = self.warm.claim(&pod, proofs).await
+            && let Some(super::warm::Claimed {
+                name,
+                pod: claimed,
+                by_event,
+            }) = self.warm.claim(&pod).await
         {
-            // Offered once its main container was being started (warm.rs): the claim's
-            // answer may not show it running yet, and then its first exec asks again.
+            // Offered at its Started event, or once its main container was being started
+            // (warm.rs): the claim's answer may not show it running yet; in the second case
+            // its first exec asks again while it does not run.
             let seen_running = start_verdict(&claimed) == Some(Ok(()));
-            let starting = !seen_running && main_starting(&claimed);
+            let starting = !seen_running && (by_event || main_starting(&claimed));
             let facts = (seen_running || claimed.spec.as_ref().is_some_and(main_by_digest))
                 .then(|| super::changes::facts_of(&claimed))
                 .flatten();
             let running = (seen_running || starting) && facts.is_some();
-            if starting && running {
+            let unconfirmed = starting && running && !by_event;
+            if unconfirmed {
                 self.early_wait.handed_over();
             }
             self.states.lock().await.insert(
@@ -226,11 +225,9 @@ impl KubernetesSandbox {
                     replay: None,
                     facts,
                     running,
-                    // Proved before it was offered (warm.rs).
-                    proven: true,
                     proof: None,
                     held: None,
-                    unconfirmed: (starting && running)
+                    unconfirmed: unconfirmed
                         .then(|| Unconfirmed::since(tokio::time::Instant::now())),
                     walk_on_stop: true,
                     readable: Arc::default(),
@@ -254,7 +251,6 @@ impl KubernetesSandbox {
             replay,
             facts: None,
             running: false,
-            proven: false,
             proof: None,
             held: None,
             unconfirmed: None,
@@ -350,8 +346,7 @@ impl KubernetesSandbox {
         };
         // The proofs ride on the pod's first exec (`ensure_proven`): its first upload
         // carries them, or the first command waits for them. Nothing of the trial runs first.
-        if !state.proven
-            && proofs.argv().is_some()
+        if proofs.argv().is_some()
             && let Some(s) = self.states.lock().await.get_mut(pod)
         {
             s.proof = Some((proofs, Arc::new(OnceCell::new())));
@@ -438,7 +433,7 @@ impl KubernetesSandbox {
             let until = early_by.map_or(until, |at| until.min(at));
             let got = tokio::select! {
                 got = tokio::time::timeout_at(until, stream.try_next()) => got,
-                () = self.started.started(pod), if by_event => {
+                true = self.started.started(pod), if by_event => {
                     self.early_wait.handed_over();
                     tracing::debug!(pod, "main container started (its event): handed over");
                     return Ok(handed_over(last));
@@ -606,7 +601,10 @@ impl KubernetesSandbox {
             }
             let (end, out, err) = self.harness_streamed(pod, &argv).await?;
             match proof::answer(end, &out, &err) {
-                Answer::Proven => return Ok(()),
+                Answer::Proven => {
+                    tracing::debug!(pod, carried = false, "start proved");
+                    return Ok(());
+                }
                 Answer::NotYet => {}
                 Answer::Refused(why) if proofs.no_network => {
                     return Err(no_network_proof(pod, &why));

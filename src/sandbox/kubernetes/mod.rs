@@ -180,11 +180,16 @@ impl KubernetesSandbox {
             },
         };
         let early_wait = Arc::new(starting::EarlyWait::default());
+        let started = Arc::new(started::StartedEvents::default());
         let warm = warm::WarmPools::new(
             warm_pods,
             client.clone(),
             &namespace,
-            (Arc::clone(&slots), Arc::clone(&early_wait)),
+            warm::Starts {
+                slots: Arc::clone(&slots),
+                early: Arc::clone(&early_wait),
+                started: Arc::clone(&started),
+            },
         );
         Ok(KubernetesSandbox {
             client,
@@ -206,7 +211,7 @@ impl KubernetesSandbox {
             sidecars: Mutex::new(HashMap::new()),
             slots,
             early_wait,
-            started: Arc::default(),
+            started,
             integrity: changes::Integrity::default(),
             kept: kept::KeptFiles::default(),
             stopped_logs: after_stop::StoppedLogs::default(),

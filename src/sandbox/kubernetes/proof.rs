@@ -4,17 +4,12 @@
 //!
 //! The answer is the script's exit code *and* a line it prints last: the API was seen
 //! reporting exit 0 for a command that exited 3 (kept.rs), and a proof must never pass on a
-//! status alone. A cold pod is proved by its first start (`lifecycle.rs`); a warm pod before
-//! it is offered (`warm.rs`), so that a claim needs no exec before the trial's own.
-
-use std::time::Duration;
-
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, AttachParams};
-use tokio::io::AsyncReadExt;
+//! status alone. A pod, cold or a claimed warm one (`warm.rs`), is proved by its first
+//! command, which carries the script (`carry.rs`), or by an exec of its own just before
+//! (`lifecycle.rs`'s `ensure_proven`).
 
 use super::error::KubeError;
-use super::exec::{RawEnd, exit_code_of};
+use super::exec::RawEnd;
 use crate::sandbox::SandboxError;
 use crate::sandbox::handover::{KEEPALIVE_MARKER, handover_probe};
 use crate::sandbox::toolbox::{keepalive_argv, toolbox_argv};
@@ -132,50 +127,6 @@ pub(super) fn no_network_proof(pod: &str, why: &str) -> SandboxError {
         events: String::new(),
     }
     .into()
-}
-
-/// Run the proof `argv` in `container` of `pod` with a bare exec (a warm pod's, before any
-/// trial has it): its answer, or why none came.
-pub(super) async fn run(pods: &Api<Pod>, pod: &str, container: &str, argv: &[String]) -> Answer {
-    let params = AttachParams::default()
-        .container(container)
-        .stdin(false)
-        .stdout(true)
-        .stderr(true);
-    let ran = async {
-        let mut process = pods
-            .exec(pod, argv.to_vec(), &params)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = process.take_status();
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let stdout = process.stdout();
-        let stderr = process.stderr();
-        let read_out = async {
-            if let Some(mut s) = stdout {
-                let _ = s.read_to_end(&mut out).await;
-            }
-        };
-        let read_err = async {
-            if let Some(mut s) = stderr {
-                let _ = s.read_to_end(&mut err).await;
-            }
-        };
-        tokio::join!(read_out, read_err);
-        let end = match status {
-            Some(status) => match status.await {
-                Some(status) => RawEnd::Exited(exit_code_of(&status)?),
-                None => RawEnd::Cut,
-            },
-            None => RawEnd::Cut,
-        };
-        Ok::<_, String>(answer(end, &out, &err))
-    };
-    match tokio::time::timeout(Duration::from_secs(60), ran).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(why)) => Answer::Unclear(why),
-        Err(_) => Answer::Unclear("the proof did not end within 60s".to_string()),
-    }
 }
 
 #[cfg(test)]

@@ -304,7 +304,6 @@ impl KubernetesSandbox {
                 replay: None,
                 facts: None,
                 running: false,
-                proven: false,
                 proof: None,
                 held: None,
                 unconfirmed: None,

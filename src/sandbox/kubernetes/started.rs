@@ -32,6 +32,8 @@ pub(super) struct StartedEvents {
     /// A watch (after its list) was accepted and runs: its word can be waited for.
     live: AtomicBool,
     begun: AtomicBool,
+    /// The watch stopped for good (refused, or failing): nothing will be said any more.
+    given_up: AtomicBool,
 }
 
 impl Default for StartedEvents {
@@ -41,6 +43,7 @@ impl Default for StartedEvents {
             seen: watch::channel(0).0,
             live: AtomicBool::new(false),
             begun: AtomicBool::new(false),
+            given_up: AtomicBool::new(false),
         }
     }
 }
@@ -78,16 +81,41 @@ impl StartedEvents {
             .contains(pod)
     }
 
-    /// Resolves once `pod`'s main container was said started (never while the watch does
-    /// not run).
-    pub(super) async fn started(&self, pod: &str) {
+    /// Whether the watch stopped for good.
+    fn given_up(&self) -> bool {
+        self.given_up.load(Ordering::SeqCst)
+    }
+
+    /// `true` once `pod`'s main container was said started (never while the watch does not
+    /// run), `false` once the watch stopped for good.
+    pub(super) async fn started(&self, pod: &str) -> bool {
         let mut rx = self.seen.subscribe();
         loop {
             if self.live() && self.has(pod) {
-                return;
+                return true;
+            }
+            if self.given_up() {
+                return false;
             }
             if rx.changed().await.is_err() {
                 std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Whether the watch runs, once it was begun and either runs or stopped for good (a
+    /// list and a watch: a few milliseconds; some seconds while its requests fail).
+    pub(super) async fn settled(&self) -> bool {
+        let mut rx = self.seen.subscribe();
+        loop {
+            if self.live() {
+                return true;
+            }
+            if self.given_up() || !self.begun.load(Ordering::SeqCst) {
+                return false;
+            }
+            if rx.changed().await.is_err() {
+                return false;
             }
         }
     }
@@ -128,6 +156,10 @@ async fn watch_events(events: std::sync::Weak<StartedEvents>, api: kube::Api<Eve
             }
             if failures >= 5 {
                 tracing::debug!("no watch of Started events: pods wait as learnt");
+                if let Some(events) = events.upgrade() {
+                    events.given_up.store(true, Ordering::SeqCst);
+                    events.seen.send_modify(|n| *n += 1);
+                }
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(500 * u64::from(failures))).await;
@@ -217,17 +249,28 @@ mod tests {
         assert!(waited.is_err(), "not live yet");
         events.live.store(true, Ordering::SeqCst);
         events.seen.send_modify(|n| *n += 1);
-        events.started("a").await;
+        assert!(events.started("a").await);
         // A pod whose event comes later.
         let later = async {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             events.add("b".into());
         };
-        let ((), ()) = tokio::join!(events.started("b"), later);
+        let (said, ()) = tokio::join!(events.started("b"), later);
+        assert!(said);
         events.forget("b");
         let gone =
             tokio::time::timeout(std::time::Duration::from_millis(50), events.started("b")).await;
         assert!(gone.is_err(), "forgotten");
+        // A watch that stopped for good: waiters are told, not left waiting.
+        events.live.store(false, Ordering::SeqCst);
+        let stop = async {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            events.given_up.store(true, Ordering::SeqCst);
+            events.seen.send_modify(|n| *n += 1);
+        };
+        let (said, ()) = tokio::join!(events.started("c"), stop);
+        assert!(!said, "given up: not started");
+        assert!(!events.settled().await, "settled, not live");
         assert!(selector().contains("involvedObject.fieldPath=spec.containers{main}"));
     }
 }

@@ -11,18 +11,20 @@
 //!   operation tests the `arbiter.warm` label: two claims of one pod cannot both succeed
 //!   (the apiserver applies the patch atomically), and a claimed pod has no `arbiter.warm`
 //!   label left. A claimed pod is the trial's: deleted at its end, never offered again.
-//! - **Offered once running.** A warm pod is offered only once its watch saw its main
-//!   container running, or being started with its init containers done (the kubelet reports
-//!   "running" up to a second later; the first exec into it asks again while it does not
-//!   run yet): a claim never waits for the scheduler, an image pull or the harness init. A
-//!   warm pod that does not run within the start deadline is deleted.
-//!   Starting warm pods hold start slots like any other (`max_starting` counts every pod
-//!   pending or starting, warm or not).
-//! - **Proved before it is offered.** A warm pod runs only what a cold one runs before its
-//!   start (the harness init, the image's ENTRYPOINT handing over to the keep-alive) and the
-//!   proofs of the start (proof.rs: the handover, network `none`; read-only, one exec once it
-//!   runs). A pod whose proof fails or gives no answer to trust is deleted, never offered.
-//!   So a claim is one request, and the trial's first exec is its own (its uploads).
+//! - **Offered once started.** A warm pod is offered once the kubelet said its main
+//!   container started (its `Started` event, started.rs: no request of its own), or, where
+//!   those events are not watched, once its watch saw the container running or being started
+//!   with its init containers done (the kubelet reports "running" up to a second later; the
+//!   first exec into it asks again while it does not run yet): a claim never waits for the
+//!   scheduler, an image pull or the harness init. A warm pod that does not start within the
+//!   start deadline is deleted. Starting warm pods hold start slots like any other
+//!   (`max_starting` counts every pod pending or starting, warm or not).
+//! - **Proved by its trial's first command.** A warm pod runs only what a cold one runs
+//!   before its start (the harness init, the image's ENTRYPOINT handing over to the
+//!   keep-alive). The proofs of the start (proof.rs: the handover, network `none`) ride on
+//!   the claiming trial's first exec as they do on a cold pod's (carry.rs): nothing of the
+//!   trial runs before they held, a pod whose proof fails fails its start, and they cost no
+//!   request of their own. So a warm pod costs its create and its claim, one request each.
 //! - **Topped up, then gone.** Each claim starts a replacement while trials are still to
 //!   start (the job tells the backend how many: a pool keeps no more pods, free or
 //!   starting, than that, so the last wave's claims start none); at the job's end
@@ -46,10 +48,9 @@ use super::error::api_status;
 use super::names::{
     ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, annotated_labels, object_labels, random_suffix,
 };
-use super::proof::{self, Answer, Proofs};
+use super::started::StartedEvents;
 use super::starting::{EarlyWait, StartSlots};
 use crate::digest::sha256_hex;
-use crate::sandbox::handover::HANDOVER_WAIT;
 use crate::sandbox::{LABEL_ROLE, LABEL_TRIAL};
 
 /// How long a claim waits for a starting warm pod when none is free (`claim`): about a
@@ -124,14 +125,42 @@ pub(crate) fn claim_patch(trial_pod: &Pod, name: &str, key: &str) -> serde_json:
 struct Pool {
     /// A trial pod of the spec (the warm pods are made from it).
     template: Pod,
-    /// Unclaimed running warm pods, oldest first.
-    free: VecDeque<String>,
+    /// Unclaimed started warm pods, oldest first.
+    free: VecDeque<Offered>,
     /// Warm pods being created or started.
     creating: usize,
     /// Claims waiting for one of those (`claim`): no more than there are.
     waiting: usize,
-    /// What the start of a pod of the spec must prove before it is offered.
-    proofs: Proofs,
+}
+
+/// A warm pod on offer.
+#[derive(Debug, Clone)]
+struct Offered {
+    name: String,
+    /// Offered at its main container's `Started` event: it runs (the API may show it only a
+    /// second later).
+    by_event: bool,
+}
+
+/// A claimed warm pod.
+#[derive(Debug)]
+pub(super) struct Claimed {
+    pub name: String,
+    /// The pod as the claim's answer showed it.
+    pub pod: Pod,
+    /// Its main container runs (its `Started` event was seen), whatever the answer shows.
+    pub by_event: bool,
+}
+
+/// What the pools share with the backend's own starts.
+#[derive(Clone)]
+pub(super) struct Starts {
+    /// The backend's start slots (the start-rate cap).
+    pub slots: Arc<StartSlots>,
+    /// Which images ran on which node (a pod is offered early only where its image ran).
+    pub early: Arc<EarlyWait>,
+    /// The kubelet's Started events (a pod is offered at its event where they are watched).
+    pub started: Arc<StartedEvents>,
 }
 
 #[derive(Debug, Default)]
@@ -147,10 +176,7 @@ pub(crate) struct WarmPools {
     target: usize,
     pods: Api<Pod>,
     shared: Arc<Mutex<Shared>>,
-    /// The backend's start slots (the start-rate cap).
-    slots: Arc<StartSlots>,
-    /// Which images ran on which node (a pod is offered early only where its image ran).
-    early: Arc<EarlyWait>,
+    starts: Starts,
     /// `true` once the pools closed: warm pods still starting stop waiting.
     closing: watch::Sender<bool>,
     /// Trials of the job that will still start (`usize::MAX`: not told): no more warm pods
@@ -167,14 +193,13 @@ impl WarmPools {
         target: u32,
         client: kube::Client,
         namespace: &str,
-        (slots, early): (Arc<StartSlots>, Arc<EarlyWait>),
+        starts: Starts,
     ) -> WarmPools {
         WarmPools {
             target: target as usize,
             pods: Api::namespaced(client, namespace),
             shared: Arc::new(Mutex::new(Shared::default())),
-            slots,
-            early,
+            starts,
             closing: watch::Sender::new(false),
             demand: AtomicUsize::new(usize::MAX),
             claimed: AtomicU64::new(0),
@@ -195,13 +220,12 @@ impl WarmPools {
         self.claimed.load(Ordering::SeqCst)
     }
 
-    /// Claim a running warm pod for `trial_pod` (the pod the trial would create): its name and
-    /// the claimed object as the patch returned it, or `None` (none free: the trial creates
-    /// its own). The pool of this spec is started on first sight and topped up after each
+    /// Claim a started warm pod for `trial_pod` (the pod the trial would create), or `None`
+    /// (none free: the trial creates its own). The pool of this spec is started on first sight and topped up after each
     /// claim. With none free but some starting (more than claims already waiting for them),
     /// the claim waits for one, at most [`CLAIM_WAIT`]: a pod well on its way is sooner
     /// than a new one.
-    pub(super) async fn claim(&self, trial_pod: &Pod, proofs: Proofs) -> Option<(String, Pod)> {
+    pub(super) async fn claim(&self, trial_pod: &Pod) -> Option<Claimed> {
         let key = spec_key(trial_pod);
         let wait_until = tokio::time::Instant::now() + CLAIM_WAIT;
         loop {
@@ -216,16 +240,15 @@ impl WarmPools {
                     free: VecDeque::new(),
                     creating: 0,
                     waiting: 0,
-                    proofs,
                 });
-                let name = pool.free.pop_front();
-                let wait = name.is_none()
+                let offered = pool.free.pop_front();
+                let wait = offered.is_none()
                     && pool.creating > pool.waiting
                     && tokio::time::Instant::now() < wait_until;
                 if wait {
                     pool.waiting += 1;
                 }
-                (name, wait)
+                (offered, wait)
             };
             // One taken (or none free): keep the pool at its size.
             self.top_up(&key).await;
@@ -236,7 +259,7 @@ impl WarmPools {
                 }
                 continue;
             }
-            let name = name?;
+            let Offered { name, by_event } = name?;
             let patch = claim_patch(trial_pod, &name, &key);
             let patch: json_patch::Patch = match serde_json::from_value(patch) {
                 Ok(p) => p,
@@ -250,6 +273,11 @@ impl WarmPools {
                 .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
                 .await
             {
+                // Ended since it was offered (evicted, its container gone): the next one.
+                Ok(pod) if let Some(Err(why)) = super::lifecycle::start_verdict(&pod) => {
+                    tracing::warn!(pod = name, "claimed warm pod ended: {why}");
+                    delete(&self.pods, &self.starts.started, &name).await;
+                }
                 Ok(pod) => {
                     self.claimed.fetch_add(1, Ordering::SeqCst);
                     let trial = trial_pod
@@ -259,8 +287,12 @@ impl WarmPools {
                         .and_then(|l| l.get(LABEL_TRIAL))
                         .cloned()
                         .unwrap_or_default();
-                    tracing::debug!(pod = name, trial, "warm pod claimed");
-                    return Some((name, pod));
+                    tracing::debug!(pod = name, trial, by_event, "warm pod claimed");
+                    return Some(Claimed {
+                        name,
+                        pod,
+                        by_event,
+                    });
                 }
                 Err(e) => {
                     // Gone, or claimed by someone else (the test failed: 422): the next one.
@@ -268,7 +300,7 @@ impl WarmPools {
                     let status = api_status(&e);
                     tracing::debug!(pod = name, ?status, "warm pod not claimed: {e}");
                     if !matches!(status, Some(404 | 409 | 422)) {
-                        delete(&self.pods, &name).await;
+                        delete(&self.pods, &self.starts.started, &name).await;
                     }
                 }
             }
@@ -290,21 +322,18 @@ impl WarmPools {
         let missing = want.saturating_sub(pool.free.len() + pool.creating);
         pool.creating += missing;
         let template = pool.template.clone();
-        let proofs = pool.proofs;
         for _ in 0..missing {
             let pod = warm_pod_of(&template, key);
             let task = tokio::spawn(create_warm(
                 Warming {
                     pods: self.pods.clone(),
                     shared: Arc::clone(&self.shared),
-                    slots: Arc::clone(&self.slots),
-                    early: Arc::clone(&self.early),
+                    starts: self.starts.clone(),
                     closing: self.closing.subscribe(),
                     offered: Arc::clone(&self.offered),
                 },
                 key.to_string(),
                 pod,
-                proofs,
             ));
             shared.tasks.push(task);
         }
@@ -328,12 +357,12 @@ impl WarmPools {
             shared
                 .pools
                 .drain()
-                .flat_map(|(_, p)| p.free.into_iter())
+                .flat_map(|(_, p)| p.free.into_iter().map(|o| o.name))
                 .collect()
         };
         let mut deleted = 0;
         for name in free {
-            if delete(&self.pods, &name).await {
+            if delete(&self.pods, &self.starts.started, &name).await {
                 deleted += 1;
             }
         }
@@ -341,7 +370,8 @@ impl WarmPools {
     }
 }
 
-async fn delete(pods: &Api<Pod>, name: &str) -> bool {
+async fn delete(pods: &Api<Pod>, started: &StartedEvents, name: &str) -> bool {
+    started.forget(name);
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::background()
@@ -360,18 +390,16 @@ async fn delete(pods: &Api<Pod>, name: &str) -> bool {
 struct Warming {
     pods: Api<Pod>,
     shared: Arc<Mutex<Shared>>,
-    slots: Arc<StartSlots>,
-    early: Arc<EarlyWait>,
+    starts: Starts,
     closing: watch::Receiver<bool>,
     offered: Arc<watch::Sender<u64>>,
 }
 
-/// Create one warm pod (under a start slot), wait until it runs, prove its start, and offer
-/// it; delete it when it does not run or its proof fails, or when the pools closed
-/// meanwhile. (A warm pod with network `none`
-/// is under the namespace's deny-all policy from its creation: the trial whose pod it copies
-/// put the policy in place first.)
-async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
+/// Create one warm pod (under a start slot), wait until it started, and offer it; delete it
+/// when it does not start, or when the pools closed meanwhile. (A warm pod with network
+/// `none` is under the namespace's deny-all policy from its creation: the trial whose pod it
+/// copies put the policy in place first.)
+async fn create_warm(w: Warming, key: String, pod: Pod) {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let mut closing = w.closing;
     let closed = async move {
@@ -380,7 +408,7 @@ async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
     let mut closed = std::pin::pin!(closed);
     // The start slot: held until the pod runs or is deleted.
     let slot = tokio::select! {
-        slot = w.slots.take() => Some(slot),
+        slot = w.starts.slots.take() => Some(slot),
         () = &mut closed => None,
     };
     let created = match slot {
@@ -393,17 +421,20 @@ async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
             }
         },
     };
-    let running = created
-        && tokio::select! {
-            running = runs(&w.pods, &name, proofs, (&w.early, w.slots.capped())) => match running {
-                Ok(()) => true,
+    let started = if created {
+        tokio::select! {
+            started = started(&w.pods, &name, &w.starts) => match started {
+                Ok(by_event) => Some(by_event),
                 Err(why) => {
                     tracing::warn!(pod = name, "warm pod not running: {why}");
-                    false
+                    None
                 }
             },
-            () = &mut closed => false,
-        };
+            () = &mut closed => None,
+        }
+    } else {
+        None
+    };
     drop(slot);
     let mut guard = w.shared.lock().await;
     let open = !guard.closed;
@@ -411,87 +442,59 @@ async fn create_warm(w: Warming, key: String, pod: Pod, proofs: Proofs) {
     w.offered.send_modify(|n| *n += 1);
     if let Some(pool) = guard.pools.get_mut(&key) {
         pool.creating = pool.creating.saturating_sub(1);
-        if open && running {
-            pool.free.push_back(name.clone());
+        if let (true, Some(by_event)) = (open, started) {
+            tracing::debug!(pod = name, by_event, "warm pod offered");
+            pool.free.push_back(Offered { name, by_event });
             return;
         }
     }
     drop(guard);
     if created {
-        delete(&w.pods, &name).await;
-    }
-}
-
-/// Wait until warm pod `name`'s main container runs, at most the start deadline, and prove
-/// its start; why not.
-async fn runs(
-    pods: &Api<Pod>,
-    name: &str,
-    proofs: Proofs,
-    (early, capped): (&EarlyWait, bool),
-) -> Result<(), String> {
-    started(pods, name, early, capped).await?;
-    let Some(argv) = proofs.argv() else {
-        return Ok(());
-    };
-    let begun = tokio::time::Instant::now();
-    let mut unclear = 0;
-    loop {
-        match proof::run(pods, name, super::pod::MAIN, &argv).await {
-            Answer::Proven => {
-                tracing::debug!(
-                    pod = name,
-                    proofs_s = begun.elapsed().as_secs_f64(),
-                    "warm pod proved"
-                );
-                return Ok(());
-            }
-            Answer::Refused(why) if proofs.no_network => {
-                return Err(format!("network none not in place: {why}"));
-            }
-            Answer::NotYet | Answer::Refused(_) => {}
-            // Offered early (`started`): the container may not run yet; nothing ran.
-            Answer::Unclear(why) if super::exec::not_running_yet(&why) => {
-                if begun.elapsed() >= HANDOVER_WAIT {
-                    return Err(format!("its main container did not run: {why}"));
-                }
-                tokio::time::sleep(EARLY_WAIT).await;
-                continue;
-            }
-            Answer::Unclear(why) => {
-                unclear += 1;
-                if unclear >= proof::UNCLEAR_TRIES {
-                    return Err(format!("its proof gave no answer to trust: {why}"));
-                }
-                continue;
-            }
-        }
-        if begun.elapsed() >= HANDOVER_WAIT {
-            return Err(format!(
-                "the image's ENTRYPOINT had not run its arguments after {}s",
-                HANDOVER_WAIT.as_secs()
-            ));
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        delete(&w.pods, &w.starts.started, &name).await;
     }
 }
 
 /// How long after its main container was seen being started a warm pod waits for "running"
-/// before it is proved or offered (`started`).
+/// before it is offered, where no `Started` event says it (`watched`).
 const EARLY_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Wait until warm pod `name`'s main container started, at most the start deadline: at its
+/// `Started` event where those are watched and the start rate is not capped (no request of
+/// its own; `true`), else as its own watch shows it (`watched`; `false`); why not.
+async fn started(pods: &Api<Pod>, name: &str, starts: &Starts) -> Result<bool, String> {
+    let deadline = tokio::time::Instant::now() + super::lifecycle::START_DEADLINE;
+    // Capped: its slot is held until the API shows it running.
+    let capped = starts.slots.capped();
+    if !capped && starts.started.settled().await {
+        match tokio::time::timeout_at(deadline, starts.started.started(name)).await {
+            Ok(true) => return Ok(true),
+            // The events' watch stopped for good: the pod's own.
+            Ok(false) => {}
+            Err(_) => {
+                return Err(format!(
+                    "not started after {}s",
+                    super::lifecycle::START_DEADLINE.as_secs()
+                ));
+            }
+        }
+    }
+    watched(pods, name, &starts.early, capped, deadline)
+        .await
+        .map(|()| false)
+}
 
 /// Wait until warm pod `name`'s main container runs, or is being started and no later state
 /// came within [`EARLY_WAIT`] (the kubelet reports "running" only at its next relist, up to
-/// a second later: the proofs' exec, or the claiming trial's first, asks again while it
-/// does not run yet), at most the start deadline; why not.
-async fn started(
+/// a second later: the claiming trial's first exec asks again while it does not run yet),
+/// at most until `deadline`; why not.
+async fn watched(
     pods: &Api<Pod>,
     name: &str,
     early: &EarlyWait,
     capped: bool,
+    deadline: tokio::time::Instant,
 ) -> Result<(), String> {
     use futures_util::TryStreamExt;
-    let deadline = tokio::time::Instant::now() + super::lifecycle::START_DEADLINE;
     let mut starting: Option<tokio::time::Instant> = None;
     let mut stream = std::pin::pin!(super::starting::watch_pod(pods.clone(), name));
     loop {
