@@ -195,12 +195,9 @@ impl KubernetesSandbox {
             && replay.is_none()
             && spec.mounts.is_empty()
             && spec.owner.role == crate::sandbox::Role::Agent
-            && let Some(super::warm::Claimed {
-                name,
-                pod: claimed,
-                by_event,
-            }) = self.warm.claim(&pod).await
+            && let Some(got) = self.warm.claim(&pod).await
         {
+            let (name, claimed, by_event) = (got.name, got.pod, got.by_event);
             // Offered at its Started event, or once its main container was being started
             // (warm.rs): the claim's answer may not show it running yet; in the second case
             // its first exec asks again while it does not run.
