@@ -121,7 +121,8 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
         .env(
             "RUST_LOG",
             "arbiter=info,arbiter::sandbox::kubernetes::warm=debug,\
-             arbiter::sandbox::kubernetes::carry=debug,arbiter::sandbox::kubernetes::lifecycle=debug",
+             arbiter::sandbox::kubernetes::carry=debug,arbiter::sandbox::kubernetes::lifecycle=debug,\
+             arbiter::sandbox::kubernetes::exec=debug",
         )
         .output()
         .expect("arbiter run");
@@ -243,6 +244,8 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
                 .filter_map(|e| e.involved_object.name)
                 .collect()
         });
+    // The claiming trial's first command ran in the exec the pool opened ahead (hot.rs).
+    let mut hot = 0;
     for name in &claimed_warm {
         let claim = text
             .find(&format!("warm pod claimed pod=\"{name}\""))
@@ -256,12 +259,21 @@ fn warm_pods_are_claimed_by_their_spec_never_reused_and_gone_after_the_job() {
             started_events.contains(name),
             "no Started event of warm pod {name}"
         );
+        if text[claim..].contains(&format!(
+            "the exec opened ahead runs the command pod=\"{name}\""
+        )) {
+            hot += 1;
+        }
         let proved = text[claim..].find(&format!("start proved pod=\"{name}\""));
         assert!(
             proved.is_some(),
             "warm pod {name}'s start was not proved after its claim\n{log}"
         );
     }
+    assert!(
+        hot >= 1,
+        "no claimed warm pod's first command ran in the exec opened ahead\n{log}"
+    );
     // Pods of the job that never carried a trial were warm pods, deleted unclaimed.
     for pod in pods.iter().filter(|p| p.trials.is_empty()) {
         assert!(

@@ -17,13 +17,14 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
-use kube::api::{AttachParams, AttachedProcess};
+use kube::api::AttachedProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::KubernetesSandbox;
 use super::carried::{Carried, Unplaced};
 use super::ended::Ended;
 use super::error::{KubeError, api_status};
+use super::hot::{HotExec, StatusFuture};
 use crate::digest::sha256_hex;
 use crate::sandbox::sink::CappedSink;
 use crate::sandbox::toolbox::toolbox_argv;
@@ -484,6 +485,18 @@ pub(super) mod base64_lines {
     }
 }
 
+/// The line that makes the trampoline run `argv`: base64 of its words, each quoted for the
+/// shell (`'…'`, a `'` as `'\''`), then a newline.
+fn hot_argv_line(argv: &[String]) -> Vec<u8> {
+    let words: Vec<String> = argv
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let mut line = base64_lines::encode(words.join(" ").as_bytes()).into_bytes();
+    line.push(b'\n');
+    line
+}
+
 impl KubernetesSandbox {
     /// Open an exec in the pod's main container, retrying a connection the API refused for
     /// a short while (nothing ran then).
@@ -497,14 +510,7 @@ impl KubernetesSandbox {
         let (pod, container) = super::names::target(pod);
         // Whatever runs may change the pod's files: what its stop sent of them is stale.
         self.stopped_logs.drop_pod(pod);
-        let params = AttachParams::default()
-            .container(container)
-            .stdin(stdin)
-            .stdout(true)
-            .stderr(true)
-            .max_stdin_buf_size(256 * 1024)
-            .max_stdout_buf_size(256 * 1024)
-            .max_stderr_buf_size(64 * 1024);
+        let params = super::hot::attach_params(container, stdin);
         let started = Instant::now();
         loop {
             match self.pods().exec(pod, argv.to_vec(), &params).await {
@@ -713,24 +719,59 @@ impl KubernetesSandbox {
         (timeout, grace): (Option<Duration>, Duration),
         early: bool,
     ) -> Result<Attempt, SandboxError> {
-        let mut process = self.attach(pod, argv, stdin.is_some()).await?;
+        // A claimed warm pod's exec opened ahead (hot.rs): the argv goes first on its stdin.
+        let hot = match self.warm.take_hot(pod) {
+            Some(mut hot) => hot.alive().then_some(hot),
+            None => None,
+        };
+        let HotExec {
+            process,
+            stdin: writer,
+            mut stdout,
+            mut stderr,
+            mut status,
+        } = match hot {
+            Some(mut hot) => {
+                self.stopped_logs.drop_pod(pod);
+                // Once it took the argv the command may run: it is never asked elsewhere.
+                // Without its word the harness failed, never the command.
+                if let Err(why) = hot.hand(&hot_argv_line(argv)).await {
+                    hot.process.abort();
+                    return Err(KubeError::Exec {
+                        pod: pod.to_string(),
+                        message: format!("the exec opened ahead did not take the command: {why}"),
+                    }
+                    .into());
+                }
+                tracing::debug!(pod, "the exec opened ahead runs the command");
+                hot
+            }
+            _ => {
+                let mut process = self.attach(pod, argv, stdin.is_some()).await?;
+                HotExec {
+                    stdin: process.stdin(),
+                    stdout: process.stdout(),
+                    stderr: process.stderr(),
+                    status: process.take_status().map(|f| Box::pin(f) as StatusFuture),
+                    process,
+                }
+            }
+        };
         let mut taken = false;
-        let mut stdout = process.stdout();
-        let mut stderr = process.stderr();
-        let mut status = process.take_status().map(Box::pin);
         // The status, when it came while the output was still being read; `Some(None)`: the
         // connection ended without one (the apiserver or the kubelet went away).
         let mut got_status: Option<Option<Status>> = None;
-        let writer = process.stdin();
         let feed = async move {
-            if let (Some(mut w), Some(bytes)) = (writer, stdin) {
-                w.write_all(bytes).await?;
+            if let Some(mut w) = writer {
+                if let Some(bytes) = stdin {
+                    w.write_all(bytes).await?;
+                }
                 w.shutdown().await?;
             }
             Ok::<_, std::io::Error>(())
         };
         tokio::pin!(feed);
-        let mut fed = stdin.is_none();
+        let mut fed = false;
         let (mut out_done, mut err_done) = (stdout.is_none(), stderr.is_none());
         let mut buf_out = vec![0u8; 64 * 1024];
         let mut buf_err = vec![0u8; 16 * 1024];
@@ -1248,5 +1289,72 @@ mod tests {
         assert_eq!(base64_lines::encode(b"fo"), "Zm8=");
         assert_eq!(base64_lines::encode(b"foo"), "Zm9v");
         assert_eq!(base64_lines::encode(b"A=1 b"), "QT0xIGI=");
+    }
+
+    #[test]
+    fn the_argv_line_is_the_shells_words_in_base64() {
+        let argv = vec![
+            "/.arbiter/toolbox/busybox".to_string(),
+            "it's".to_string(),
+            "two\nlines".to_string(),
+            String::new(),
+        ];
+        let line = hot_argv_line(&argv);
+        assert_eq!(line.last(), Some(&b'\n'));
+        let text = String::from_utf8(line[..line.len() - 1].to_vec()).unwrap();
+        assert!(!text.contains('\n'), "one line");
+        let words = base64_lines::decode(&text).unwrap();
+        assert_eq!(
+            String::from_utf8(words).unwrap(),
+            "'/.arbiter/toolbox/busybox' 'it'\\''s' 'two\nlines' ''"
+        );
+    }
+
+    /// The trampoline, run by a real shell: it says it runs, then runs the argv it is sent,
+    /// word for word, with the rest of its stdin as the command's.
+    #[test]
+    fn the_trampoline_runs_what_it_is_sent() {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let script = super::super::hot::TRAMPOLINE.replace("$B base64", "base64");
+        let mut child = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let argv = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            "printf '%s|' \"$@\"; cat".to_string(),
+            "x".to_string(),
+            "it's".to_string(),
+            "two\nlines".to_string(),
+            String::new(),
+        ];
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&hot_argv_line(&argv)).unwrap();
+        stdin.write_all(b"rest of stdin").unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(
+            out.stderr,
+            [super::super::hot::READY, super::super::hot::TAKEN].concat(),
+            "its two words, and nothing else"
+        );
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            "it's|two\nlines||rest of stdin"
+        );
+        // Dropped before its argv: it runs nothing.
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert!(out.stdout.is_empty());
     }
 }

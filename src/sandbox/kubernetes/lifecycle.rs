@@ -862,6 +862,7 @@ impl KubernetesSandbox {
         };
         self.states.lock().await.remove(id.as_str());
         self.started.forget(id.as_str());
+        drop(self.warm.take_hot(id.as_str()));
         self.stopped_logs.drop_pod(id.as_str());
         self.integrity.replayed.lock().await.remove(id.as_str());
         self.kept.forget(id.as_str());

@@ -23,6 +23,7 @@ mod ended;
 mod error;
 mod exec;
 mod frozen;
+mod hot;
 mod images;
 mod kept;
 mod lifecycle;

@@ -45,6 +45,7 @@ use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
 use super::error::api_status;
+use super::hot::HotExec;
 use super::names::{
     ANNOTATION_LABELS, LABEL_NETWORK, LABEL_POD, annotated_labels, object_labels, random_suffix,
 };
@@ -56,6 +57,11 @@ use crate::sandbox::{LABEL_ROLE, LABEL_TRIAL};
 /// How long a claim waits for a starting warm pod when none is free (`claim`): about a
 /// cold pod's start, after which the trial creates its own.
 const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long before a claim a starting warm pod must have been created for the claim to wait
+/// for it: one created since (by this claim's own wave, when a job's first trials start at
+/// once) is no sooner than the trial's own pod would be.
+const WELL_ON_ITS_WAY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Label of an unclaimed warm pod: its spec key.
 pub(crate) const LABEL_WARM: &str = "arbiter.warm";
@@ -127,19 +133,21 @@ struct Pool {
     template: Pod,
     /// Unclaimed started warm pods, oldest first.
     free: VecDeque<Offered>,
-    /// Warm pods being created or started.
-    creating: usize,
+    /// When each warm pod being created or started was asked for, oldest first.
+    creating: VecDeque<tokio::time::Instant>,
     /// Claims waiting for one of those (`claim`): no more than there are.
     waiting: usize,
 }
 
 /// A warm pod on offer.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Offered {
     name: String,
     /// Offered at its main container's `Started` event: it runs (the API may show it only a
     /// second later).
     by_event: bool,
+    /// Its first exec, opened ahead (hot.rs).
+    hot: Option<HotExec>,
 }
 
 /// A claimed warm pod.
@@ -186,6 +194,8 @@ pub(crate) struct WarmPools {
     claimed: AtomicU64,
     /// Bumped whenever a starting warm pod is offered or given up (claims waiting for one).
     offered: Arc<watch::Sender<u64>>,
+    /// The execs opened ahead of claimed pods, until their first command takes them.
+    hot: std::sync::Mutex<HashMap<String, HotExec>>,
 }
 
 impl WarmPools {
@@ -204,7 +214,16 @@ impl WarmPools {
             demand: AtomicUsize::new(usize::MAX),
             claimed: AtomicU64::new(0),
             offered: Arc::new(watch::Sender::new(0)),
+            hot: std::sync::Mutex::default(),
         }
+    }
+
+    /// The exec opened ahead of claimed pod `pod`, taken (its first command's).
+    pub(super) fn take_hot(&self, pod: &str) -> Option<HotExec> {
+        self.hot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(pod)
     }
 
     pub(crate) fn enabled(&self) -> bool {
@@ -222,9 +241,10 @@ impl WarmPools {
 
     /// Claim a started warm pod for `trial_pod` (the pod the trial would create), or `None`
     /// (none free: the trial creates its own). The pool of this spec is started on first sight and topped up after each
-    /// claim. With none free but some starting (more than claims already waiting for them),
-    /// the claim waits for one, at most [`CLAIM_WAIT`]: a pod well on its way is sooner
-    /// than a new one.
+    /// claim. With none free but some starting that were asked for at least
+    /// [`WELL_ON_ITS_WAY`] before (more than claims already waiting for them), the claim waits
+    /// for one, at most [`CLAIM_WAIT`]: a pod well on its way is sooner than a new one, and
+    /// one asked for by this claim's own wave is not.
     pub(super) async fn claim(&self, trial_pod: &Pod) -> Option<Claimed> {
         let key = spec_key(trial_pod);
         let wait_until = tokio::time::Instant::now() + CLAIM_WAIT;
@@ -238,13 +258,14 @@ impl WarmPools {
                 let pool = shared.pools.entry(key.clone()).or_insert_with(|| Pool {
                     template: trial_pod.clone(),
                     free: VecDeque::new(),
-                    creating: 0,
+                    creating: VecDeque::new(),
                     waiting: 0,
                 });
                 let offered = pool.free.pop_front();
+                let now = tokio::time::Instant::now();
                 let wait = offered.is_none()
-                    && pool.creating > pool.waiting
-                    && tokio::time::Instant::now() < wait_until;
+                    && now < wait_until
+                    && waits_for_one(&pool.creating, pool.waiting, now);
                 if wait {
                     pool.waiting += 1;
                 }
@@ -259,7 +280,11 @@ impl WarmPools {
                 }
                 continue;
             }
-            let Offered { name, by_event } = name?;
+            let Offered {
+                name,
+                by_event,
+                hot,
+            } = name?;
             let patch = claim_patch(trial_pod, &name, &key);
             let patch: json_patch::Patch = match serde_json::from_value(patch) {
                 Ok(p) => p,
@@ -287,7 +312,19 @@ impl WarmPools {
                         .and_then(|l| l.get(LABEL_TRIAL))
                         .cloned()
                         .unwrap_or_default();
-                    tracing::debug!(pod = name, trial, by_event, "warm pod claimed");
+                    tracing::debug!(
+                        pod = name,
+                        trial,
+                        by_event,
+                        hot = hot.is_some(),
+                        "warm pod claimed"
+                    );
+                    if let Some(hot) = hot {
+                        self.hot
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(name.clone(), hot);
+                    }
                     return Some(Claimed {
                         name,
                         pod,
@@ -319,8 +356,9 @@ impl WarmPools {
             return;
         };
         let want = self.target.min(self.demand.load(Ordering::SeqCst));
-        let missing = want.saturating_sub(pool.free.len() + pool.creating);
-        pool.creating += missing;
+        let missing = want.saturating_sub(pool.free.len() + pool.creating.len());
+        let now = tokio::time::Instant::now();
+        pool.creating.extend(std::iter::repeat_n(now, missing));
         let template = pool.template.clone();
         for _ in 0..missing {
             let pod = warm_pod_of(&template, key);
@@ -352,6 +390,8 @@ impl WarmPools {
         for task in tasks {
             let _ = task.await;
         }
+        // Claimed pods' execs no command took: closed (their trampolines run nothing).
+        self.hot.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let free: Vec<String> = {
             let mut shared = self.shared.lock().await;
             shared
@@ -368,6 +408,20 @@ impl WarmPools {
         }
         deleted
     }
+}
+
+/// Whether a claim that found no free warm pod waits for a starting one: only where more
+/// were asked for [`WELL_ON_ITS_WAY`] or longer ago than claims already wait for them.
+fn waits_for_one(
+    creating: &VecDeque<tokio::time::Instant>,
+    waiting: usize,
+    now: tokio::time::Instant,
+) -> bool {
+    let ahead = creating
+        .iter()
+        .filter(|at| now.saturating_duration_since(**at) >= WELL_ON_ITS_WAY)
+        .count();
+    ahead > waiting
 }
 
 async fn delete(pods: &Api<Pod>, started: &StartedEvents, name: &str) -> bool {
@@ -435,16 +489,31 @@ async fn create_warm(w: Warming, key: String, pod: Pod) {
     } else {
         None
     };
+    // Its first exec, opened now (hot.rs); without it the claiming trial opens its own.
+    let hot = match started {
+        Some(_) => tokio::select! {
+            hot = HotExec::open(&w.pods, &name, super::pod::MAIN) => hot
+                .inspect_err(|why| tracing::debug!(pod = name, "no exec opened ahead: {why}"))
+                .ok(),
+            () = &mut closed => None,
+        },
+        None => None,
+    };
     drop(slot);
     let mut guard = w.shared.lock().await;
     let open = !guard.closed;
     // Offered or given up: a claim waiting for it looks again.
     w.offered.send_modify(|n| *n += 1);
     if let Some(pool) = guard.pools.get_mut(&key) {
-        pool.creating = pool.creating.saturating_sub(1);
+        // Pods start about in the order they were asked for.
+        pool.creating.pop_front();
         if let (true, Some(by_event)) = (open, started) {
             tracing::debug!(pod = name, by_event, "warm pod offered");
-            pool.free.push_back(Offered { name, by_event });
+            pool.free.push_back(Offered {
+                name,
+                by_event,
+                hot,
+            });
             return;
         }
     }
@@ -607,6 +676,24 @@ mod tests {
                 .unwrap();
         assert_eq!(exact["arbiter.owner"], "h/1/2");
         assert!(warm.metadata.name.unwrap().starts_with("arb-warm-"));
+    }
+
+    #[test]
+    fn a_claim_waits_only_for_warm_pods_well_on_their_way() {
+        let now = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        let ago = |ms: u64| now - std::time::Duration::from_millis(ms);
+        // Asked for by this very wave (a job's first trials at once): no sooner than its own.
+        let just = VecDeque::from([ago(5), ago(3), ago(1)]);
+        assert!(!waits_for_one(&just, 0, now));
+        // Asked for well before: worth the wait, one claim per pod.
+        let before = VecDeque::from([ago(1500), ago(800), ago(10)]);
+        assert!(waits_for_one(&before, 0, now));
+        assert!(waits_for_one(&before, 1, now));
+        assert!(
+            !waits_for_one(&before, 2, now),
+            "two already wait for the two"
+        );
+        assert!(!waits_for_one(&VecDeque::new(), 0, now));
     }
 
     #[test]
