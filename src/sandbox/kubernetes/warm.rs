@@ -240,8 +240,8 @@ impl WarmPools {
     }
 
     /// Claim a started warm pod for `trial_pod` (the pod the trial would create), or `None`
-    /// (none free: the trial creates its own). The pool of this spec is started on first sight and topped up after each
-    /// claim. With none free but some starting that were asked for at least
+    /// (none free: the trial creates its own). The pool of this spec is started on first
+    /// sight and topped up after each claim. With none free but some starting that were asked for at least
     /// [`WELL_ON_ITS_WAY`] before (more than claims already waiting for them), the claim waits
     /// for one, at most [`CLAIM_WAIT`]: a pod well on its way is sooner than a new one, and
     /// one asked for by this claim's own wave is not.
@@ -489,6 +489,8 @@ async fn create_warm(w: Warming, key: String, pod: Pod) {
     } else {
         None
     };
+    // Started (or given up): its start slot goes to the next pod.
+    drop(slot);
     // Its first exec, opened now (hot.rs); without it the claiming trial opens its own.
     let hot = match started {
         Some(_) => tokio::select! {
@@ -499,7 +501,6 @@ async fn create_warm(w: Warming, key: String, pod: Pod) {
         },
         None => None,
     };
-    drop(slot);
     let mut guard = w.shared.lock().await;
     let open = !guard.closed;
     // Offered or given up: a claim waiting for it looks again.
