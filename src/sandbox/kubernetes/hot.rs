@@ -5,13 +5,16 @@
 //! kubelet, containerd and runc start a process in the container (under load, most of half a
 //! second). A warm pod's pool opens one once the pod started, running [`TRAMPOLINE`]: it says
 //! it runs (a marker line on stderr, read here and nowhere else), then waits for one line on
-//! stdin. The first exec of the claimed pod (`exec.rs`) sends its argv as that line and its
-//! own stdin after it; the trampoline replaces itself with that argv, so what runs, and what
-//! the streams carry from then on, is what a freshly opened exec would have run and carried.
+//! stdin. The first exec of the claimed pod (`exec.rs`) sends its argv as that line, waits
+//! for the trampoline to say it took it (a second marker line), then sends its own stdin; the
+//! trampoline replaces itself with that argv, so what runs, and what the streams carry from
+//! then on, is what a freshly opened exec would have run and carried.
 //!
 //! The request count does not change (the open exec is the first command's). A trampoline
-//! whose stream ended before the claim is dropped and the command opens its own exec;
-//! dropping one closes its stdin and the trampoline exits without running anything.
+//! whose stream ended before the claim is dropped and the command opens its own exec; one
+//! that does not say it took the argv fails the command as the harness's error (it may have
+//! run it: never asked again elsewhere). Dropping one closes its stdin and the trampoline
+//! exits without running anything.
 
 use std::future::Future;
 use std::pin::Pin;
