@@ -373,7 +373,7 @@ pub(super) fn wrapped(
     (keep, claim): (Option<&str>, bool),
     carried: Carried<'_>,
 ) -> (Vec<String>, Vec<u8>) {
-    use base64_lines::encode;
+    use super::base64_lines::encode;
     let user = spec.user.as_deref().or(default_user).unwrap_or("");
     let user = if user == "root" || user == "0" || user == "0:0" {
         ""
@@ -432,69 +432,6 @@ pub(super) fn wrapped(
     );
     argv.extend(spec.argv.iter().cloned());
     (argv, stdin)
-}
-
-/// Standard base64 (the toolbox's `base64 -d` reads it, and `base64 -w 0` writes it), no
-/// line breaks.
-pub(super) mod base64_lines {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-    pub(crate) fn encode(bytes: &[u8]) -> String {
-        let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-        for chunk in bytes.chunks(3) {
-            let b = [
-                chunk[0],
-                chunk.get(1).copied().unwrap_or(0),
-                chunk.get(2).copied().unwrap_or(0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
-
-    /// The bytes of `text`; `None` when it is not standard padded base64.
-    pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
-        let text = text.as_bytes();
-        if !text.len().is_multiple_of(4) {
-            return None;
-        }
-        let value = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u32);
-        let mut out = Vec::with_capacity(text.len() / 4 * 3);
-        let quads = text.chunks(4);
-        let last = quads.len().saturating_sub(1);
-        for (i, quad) in quads.enumerate() {
-            let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-            if pad > 2 || (pad > 0 && i != last) {
-                return None;
-            }
-            let mut n = 0u32;
-            for &c in &quad[..4 - pad] {
-                n = (n << 6) | value(c)?;
-            }
-            n <<= 6 * pad as u32;
-            out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8][..3 - pad]);
-        }
-        Some(out)
-    }
-}
-
-/// The line that makes the trampoline run `argv`: base64 of its words, each quoted for the
-/// shell (`'…'`, a `'` as `'\''`), then a newline.
-fn hot_argv_line(argv: &[String]) -> Vec<u8> {
-    let words: Vec<String> = argv
-        .iter()
-        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
-        .collect();
-    let mut line = base64_lines::encode(words.join(" ").as_bytes()).into_bytes();
-    line.push(b'\n');
-    line
 }
 
 impl KubernetesSandbox {
@@ -735,7 +672,7 @@ impl KubernetesSandbox {
                 self.stopped_logs.drop_pod(pod);
                 // Once it took the argv the command may run: it is never asked elsewhere.
                 // Without its word the harness failed, never the command.
-                if let Err(why) = hot.hand(&hot_argv_line(argv)).await {
+                if let Err(why) = hot.hand(&super::hot::argv_line(argv)).await {
                     hot.process.abort();
                     return Err(KubeError::Exec {
                         pod: pod.to_string(),
@@ -1198,7 +1135,10 @@ mod tests {
         let text = String::from_utf8(stdin).unwrap();
         assert_eq!(
             text,
-            format!("{}\n.\n", base64_lines::encode(b"TOKEN=s3cret\nline"))
+            format!(
+                "{}\n.\n",
+                super::super::base64_lines::encode(b"TOKEN=s3cret\nline")
+            )
         );
         let root = ExecSpec {
             user: Some("0".into()),
@@ -1264,11 +1204,17 @@ mod tests {
         assert_eq!(argv_u[7], "ecu");
         // Claimed only where the output is kept (the claim is a kept file).
         assert_eq!(wrapped(&spec, None, (None, true), carried).0[7], "e");
-        let mut want = format!("{}\n.\n", base64_lines::encode(b"A=1"));
-        want.push_str(&format!("{}\n", base64_lines::encode(script.as_bytes())));
+        let mut want = format!("{}\n.\n", super::super::base64_lines::encode(b"A=1"));
+        want.push_str(&format!(
+            "{}\n",
+            super::super::base64_lines::encode(script.as_bytes())
+        ));
         want.push_str(&format!("8 {}\n", sha256_hex(b"TARBYTES")));
         for path in ["/", "/tests", "/logs/verifier"] {
-            want.push_str(&format!("{}\n", base64_lines::encode(path.as_bytes())));
+            want.push_str(&format!(
+                "{}\n",
+                super::super::base64_lines::encode(path.as_bytes())
+            ));
         }
         want.push_str(".\nTARBYTES");
         assert_eq!(String::from_utf8(stdin).unwrap(), want);
@@ -1278,83 +1224,7 @@ mod tests {
         assert_eq!(argv[10], "", "no halt either");
         assert_eq!(
             stdin,
-            format!("{}\n.\n", base64_lines::encode(b"A=1")).into_bytes()
+            format!("{}\n.\n", super::super::base64_lines::encode(b"A=1")).into_bytes()
         );
-    }
-
-    #[test]
-    fn base64_matches_the_standard_alphabet() {
-        assert_eq!(base64_lines::encode(b""), "");
-        assert_eq!(base64_lines::encode(b"f"), "Zg==");
-        assert_eq!(base64_lines::encode(b"fo"), "Zm8=");
-        assert_eq!(base64_lines::encode(b"foo"), "Zm9v");
-        assert_eq!(base64_lines::encode(b"A=1 b"), "QT0xIGI=");
-    }
-
-    #[test]
-    fn the_argv_line_is_the_shells_words_in_base64() {
-        let argv = vec![
-            "/.arbiter/toolbox/busybox".to_string(),
-            "it's".to_string(),
-            "two\nlines".to_string(),
-            String::new(),
-        ];
-        let line = hot_argv_line(&argv);
-        assert_eq!(line.last(), Some(&b'\n'));
-        let text = String::from_utf8(line[..line.len() - 1].to_vec()).unwrap();
-        assert!(!text.contains('\n'), "one line");
-        let words = base64_lines::decode(&text).unwrap();
-        assert_eq!(
-            String::from_utf8(words).unwrap(),
-            "'/.arbiter/toolbox/busybox' 'it'\\''s' 'two\nlines' ''"
-        );
-    }
-
-    /// The trampoline, run by a real shell: it says it runs, then runs the argv it is sent,
-    /// word for word, with the rest of its stdin as the command's.
-    #[test]
-    fn the_trampoline_runs_what_it_is_sent() {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
-        let script = super::super::hot::TRAMPOLINE.replace("$B base64", "base64");
-        let mut child = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let argv = vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            "printf '%s|' \"$@\"; cat".to_string(),
-            "x".to_string(),
-            "it's".to_string(),
-            "two\nlines".to_string(),
-            String::new(),
-        ];
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(&hot_argv_line(&argv)).unwrap();
-        stdin.write_all(b"rest of stdin").unwrap();
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        assert_eq!(
-            out.stderr,
-            [super::super::hot::READY, super::super::hot::TAKEN].concat(),
-            "its two words, and nothing else"
-        );
-        assert_eq!(
-            String::from_utf8(out.stdout).unwrap(),
-            "it's|two\nlines||rest of stdin"
-        );
-        // Dropped before its argv: it runs nothing.
-        let out = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        assert!(out.stdout.is_empty());
     }
 }

@@ -152,3 +152,87 @@ impl HotExec {
         }
     }
 }
+
+/// The line that makes the trampoline run `argv`: base64 of its words, each quoted for the
+/// shell (`'…'`, a `'` as `'\''`), then a newline.
+pub(super) fn argv_line(argv: &[String]) -> Vec<u8> {
+    let words: Vec<String> = argv
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let mut line = super::base64_lines::encode(words.join(" ").as_bytes()).into_bytes();
+    line.push(b'\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_argv_line_is_the_shells_words_in_base64() {
+        let argv = vec![
+            "/.arbiter/toolbox/busybox".to_string(),
+            "it's".to_string(),
+            "two\nlines".to_string(),
+            String::new(),
+        ];
+        let line = argv_line(&argv);
+        assert_eq!(line.last(), Some(&b'\n'));
+        let text = String::from_utf8(line[..line.len() - 1].to_vec()).unwrap();
+        assert!(!text.contains('\n'), "one line");
+        let words = super::super::base64_lines::decode(&text).unwrap();
+        assert_eq!(
+            String::from_utf8(words).unwrap(),
+            "'/.arbiter/toolbox/busybox' 'it'\\''s' 'two\nlines' ''"
+        );
+    }
+
+    /// The trampoline, run by a real shell: it says it runs, then runs the argv it is sent,
+    /// word for word, with the rest of its stdin as the command's.
+    #[test]
+    fn the_trampoline_runs_what_it_is_sent() {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let script = TRAMPOLINE.replace("$B base64", "base64");
+        let mut child = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let argv = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            "printf '%s|' \"$@\"; cat".to_string(),
+            "x".to_string(),
+            "it's".to_string(),
+            "two\nlines".to_string(),
+            String::new(),
+        ];
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&argv_line(&argv)).unwrap();
+        stdin.write_all(b"rest of stdin").unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(
+            out.stderr,
+            [READY, TAKEN].concat(),
+            "its two words, and nothing else"
+        );
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            "it's|two\nlines||rest of stdin"
+        );
+        // Dropped before its argv: it runs nothing.
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert!(out.stdout.is_empty());
+    }
+}

@@ -196,7 +196,7 @@ fn parse_facts(line: &[u8]) -> Option<Facts> {
 fn checked_sent(field: &str) -> Option<Vec<u8>> {
     let (size, rest) = field.split_once(':')?;
     let (sha, text) = rest.split_once(':')?;
-    let bytes = super::exec::base64_lines::decode(text)?;
+    let bytes = super::base64_lines::decode(text)?;
     (bytes.len().to_string() == size && crate::digest::sha256_hex(&bytes) == sha).then_some(bytes)
 }
 
@@ -820,7 +820,7 @@ mod tests {
 
     #[test]
     fn a_halting_commands_facts_say_whether_it_halted_and_carry_what_it_sent() {
-        use super::super::exec::base64_lines::encode;
+        use super::super::base64_lines::encode;
         let sha = "a".repeat(64);
         let archive = b"an archive of /logs/verifier".to_vec();
         let digest = crate::digest::sha256_hex(&archive);
@@ -852,7 +852,7 @@ mod tests {
 
     #[test]
     fn base64_decodes_what_the_toolbox_writes() {
-        use super::super::exec::base64_lines::{decode, encode};
+        use super::super::base64_lines::{decode, encode};
         for n in 0..70 {
             let bytes: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
             assert_eq!(decode(&encode(&bytes)), Some(bytes), "{n}");

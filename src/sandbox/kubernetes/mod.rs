@@ -14,6 +14,7 @@
 //! egress proxy of a pod with network `none`) is a relay over one exec (`relay.rs`).
 
 mod after_stop;
+mod base64_lines;
 mod carried;
 mod carry;
 mod changes;
