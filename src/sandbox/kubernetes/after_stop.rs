@@ -48,17 +48,20 @@ const CHANGED_HEAD: &str = "arbiter-changed ";
 
 /// Shell lines killing every process but PID 1, the shell itself (and the keep-alive's own
 /// sleep, which PID 1 starts again) until none is left, or 3 s passed: `$n` is how many
-/// are left. A macro, so that `concat!` takes it into the scripts (the stop's, and the exec
-/// wrapper's halt).
+/// are left. `$_rp`, when set, is a process spared too: the relay that carries the command
+/// of a wrapper (`exec.rs`'s `r`), its parent. A macro, so that `concat!` takes it into the
+/// scripts (the stop's, which sets `_rp` empty, and the exec wrapper's halt).
 macro_rules! kill_all {
     () => {
         r#"i=0
 while :; do
-  kill -KILL -1 2>/dev/null
+  if [ -n "$_rp" ]; then
+    for d in /proc/[0-9]*; do p=${d#/proc/}; case $p in 1|$$|$_rp) ;; *) kill -KILL "$p" 2>/dev/null;; esac; done
+  else kill -KILL -1 2>/dev/null; fi
   n=0
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
-    { [ "$p" = 1 ] || [ "$p" = $$ ]; } && continue
+    { [ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$_rp" ]; } && continue
     read -r s < "$d/stat" 2>/dev/null || continue
     r=${s##*) }; set -- $r
     [ "$1" = Z ] && continue

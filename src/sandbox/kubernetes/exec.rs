@@ -25,6 +25,7 @@ use super::carried::{Carried, Unplaced};
 use super::ended::Ended;
 use super::error::{KubeError, api_status};
 use super::hot::{HotExec, StatusFuture};
+use super::relay::{Carrier, Ungreeted};
 use crate::digest::sha256_hex;
 use crate::sandbox::sink::CappedSink;
 use crate::sandbox::toolbox::toolbox_argv;
@@ -113,7 +114,8 @@ pub(super) const HOLD_HALT: usize = 72 * 1024;
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
 /// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
 /// base64 each, ending with `.`; `h`: the environment sets HOME; `p` and `u`: what the
-/// command carries, below; `c`: claimed, below), `$4` the stem of the files that keep the
+/// command carries, below; `c`: claimed, below; `r`: its parent is the loopback relay that
+/// carries it, `relay.rs`, which the halt spares), `$4` the stem of the files that keep the
 /// output in the pod (empty: none), `$5` the bytes of each stream kept, `$6` a path to send
 /// along after halting the pod once the command ended (empty: no halt; `halt_send!`), then
 /// the argv.
@@ -143,7 +145,8 @@ pub(super) const HOLD_HALT: usize = 72 * 1024;
 /// command writes in its grace period is kept too; the command itself gets it.
 const WRAPPER: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox
-u=$1 wd=$2 fl=$3 _k=$4 _cap=$5 _h=$6; shift 6
+u=$1 wd=$2 fl=$3 _k=$4 _cap=$5 _h=$6 _rp=; shift 6
+case $fl in *r*) _rp=$PPID;; esac
 case $fl in *c*) ( set -C; : >"$_k.c" ) 2>/dev/null || { [ -e "$_k.c" ] && { printf '\037arbiter-claimed\n' >&2; exit 125; }; };; esac
 case $fl in *e*)
   while IFS= read -r l; do
@@ -216,6 +219,15 @@ const CONNECT_RETRY: Duration = Duration::from_secs(8);
 /// all, the kubelet's relist period, after which the API says whether it runs.
 const EARLY_TRIES: u32 = 4;
 const EARLY_PAUSE: Duration = Duration::from_millis(100);
+
+/// A command's exec: its argv and stdin, and the loopback relay that carries it, if one does
+/// (`relay.rs`: the relay's exec is the command's).
+#[derive(Clone, Copy)]
+struct Command<'a> {
+    argv: &'a [String],
+    stdin: Option<&'a [u8]>,
+    carrier: Option<&'a Carrier>,
+}
 
 /// One exec of `run_reporting` or `confirm_running`.
 enum Attempt {
@@ -366,11 +378,12 @@ pub(super) fn exit_code_of(status: &Status) -> Result<i64, String> {
 
 /// The wrapped argv of an exec and the stdin it needs (the environment, then what it
 /// carries), for a container whose execs without a user run as `default_user`; `keep`: the
-/// stem of the files that keep its output in the pod (what a command carries needs one).
+/// stem of the files that keep its output in the pod (what a command carries needs one);
+/// `claim`: `WRAPPER`'s `c`; `relayed`: run by a loopback relay (`r`, `relay.rs`).
 pub(super) fn wrapped(
     spec: &ExecSpec,
     default_user: Option<&str>,
-    (keep, claim): (Option<&str>, bool),
+    (keep, claim, relayed): (Option<&str>, bool, bool),
     carried: Carried<'_>,
 ) -> (Vec<String>, Vec<u8>) {
     use super::base64_lines::encode;
@@ -392,6 +405,9 @@ pub(super) fn wrapped(
     }
     if spec.env.iter().any(|(k, _)| k == "HOME") {
         flags.push('h');
+    }
+    if relayed {
+        flags.push('r');
     }
     if keep.is_some() {
         if claim {
@@ -518,9 +534,26 @@ impl KubernetesSandbox {
         err: &mut Sink<'_>,
         limits: (Option<Duration>, Duration),
     ) -> Result<Result<RawEnd, String>, SandboxError> {
+        let command = Command {
+            argv,
+            stdin,
+            carrier: None,
+        };
+        self.run_command(pod, command, out, err, limits).await
+    }
+
+    /// [`run_reporting`](Self::run_reporting) of a [`Command`].
+    async fn run_command(
+        &self,
+        pod: &str,
+        command: Command<'_>,
+        out: &mut Sink<'_>,
+        err: &mut Sink<'_>,
+        limits: (Option<Duration>, Duration),
+    ) -> Result<Result<RawEnd, String>, SandboxError> {
         self.ensure_confirmed(pod).await?;
         match self
-            .run_attempt(pod, (argv, stdin), (out, err), limits, false)
+            .run_attempt(pod, command, (out, err), limits, false)
             .await?
         {
             Attempt::Done(done) => Ok(done),
@@ -546,8 +579,13 @@ impl KubernetesSandbox {
         let mut tries = 0u32;
         loop {
             let early = tries <= EARLY_TRIES;
+            let command = Command {
+                argv,
+                stdin,
+                carrier: None,
+            };
             let attempt = self
-                .run_attempt(pod, (argv, stdin), (&mut *out, &mut *err), limits, early)
+                .run_attempt(pod, command, (&mut *out, &mut *err), limits, early)
                 .await?;
             let message = match attempt {
                 Attempt::Done(done) => {
@@ -627,8 +665,13 @@ impl KubernetesSandbox {
                 },
             );
             let limits = (Some(Duration::from_secs(30)), Duration::from_secs(1));
+            let command = Command {
+                argv: &argv,
+                stdin: None,
+                carrier: None,
+            };
             let attempt = self
-                .run_attempt(pod, (&argv, None), (&mut out, &mut err), limits, true)
+                .run_attempt(pod, command, (&mut out, &mut err), limits, true)
                 .await?;
             let message = match attempt {
                 Attempt::Done(Ok(RawEnd::Exited(0))) => {
@@ -651,29 +694,32 @@ impl KubernetesSandbox {
     async fn run_attempt(
         &self,
         pod: &str,
-        (argv, stdin): (&[String], Option<&[u8]>),
+        command: Command<'_>,
         (out, err): (&mut Sink<'_>, &mut Sink<'_>),
         (timeout, grace): (Option<Duration>, Duration),
         early: bool,
     ) -> Result<Attempt, SandboxError> {
+        let stdin = command.stdin;
+        let relayed;
+        let argv = match command.carrier {
+            Some(carrier) => {
+                relayed = carrier.argv(command.argv);
+                &relayed[..]
+            }
+            None => command.argv,
+        };
         // A claimed warm pod's exec opened ahead (hot.rs): the argv goes first on its stdin.
         let hot = match self.warm.take_hot(pod) {
             Some(mut hot) => hot.alive().then_some(hot),
             None => None,
         };
-        let HotExec {
-            process,
-            stdin: writer,
-            mut stdout,
-            mut stderr,
-            mut status,
-        } = match hot {
+        let exec = match hot {
             Some(mut hot) => {
                 self.stopped_logs.drop_pod(pod);
                 // Once it took the argv the command may run: it is never asked elsewhere.
                 // Without its word the harness failed, never the command.
                 if let Err(why) = hot.hand(&super::hot::argv_line(argv)).await {
-                    hot.process.abort();
+                    hot.abort();
                     return Err(KubeError::Exec {
                         pod: pod.to_string(),
                         message: format!("the exec opened ahead did not take the command: {why}"),
@@ -684,16 +730,42 @@ impl KubernetesSandbox {
                 hot
             }
             _ => {
-                let mut process = self.attach(pod, argv, stdin.is_some()).await?;
+                let with_stdin = stdin.is_some() || command.carrier.is_some();
+                let mut process = self.attach(pod, argv, with_stdin).await?;
                 HotExec {
                     stdin: process.stdin(),
                     stdout: process.stdout(),
                     stderr: process.stderr(),
                     status: process.take_status().map(|f| Box::pin(f) as StatusFuture),
-                    process,
+                    process: Some(process),
                 }
             }
         };
+        // The relay's exec: its greeting first, then the command's streams come as frames.
+        let exec = match command.carrier {
+            Some(carrier) => match self.carried(pod, carrier, exec, stdin.is_some()).await {
+                Ok(exec) => exec,
+                Err(Ungreeted::NotRunning(message)) if early => {
+                    return Ok(Attempt::NotRunningYet(message));
+                }
+                Err(Ungreeted::NotRunning(message)) => {
+                    return Err(KubeError::Exec {
+                        pod: pod.to_string(),
+                        message,
+                    }
+                    .into());
+                }
+                Err(Ungreeted::Failed(e)) => return Err(e),
+            },
+            None => exec,
+        };
+        let HotExec {
+            process,
+            stdin: writer,
+            mut stdout,
+            mut stderr,
+            mut status,
+        } = exec;
         let mut taken = false;
         // The status, when it came while the output was still being read; `Some(None)`: the
         // connection ended without one (the apiserver or the kubelet went away).
@@ -773,11 +845,15 @@ impl KubernetesSandbox {
             }
         }
         if stage > 0 {
-            process.abort();
+            if let Some(process) = process {
+                process.abort();
+            }
             return Ok(Attempt::Done(Ok(RawEnd::TimedOut)));
         }
         if cut {
-            process.abort();
+            if let Some(process) = process {
+                process.abort();
+            }
             return Ok(Attempt::Done(Ok(RawEnd::Cut)));
         }
         let got = match (got_status, status) {
@@ -810,12 +886,17 @@ impl KubernetesSandbox {
                 Some(how) => gone(pod, how).map(Ok),
                 None => {
                     // Why the client's side of the stream ended, if it knows.
-                    let why =
-                        match tokio::time::timeout(Duration::from_secs(2), process.join()).await {
-                            Ok(Err(e)) => format!(": {e}"),
-                            Ok(Ok(())) => " (closed by the far side)".to_string(),
-                            Err(_) => String::new(),
-                        };
+                    let joined = async {
+                        match process {
+                            Some(process) => process.join().await.map_err(|e| e.to_string()),
+                            None => Err("the relay that carried it ended".to_string()),
+                        }
+                    };
+                    let why = match tokio::time::timeout(Duration::from_secs(2), joined).await {
+                        Ok(Err(e)) => format!(": {e}"),
+                        Ok(Ok(())) => " (closed by the far side)".to_string(),
+                        Err(_) => String::new(),
+                    };
                     let message = format!(
                         "the exec stream ended without the command's status while the pod still runs (the connection through the apiserver and the kubelet was lost{why})"
                     );
@@ -914,10 +995,12 @@ impl KubernetesSandbox {
         // The first exec of a pod handed over early confirms it running itself (claimed: it
         // may be asked again), not after the toolbox's `true`.
         let claim = stem.is_some() && self.is_unconfirmed(pod).await;
+        // A loopback relay waiting for the pod's next command starts with it, in its exec.
+        let carrier = stem.as_ref().and_then(|_| self.take_carrier(pod));
         let (argv, stdin) = wrapped(
             spec,
             default_user.as_deref(),
-            (stem.as_deref(), claim),
+            (stem.as_deref(), claim, carrier.is_some()),
             carried,
         );
         let mut unplaced = None;
@@ -940,7 +1023,12 @@ impl KubernetesSandbox {
             self.run_claimed(pod, (&argv, stdin), &mut out_sink, &mut err_sink, limits)
                 .await
         } else {
-            self.run_reporting(pod, &argv, stdin, &mut out_sink, &mut err_sink, limits)
+            let command = Command {
+                argv: &argv,
+                stdin,
+                carrier: carrier.as_ref(),
+            };
+            self.run_command(pod, command, &mut out_sink, &mut err_sink, limits)
                 .await
         };
         let Sink::Held { held, .. } = err_sink else {
@@ -1122,7 +1210,12 @@ mod tests {
             timeout: None,
             grace: Duration::ZERO,
         };
-        let (argv, stdin) = wrapped(&spec, Some("agent"), (None, false), Carried::default());
+        let (argv, stdin) = wrapped(
+            &spec,
+            Some("agent"),
+            (None, false, false),
+            Carried::default(),
+        );
         assert!(!argv.iter().any(|a| a.contains("s3cret")));
         assert_eq!(argv[0], "/.arbiter/toolbox/busybox");
         let tail: Vec<&str> = argv[5..].iter().map(String::as_str).collect();
@@ -1148,7 +1241,7 @@ mod tests {
         let (argv, stdin) = wrapped(
             &root,
             Some("agent"),
-            (Some("/k"), false),
+            (Some("/k"), false, false),
             Carried::default(),
         );
         assert_eq!(argv[5], "", "root needs no switch");
@@ -1185,7 +1278,7 @@ mod tests {
             upload: Some(&upload),
             halt: Some("/logs/verifier"),
         };
-        let (argv, stdin) = wrapped(&spec, None, (Some("/k"), false), carried);
+        let (argv, stdin) = wrapped(&spec, None, (Some("/k"), false, false), carried);
         assert_eq!(argv[7], "epu");
         assert_eq!(
             argv[10], "/logs/verifier",
@@ -1194,7 +1287,7 @@ mod tests {
         let argv_u = wrapped(
             &spec,
             None,
-            (Some("/k"), true),
+            (Some("/k"), true, false),
             Carried {
                 proofs: None,
                 ..carried
@@ -1203,7 +1296,7 @@ mod tests {
         .0;
         assert_eq!(argv_u[7], "ecu");
         // Claimed only where the output is kept (the claim is a kept file).
-        assert_eq!(wrapped(&spec, None, (None, true), carried).0[7], "e");
+        assert_eq!(wrapped(&spec, None, (None, true, false), carried).0[7], "e");
         let mut want = format!("{}\n.\n", super::super::base64_lines::encode(b"A=1"));
         want.push_str(&format!(
             "{}\n",
@@ -1219,7 +1312,7 @@ mod tests {
         want.push_str(".\nTARBYTES");
         assert_eq!(String::from_utf8(stdin).unwrap(), want);
         // Nothing is carried without a place in the pod to report on it.
-        let (argv, stdin) = wrapped(&spec, None, (None, false), carried);
+        let (argv, stdin) = wrapped(&spec, None, (None, false, false), carried);
         assert_eq!(argv[7], "e");
         assert_eq!(argv[10], "", "no halt either");
         assert_eq!(

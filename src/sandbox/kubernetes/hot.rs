@@ -51,7 +51,9 @@ pub(super) type StatusFuture = Pin<Box<dyn Future<Output = Option<Status>> + Sen
 
 /// An exec opened ahead, its streams taken.
 pub(super) struct HotExec {
-    pub process: AttachedProcess,
+    /// The exec (none for a command a loopback relay carries: the relay's task holds its
+    /// exec, `relay.rs`).
+    pub process: Option<AttachedProcess>,
     pub stdin: Option<WriteHalf<SimplexStream>>,
     pub stdout: Option<ReadHalf<SimplexStream>>,
     pub stderr: Option<ReadHalf<SimplexStream>>,
@@ -94,7 +96,7 @@ impl HotExec {
             stdout: process.stdout(),
             stderr: process.stderr(),
             status: process.take_status().map(|f| Box::pin(f) as StatusFuture),
-            process,
+            process: Some(process),
         };
         hot.expect(READY).await?;
         Ok(hot)
@@ -140,6 +142,13 @@ impl HotExec {
             ));
         }
         Ok(())
+    }
+
+    /// Close its exec, if it has one of its own.
+    pub(super) fn abort(self) {
+        if let Some(process) = self.process {
+            process.abort();
+        }
     }
 
     /// Whether its stream still runs: no status came (a trampoline that ended, or a

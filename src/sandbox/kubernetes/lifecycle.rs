@@ -739,6 +739,8 @@ impl KubernetesSandbox {
     /// [`Sandbox::stop`](crate::sandbox::Sandbox::stop).
     pub(super) async fn stop_pod(&self, id: &ContainerId) -> Result<Stopped, SandboxError> {
         let pod = id.as_str();
+        // The stop ends every process: a relay not started yet never will be.
+        self.forget_carrier(pod);
         // No status read first: an exec into a pod that ended fails, and then its status
         // says how it ended (one request less per stop).
         // Once every process is gone, the stop sends `/logs` along (after_stop.rs): what
@@ -752,7 +754,7 @@ impl KubernetesSandbox {
             .get_mut(pod)
             .is_some_and(|s| std::mem::take(&mut s.walk_on_stop));
         let script = format!(
-            "_lc=$1 _wk=$2 _ws=$3 _wf=$4 _cc=$5\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}"
+            "_lc=$1 _wk=$2 _ws=$3 _wf=$4 _cc=$5 _rp=\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}"
         );
         let cap = (LOGS_MAX + 1).to_string();
         let (walk_cap, changed_cap) = if walk {
@@ -866,6 +868,7 @@ impl KubernetesSandbox {
         self.stopped_logs.drop_pod(id.as_str());
         self.integrity.replayed.lock().await.remove(id.as_str());
         self.kept.forget(id.as_str());
+        self.forget_carrier(id.as_str());
         let params = DeleteParams {
             grace_period_seconds: Some(0),
             ..DeleteParams::background()

@@ -111,6 +111,8 @@ pub struct KubernetesSandbox {
     kept: kept::KeptFiles,
     /// `/logs` as the pods' stops sent it (after_stop.rs).
     stopped_logs: after_stop::StoppedLogs,
+    /// Loopback relays to be started by their pod's next command (relay.rs).
+    carriers: std::sync::Mutex<HashMap<String, relay::Carrier>>,
 }
 
 impl KubernetesSandbox {
@@ -217,6 +219,7 @@ impl KubernetesSandbox {
             integrity: changes::Integrity::default(),
             kept: kept::KeptFiles::default(),
             stopped_logs: after_stop::StoppedLogs::default(),
+            carriers: std::sync::Mutex::default(),
             net_admin: AtomicBool::new(true),
             policies: AtomicBool::new(true),
             no_network_policy: OnceCell::new(),
@@ -524,8 +527,9 @@ impl Sandbox for KubernetesSandbox {
         self.pod_status(id).await
     }
 
-    /// A relay over one exec from the pod's `127.0.0.1:port` (`relay.rs`); the listener is
-    /// on this host's loopback, on the same port where it is free.
+    /// A relay over one exec from the pod's `127.0.0.1:port` (`relay.rs`), the exec of the
+    /// pod's next command where it can be; the listener is on this host's loopback, on the
+    /// same port where it is free.
     async fn loopback_listener(
         &self,
         id: &ContainerId,

@@ -27,13 +27,15 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf, SimplexStream, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinSet;
 
 use super::KubernetesSandbox;
 use super::ended::Ended;
+use super::hot::{HotExec, StatusFuture};
 use crate::sandbox::toolbox::TOOLBOX_MOUNT;
 use crate::sandbox::{ContainerId, SandboxError};
 
@@ -53,6 +55,11 @@ pub(crate) const OPEN: u8 = 1;
 pub(crate) const DATA: u8 = 2;
 pub(crate) const EOF: u8 = 3;
 pub(crate) const GONE: u8 = 4;
+pub(crate) const OUT: u8 = 5;
+pub(crate) const ERR: u8 = 6;
+pub(crate) const EXIT: u8 = 7;
+/// The id of the command a relay carries (connections have ids from 1).
+pub(crate) const COMMAND: u32 = 0;
 
 /// Why a relay could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -153,9 +160,67 @@ enum Up {
     Gone,
 }
 
+/// A loopback listener whose relay is not started yet (`Sandbox::loopback_listener` on a pod
+/// that runs): the pod's next command starts it and is carried by it, one exec for both
+/// (`exec.rs`). Dropped unused, the listener's pod end never listens.
+#[derive(Debug)]
+pub(super) struct Carrier {
+    /// A clone of the host listener, so its address stays taken while the pod may connect.
+    keep: TcpListener,
+    addr: SocketAddr,
+}
+
+impl Carrier {
+    /// The argv of the relay carrying `command`.
+    pub(super) fn argv(&self, command: &[String]) -> Vec<String> {
+        let mut argv = relay_argv(self.addr.port());
+        argv.push("--".to_string());
+        argv.extend(command.iter().cloned());
+        argv
+    }
+}
+
+/// Why a relay's exec did not greet.
+pub(super) enum Ungreeted {
+    /// Its container does not run yet: nothing ran (the exec's status says so).
+    NotRunning(String),
+    Failed(SandboxError),
+}
+
+impl From<SandboxError> for Ungreeted {
+    fn from(e: SandboxError) -> Self {
+        Ungreeted::Failed(e)
+    }
+}
+
+/// The status the API sends for a command that exited with `code`.
+fn status_of(code: i64) -> Status {
+    if code == 0 {
+        return Status {
+            status: Some("Success".to_string()),
+            ..Status::default()
+        };
+    }
+    Status {
+        status: Some("Failure".to_string()),
+        reason: Some("NonZeroExitCode".to_string()),
+        details: Some(StatusDetails {
+            causes: Some(vec![StatusCause {
+                reason: Some("ExitCode".to_string()),
+                message: Some(code.to_string()),
+                field: None,
+            }]),
+            ..StatusDetails::default()
+        }),
+        ..Status::default()
+    }
+}
+
 impl KubernetesSandbox {
     /// [`Sandbox::loopback_listener`](crate::sandbox::Sandbox::loopback_listener): a relay
-    /// from `127.0.0.1:port` inside the pod to the returned listener on this host.
+    /// from `127.0.0.1:port` inside the pod to the returned listener on this host. Started by
+    /// the pod's next command (a [`Carrier`]) when the pod runs and has none waiting yet; else
+    /// in an exec of its own now.
     pub(super) async fn relay_listener(
         &self,
         id: &ContainerId,
@@ -165,82 +230,212 @@ impl KubernetesSandbox {
         let listener = host_listener(port).map_err(RelayError::Bind)?;
         let addr = listener.local_addr().map_err(RelayError::Bind)?;
         let keep = listener.try_clone().map_err(RelayError::Bind)?;
-        let inside = addr.port();
-        let argv = relay_argv(inside);
-        // A relay that did not start is an error: a pod handed over early is confirmed first.
-        self.ensure_confirmed(&pod).await?;
-        let mut process = self.attach(&pod, &argv, true).await?;
-        let (Some(mut stdout), Some(stdin)) = (process.stdout(), process.stdin()) else {
-            return Err(RelayError::Start {
-                pod,
-                message: "the exec has no stdin or stdout".to_string(),
+        let carrier = Carrier { keep, addr };
+        if !super::names::is_sidecar(&pod) && !self.is_unconfirmed(&pod).await {
+            let mut waiting = self.carriers.lock().unwrap_or_else(|e| e.into_inner());
+            if let std::collections::hash_map::Entry::Vacant(e) = waiting.entry(pod.clone()) {
+                tracing::debug!(%pod, %addr, "loopback relay: started by the next command");
+                e.insert(carrier);
+                return Ok(listener);
             }
-            .into());
+        }
+        self.start_relay(&pod, carrier).await?;
+        Ok(listener)
+    }
+
+    /// The relay waiting for `pod`'s next command (only a pod that runs has one), taken.
+    pub(super) fn take_carrier(&self, pod: &str) -> Option<Carrier> {
+        self.carriers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(pod)
+    }
+
+    /// A pod that stopped or is gone has no relay to start (the stop ends every process).
+    pub(super) fn forget_carrier(&self, pod: &str) {
+        self.carriers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(pod);
+    }
+
+    /// The relay of `carrier` in an exec of its own.
+    async fn start_relay(&self, pod: &str, carrier: Carrier) -> Result<(), SandboxError> {
+        let argv = relay_argv(carrier.addr.port());
+        // A relay that did not start is an error: a pod handed over early is confirmed first.
+        self.ensure_confirmed(pod).await?;
+        let mut process = self.attach(pod, &argv, true).await?;
+        let mut exec = HotExec {
+            stdin: process.stdin(),
+            stdout: process.stdout(),
+            stderr: process.stderr(),
+            status: process.take_status().map(|f| Box::pin(f) as StatusFuture),
+            process: Some(process),
         };
-        let hello = tokio::time::timeout(READY_WAIT, read_frame(&mut stdout)).await;
-        let expected = format!("arbiter-relay 1 {inside}");
-        match hello {
-            Ok(Ok(Some((HELLO, 0, payload)))) if payload == expected.as_bytes() => {}
-            Ok(Ok(Some((kind, _, _)))) => {
+        match self.greeted(pod, carrier.addr.port(), &mut exec).await {
+            Ok(()) => {}
+            Err(Ungreeted::Failed(e)) => return Err(e),
+            Err(Ungreeted::NotRunning(message)) => {
                 return Err(RelayError::Start {
-                    pod,
-                    message: format!("its first frame was of kind {kind}, not its greeting"),
+                    pod: pod.to_string(),
+                    message,
                 }
                 .into());
             }
+        }
+        let (Some(stdout), Some(stdin)) = (exec.stdout.take(), exec.stdin.take()) else {
+            unreachable!("greeted over them")
+        };
+        tracing::debug!(%pod, addr = %carrier.addr, "loopback relay ready");
+        let pod = pod.to_string();
+        tokio::spawn(async move {
+            serve(stdout, stdin, carrier.addr, None).await;
+            tracing::debug!(%pod, addr = %carrier.addr, "loopback relay ended");
+            drop((exec, carrier.keep));
+        });
+        Ok(())
+    }
+
+    /// The exec of a command carried by `carrier`'s relay (opened with [`Carrier::argv`]),
+    /// greeted: the relay serves its connections from now on, and what is returned carries
+    /// the command's streams and exit code as an exec's own would. `stdin`: the command reads
+    /// one (else its stdin is closed at once).
+    pub(super) async fn carried(
+        &self,
+        pod: &str,
+        carrier: &Carrier,
+        mut exec: HotExec,
+        stdin: bool,
+    ) -> Result<HotExec, Ungreeted> {
+        self.greeted(pod, carrier.addr.port(), &mut exec).await?;
+        let (Some(stdout), Some(to_pod)) = (exec.stdout.take(), exec.stdin.take()) else {
+            unreachable!("greeted over them")
+        };
+        let keep = carrier
+            .keep
+            .try_clone()
+            .map_err(|e| SandboxError::from(RelayError::Bind(e)))?;
+        let (out_r, out_w) = tokio::io::simplex(256 * 1024);
+        let (err_r, err_w) = tokio::io::simplex(64 * 1024);
+        let (in_r, in_w) = tokio::io::simplex(256 * 1024);
+        let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<i64>();
+        let command = Command {
+            stdin: stdin.then_some(in_r),
+            out: out_w,
+            err: err_w,
+            exit: exit_tx,
+        };
+        let (addr, pod) = (carrier.addr, pod.to_string());
+        tracing::debug!(%pod, %addr, "loopback relay ready, carrying a command");
+        tokio::spawn(async move {
+            serve(stdout, to_pod, addr, Some(command)).await;
+            tracing::debug!(%pod, %addr, "loopback relay ended");
+            drop((exec, keep));
+        });
+        Ok(HotExec {
+            process: None,
+            stdin: stdin.then_some(in_w),
+            stdout: Some(out_r),
+            stderr: Some(err_r),
+            status: Some(Box::pin(async move { exit_rx.await.ok().map(status_of) })),
+        })
+    }
+
+    /// Read the relay's greeting from `exec`'s stdout; why it did not come.
+    async fn greeted(&self, pod: &str, inside: u16, exec: &mut HotExec) -> Result<(), Ungreeted> {
+        let pod = pod.to_string();
+        let Some(stdout) = exec.stdout.as_mut().filter(|_| exec.stdin.is_some()) else {
+            return Err(Ungreeted::Failed(
+                RelayError::Start {
+                    pod,
+                    message: "the exec has no stdin or stdout".to_string(),
+                }
+                .into(),
+            ));
+        };
+        let hello = tokio::time::timeout(READY_WAIT, read_frame(stdout)).await;
+        let expected = format!("arbiter-relay 2 {inside}");
+        let failed = |e: SandboxError| Err(Ungreeted::Failed(e));
+        match hello {
+            Ok(Ok(Some((HELLO, 0, payload)))) if payload == expected.as_bytes() => Ok(()),
+            Ok(Ok(Some((kind, _, _)))) => failed(
+                RelayError::Start {
+                    pod,
+                    message: format!("its first frame was of kind {kind}, not its greeting"),
+                }
+                .into(),
+            ),
             Ok(Ok(None) | Err(_)) => {
-                // The relay ended before it listened: its stderr says why.
+                // The relay ended before it listened: its stderr says why, or its status
+                // that it never ran.
                 let mut why = String::new();
-                if let Some(mut stderr) = process.stderr() {
+                if let Some(stderr) = exec.stderr.as_mut() {
                     let _ = tokio::time::timeout(
                         Duration::from_secs(5),
-                        (&mut stderr).take(4096).read_to_string(&mut why),
+                        stderr.take(4096).read_to_string(&mut why),
                     )
                     .await;
                 }
                 if why.starts_with("busy") {
-                    return Err(RelayError::Busy { pod, port: inside }.into());
+                    return failed(RelayError::Busy { pod, port: inside }.into());
+                }
+                if why.is_empty()
+                    && let Some(status) = exec.status.as_mut()
+                    && let Ok(Some(status)) =
+                        tokio::time::timeout(Duration::from_secs(5), status).await
+                    && let Err(message) = super::exec::exit_code_of(&status)
+                    && super::exec::not_running_yet(&message)
+                {
+                    return Err(Ungreeted::NotRunning(message));
                 }
                 if let Some(how) = self.pod_ended(&pod).await {
                     let why = match how {
                         Ended::ByWorkload(lost) => lost.to_string(),
                         Ended::ByCluster(why) => why,
                     };
-                    return Err(super::KubeError::PodGone { pod, why }.into());
+                    return failed(super::KubeError::PodGone { pod, why }.into());
                 }
                 let why = why.trim();
-                return Err(RelayError::Start {
-                    pod,
-                    message: if why.is_empty() {
-                        "it ended at once".to_string()
-                    } else {
-                        why.to_string()
-                    },
-                }
-                .into());
+                failed(
+                    RelayError::Start {
+                        pod,
+                        message: if why.is_empty() {
+                            "it ended at once".to_string()
+                        } else {
+                            why.to_string()
+                        },
+                    }
+                    .into(),
+                )
             }
-            Err(_) => {
-                return Err(RelayError::Start {
+            Err(_) => failed(
+                RelayError::Start {
                     pod,
                     message: format!("not listening after {}s", READY_WAIT.as_secs()),
                 }
-                .into());
-            }
+                .into(),
+            ),
         }
-        tracing::debug!(%pod, %addr, "loopback relay ready");
-        tokio::spawn(async move {
-            serve(stdout, stdin, addr).await;
-            tracing::debug!(%pod, %addr, "loopback relay ended");
-            drop((process, keep));
-        });
-        Ok(listener)
     }
 }
 
+/// The carried command's end of a relay: its stdin (`None`: closed at once), and where its
+/// output and exit code go.
+pub(crate) struct Command {
+    stdin: Option<ReadHalf<SimplexStream>>,
+    out: WriteHalf<SimplexStream>,
+    err: WriteHalf<SimplexStream>,
+    exit: tokio::sync::oneshot::Sender<i64>,
+}
+
 /// Carry every connection the pod opens until the relay's stream ends (the pod stopped or
-/// is gone, or the relay ended).
-pub(crate) async fn serve<R, W>(mut from_pod: R, mut to_pod: W, addr: SocketAddr)
-where
+/// is gone, or the relay ended), and the `command` the relay carries.
+pub(crate) async fn serve<R, W>(
+    mut from_pod: R,
+    mut to_pod: W,
+    addr: SocketAddr,
+    command: Option<Command>,
+) where
     R: AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -280,10 +475,31 @@ where
     });
     let mut conns: HashMap<u32, UnboundedSender<Up>> = HashMap::new();
     let mut carried: JoinSet<u32> = JoinSet::new();
+    // The carried command's output, in order, to a task of its own: a command's reader that
+    // is slow never holds up the connections.
+    let mut output = None;
+    let mut feeder = None;
+    if let Some(command) = command {
+        let (out_tx, out_rx) = unbounded_channel();
+        output = Some(out_tx);
+        tokio::spawn(command_output(
+            out_rx,
+            command.out,
+            command.err,
+            command.exit,
+        ));
+        feeder = Some(tokio::spawn(feed_command(command.stdin, tx.clone())));
+    }
     loop {
         tokio::select! {
             got = frames.recv() => {
                 let Some((kind, id, payload)) = got else { break };
+                if id == COMMAND && matches!(kind, OUT | ERR | EXIT) {
+                    if let Some(output) = &output {
+                        let _ = output.send((kind, payload));
+                    }
+                    continue;
+                }
                 let up = match kind {
                     OPEN => {
                         if conns.len() >= MAX_CONNECTIONS || conns.contains_key(&id) {
@@ -331,6 +547,61 @@ where
     drop(tx);
     reader.abort();
     writer.abort();
+    if let Some(feeder) = feeder {
+        feeder.abort();
+    }
+}
+
+/// The carried command's stdin into frames of its id; its end (or none) an `EOF`.
+async fn feed_command(stdin: Option<ReadHalf<SimplexStream>>, to_pod: UnboundedSender<Vec<u8>>) {
+    if let Some(mut stdin) = stdin {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match stdin.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to_pod.send(frame(DATA, COMMAND, &buf[..n])).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    let _ = to_pod.send(frame(EOF, COMMAND, &[]));
+}
+
+/// The carried command's output frames into its streams, then its exit code; the relay's
+/// stream ending first ends the streams with no exit code (as an exec that lost its status).
+async fn command_output(
+    mut frames: UnboundedReceiver<(u8, Vec<u8>)>,
+    mut out: WriteHalf<SimplexStream>,
+    mut err: WriteHalf<SimplexStream>,
+    exit: tokio::sync::oneshot::Sender<i64>,
+) {
+    // A stream whose reader is gone drops what follows.
+    let (mut out_open, mut err_open) = (true, true);
+    let mut code = None;
+    while let Some((kind, bytes)) = frames.recv().await {
+        match kind {
+            OUT if out_open => out_open = out.write_all(&bytes).await.is_ok(),
+            ERR if err_open => err_open = err.write_all(&bytes).await.is_ok(),
+            EXIT => {
+                code = std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|c| c.trim().parse::<i64>().ok());
+                if code.is_none() {
+                    tracing::warn!("loopback relay: an exit frame without a code");
+                }
+                break;
+            }
+            _ => {}
+        }
+    }
+    let _ = out.shutdown().await;
+    let _ = err.shutdown().await;
+    if let Some(code) = code {
+        let _ = exit.send(code);
+    }
 }
 
 /// One connection: the pod's side through the frames, the host's over TCP to `addr`.

@@ -136,7 +136,13 @@ fn wrapped_argv(
         timeout: None,
         grace: Duration::ZERO,
     };
-    wrapped(&spec, default_user, (None, false), Default::default()).0
+    wrapped(
+        &spec,
+        default_user,
+        (None, false, false),
+        Default::default(),
+    )
+    .0
 }
 
 /// The ephemeral container's name: `svc-<service>-<random>`, a DNS label.

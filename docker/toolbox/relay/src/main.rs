@@ -1,4 +1,4 @@
-//! `arbiter-relay PORT`: the in-pod end of a loopback relay (SPEC §11, §14).
+//! `arbiter-relay PORT [-- ARGV...]`: the in-pod end of a loopback relay (SPEC §11, §14).
 //!
 //! A pod with network `none` has only its loopback. This program, run by arbiter over one
 //! pods/exec stream from the read-only harness toolbox, listens on `127.0.0.1:PORT` inside the
@@ -7,13 +7,27 @@
 //! gateway, the egress allowlist proxy). Nothing needs ingress to arbiter's machine or egress
 //! from the pod; one exec carries every connection (none is set up per connection).
 //!
+//! With an `ARGV` after `--` the relay also carries that command, so the exec that starts the
+//! relay is the command's own too (one exec fewer in the pod): the command's stdin, stdout,
+//! stderr and exit code travel as frames of id 0 beside the connections'. The relay serves
+//! on once the command ended (a later command of the pod may use its port), until its stdin
+//! ends.
+//!
 //! Frames, both ways: `kind: u8`, `id: u32` big-endian, `len: u32` big-endian, `len` bytes.
-//! - to arbiter (stdout): `HELLO` once listening (id 0, payload `arbiter-relay 1 PORT`);
+//! Connections have ids from 1; id 0 is the carried command's.
+//! - to arbiter (stdout): `HELLO` once listening (id 0, payload `arbiter-relay 2 PORT`);
 //!   `OPEN id bytes` for a new connection, with what its client sent first (or nothing);
 //!   `DATA id bytes`; `EOF id` when the pod's client
-//!   half-closed; `GONE id` when its socket failed.
+//!   half-closed; `GONE id` when its socket failed; `OUT 0 bytes` and `ERR 0 bytes`, what
+//!   the carried command wrote to its stdout and stderr; `EXIT 0 code` (decimal; 128 + the
+//!   signal that killed it) once it exited and both its streams ended.
 //! - from arbiter (stdin): `DATA id bytes`; `EOF id` (arbiter's side ended: the socket is
-//!   shut for writing, a real half-close); `GONE id` (shut both ways).
+//!   shut for writing, a real half-close); `GONE id` (shut both ways). For id 0: the carried
+//!   command's stdin, closed at `EOF` or `GONE`.
+//!
+//! The relay makes itself non-dumpable first: no process of the pod without `CAP_SYS_PTRACE`
+//! can trace it or write its memory, though they run as the same user (a carried command's
+//! wrapper spares the relay when it kills what the command left behind).
 //!
 //! The end of stdin (arbiter or its exec gone) ends the process and every connection. A
 //! malformed frame from stdin ends it too. Exit codes: 0 stdin ended, 2 usage, 3 the port is
@@ -32,6 +46,11 @@ const OPEN: u8 = 1;
 const DATA: u8 = 2;
 const EOF: u8 = 3;
 const GONE: u8 = 4;
+const OUT: u8 = 5;
+const ERR: u8 = 6;
+const EXIT: u8 = 7;
+/// The carried command's id.
+const COMMAND: u32 = 0;
 /// The largest frame either side sends (arbiter sends at most 64 KiB).
 const MAX_FRAME: usize = 1 << 20;
 /// How much of a socket one DATA frame carries at most.
@@ -74,13 +93,27 @@ fn send_all(out: &Out, frames: &[Vec<u8>]) {
     }
 }
 
+unsafe extern "C" {
+    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+}
+const PR_SET_DUMPABLE: i32 = 4;
+
 fn main() {
-    let port: u16 = match std::env::args().nth(1).map(|p| p.parse()) {
-        Some(Ok(p)) => p,
-        _ => {
-            eprintln!("usage: arbiter-relay PORT");
-            std::process::exit(2);
-        }
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) changes only this process's dumpable flag.
+    if unsafe { prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        eprintln!("cannot make the relay non-dumpable");
+        std::process::exit(4);
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (port, command) = match args.split_first() {
+        Some((p, rest)) => match (p.parse::<u16>(), rest) {
+            (Ok(p), []) => (p, None),
+            (Ok(p), [dash, argv @ ..]) if dash == "--" && !argv.is_empty() => {
+                (p, Some(argv.to_vec()))
+            }
+            _ => usage(),
+        },
+        None => usage(),
     };
     let listener = match TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
         Ok(l) => l,
@@ -102,13 +135,95 @@ fn main() {
     };
     let out: Out = Arc::new(Mutex::new(out));
     let conns: Conns = Arc::new(Mutex::new(HashMap::new()));
-    send(&out, HELLO, 0, format!("arbiter-relay 1 {port}").as_bytes());
+    send(&out, HELLO, 0, format!("arbiter-relay 2 {port}").as_bytes());
+    if let Some(argv) = command {
+        carry(&argv, &out, &conns);
+    }
     {
         let (out, conns) = (out.clone(), conns.clone());
         thread::spawn(move || accept(listener, out, conns));
     }
     demux(&conns);
     std::process::exit(0);
+}
+
+fn usage() -> ! {
+    eprintln!("usage: arbiter-relay PORT [-- ARGV...]");
+    std::process::exit(2);
+}
+
+/// Start the carried command: its stdin fed from id 0's frames, its stdout and stderr sent
+/// as `OUT` and `ERR`, then `EXIT` once it exited and both streams ended.
+fn carry(argv: &[String], out: &Out, conns: &Conns) {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let spawned = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let why = format!("the relay could not run {}: {e}\n", argv[0]);
+            send_all(
+                out,
+                &[frame(ERR, COMMAND, why.as_bytes()), frame(EXIT, COMMAND, b"127")],
+            );
+            return;
+        }
+    };
+    let (tx, rx) = channel::<Down>();
+    conns
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(COMMAND, tx);
+    if let Some(mut stdin) = child.stdin.take() {
+        thread::spawn(move || {
+            for msg in rx {
+                match msg {
+                    // A command that closed its stdin drops the rest.
+                    Down::Data(bytes) => {
+                        if stdin.write_all(&bytes).is_err() {
+                            return;
+                        }
+                    }
+                    Down::Eof | Down::Gone => return,
+                }
+            }
+        });
+    }
+    let pipe = |r: Option<Box<dyn Read + Send>>, kind: u8| {
+        let out = out.clone();
+        thread::spawn(move || {
+            let Some(mut r) = r else { return };
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => send(&out, kind, COMMAND, &buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+            }
+        })
+    };
+    let stdout = pipe(child.stdout.take().map(|s| Box::new(s) as _), OUT);
+    let stderr = pipe(child.stderr.take().map(|s| Box::new(s) as _), ERR);
+    let out = out.clone();
+    thread::spawn(move || {
+        let _ = stdout.join();
+        let _ = stderr.join();
+        let code = match child.wait() {
+            Ok(status) => status
+                .code()
+                .or_else(|| status.signal().map(|s| 128 + s))
+                .unwrap_or(125),
+            Err(_) => 125,
+        };
+        send(&out, EXIT, COMMAND, code.to_string().as_bytes());
+    });
 }
 
 /// Every new connection: announced, then a reader (socket → stdout) and a writer (what

@@ -78,9 +78,9 @@ async fn local_relay(
     let hello = read_frame(&mut stdout).await.unwrap().unwrap();
     assert_eq!(
         hello,
-        (HELLO, 0, format!("arbiter-relay 1 {port}").into_bytes())
+        (HELLO, 0, format!("arbiter-relay 2 {port}").into_bytes())
     );
-    let served = tokio::spawn(serve(stdout, stdin, addr));
+    let served = tokio::spawn(serve(stdout, stdin, addr, None));
     Some((port, child, served))
 }
 
@@ -229,4 +229,152 @@ async fn a_host_side_that_refuses_ends_the_pod_connection_and_the_relay_ends_wit
     served.abort();
     let ended = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
     assert!(ended.is_ok(), "the relay did not end with its stdin");
+}
+
+/// The real relay carrying a command beside a connection: the command's stdin (a megabyte
+/// and more) arrives whole, its stdout and stderr come back apart and whole, its exit code
+/// after both, and the relay serves on once the command ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_real_relay_carries_a_command_beside_its_connections() {
+    let Some(bin) = relay_binary() else { return };
+    // The host side of connections: echoes what it reads until the client's half-close.
+    let host = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let addr = host.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = host.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = c.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script =
+        "sha256sum | cut -d' ' -f1; printf 'to stderr' >&2; head -c 300000 /dev/zero; exit 7";
+    let mut child = tokio::process::Command::new(bin)
+        .args([&port.to_string(), "--", "sh", "-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let hello = read_frame(&mut stdout).await.unwrap().unwrap();
+    assert_eq!(
+        hello,
+        (HELLO, 0, format!("arbiter-relay 2 {port}").into_bytes())
+    );
+    let (out_r, out_w) = tokio::io::simplex(64 * 1024);
+    let (err_r, err_w) = tokio::io::simplex(64 * 1024);
+    let (in_r, mut in_w) = tokio::io::simplex(64 * 1024);
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
+    let command = Command {
+        stdin: Some(in_r),
+        out: out_w,
+        err: err_w,
+        exit: exit_tx,
+    };
+    let served = tokio::spawn(serve(stdout, stdin, addr, Some(command)));
+    let input = pattern(1_500_000, 3);
+    let want_sum = sha(&input);
+    let feed = tokio::spawn(async move {
+        in_w.write_all(&input).await.unwrap();
+        in_w.shutdown().await.unwrap();
+    });
+    // A connection through the relay while the command runs.
+    let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+        .await
+        .unwrap();
+    c.write_all(b"ping through the relay").await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut echoed = Vec::new();
+    c.read_to_end(&mut echoed).await.unwrap();
+    assert_eq!(echoed, b"ping through the relay");
+    let read_all = |mut r: tokio::io::ReadHalf<tokio::io::SimplexStream>| async move {
+        let mut v = Vec::new();
+        r.read_to_end(&mut v).await.unwrap();
+        v
+    };
+    let (out, err) = tokio::join!(read_all(out_r), read_all(err_r));
+    feed.await.unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(30), exit_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code, 7);
+    assert_eq!(err, b"to stderr");
+    let line = format!("{want_sum}\n");
+    assert_eq!(&out[..line.len()], line.as_bytes());
+    assert_eq!(out.len(), line.len() + 300_000);
+    assert!(out[line.len()..].iter().all(|&b| b == 0));
+    // The command ended; the relay serves on.
+    let mut c = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+        .await
+        .unwrap();
+    c.write_all(b"again").await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut echoed = Vec::new();
+    c.read_to_end(&mut echoed).await.unwrap();
+    assert_eq!(echoed, b"again");
+    assert!(child.try_wait().unwrap().is_none(), "the relay serves on");
+    served.abort();
+    let ended = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    assert!(ended.is_ok(), "the relay did not end with its stdin");
+}
+
+/// A relay whose stream ends before the command's exit code: its streams end, and no exit
+/// code comes (the command's end is read from the pod, as for an exec that lost its status).
+#[tokio::test]
+async fn a_relay_stream_that_ends_first_gives_no_exit_code() {
+    let (from_pod, mut pod_w) = tokio::io::simplex(64 * 1024);
+    let (out_r, out_w) = tokio::io::simplex(1024);
+    let (err_r, err_w) = tokio::io::simplex(1024);
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
+    let command = Command {
+        stdin: None,
+        out: out_w,
+        err: err_w,
+        exit: exit_tx,
+    };
+    let addr = "127.0.0.1:9".parse().unwrap();
+    let (mut sent, to_pod) = tokio::io::simplex(64 * 1024);
+    let served = tokio::spawn(serve(from_pod, to_pod, addr, Some(command)));
+    // The command has no stdin: it is closed at once.
+    let mut first = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(10), sent.read_exact(&mut first))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, &frame(EOF, COMMAND, &[])[..]);
+    pod_w
+        .write_all(&frame(OUT, COMMAND, b"half"))
+        .await
+        .unwrap();
+    // A truncated frame, then the end.
+    pod_w
+        .write_all(&frame(ERR, COMMAND, b"cut short")[..6])
+        .await
+        .unwrap();
+    pod_w.shutdown().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut out = Vec::new();
+    let mut out_r = out_r;
+    out_r.read_to_end(&mut out).await.unwrap();
+    assert_eq!(out, b"half");
+    let mut err = Vec::new();
+    let mut err_r = err_r;
+    err_r.read_to_end(&mut err).await.unwrap();
+    assert!(err.is_empty());
+    assert!(exit_rx.await.is_err(), "no exit code");
 }
