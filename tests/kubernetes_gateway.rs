@@ -8,10 +8,11 @@
 mod common;
 
 use arbiter::gateway::{Budget, Gateway, ModelConfig, ResolvedModel, TrialGrant};
-use arbiter::sandbox::{Network, Sandbox};
+use arbiter::sandbox::{ExecSpec, Network, Sandbox};
 use common::k8s::*;
 use common::k8s_pod::*;
 use serde_json::{Value, json};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The host side of the byte test: reads until the pod half-closes, answers the length and
@@ -118,15 +119,36 @@ async fn the_relay_carries_bytes_half_closes_and_eof_both_ways_and_survives_vani
     // The relay runs from the read-only toolbox: the agent (root here) cannot swap it.
     let (code, _, _) = exec(&sb, &id, &["sh", "-c", "echo x > /.arbiter/toolbox/relay"]).await;
     assert_ne!(code, 0, "the toolbox's relay was writable");
-    // A second relay on a port the pod already listens on is refused, typed.
-    let err = sb
+    // A second relay on a port the pod already listens on waits for the pod's next
+    // command, which is refused, typed, and runs nothing.
+    let _second = sb
         .loopback_listener(&id, 4141)
         .await
-        .expect_err("a second relay on a taken port");
+        .expect("a relay waits for the next command");
+    let spec = ExecSpec {
+        argv: ["sh", "-c", "echo ran > /tmp/ran"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        env: Vec::new(),
+        user: None,
+        workdir: None,
+        stdout: None,
+        stderr: None,
+        cap_bytes: 1 << 20,
+        timeout: Some(Duration::from_secs(60)),
+        grace: Duration::from_secs(1),
+    };
+    let err = sb
+        .exec(&id, &spec)
+        .await
+        .expect_err("a relay on a taken port");
     assert!(
         err.to_string().contains("port 4141 is taken inside pod"),
         "{err}"
     );
+    let (_, out, _) = exec(&sb, &id, &["sh", "-c", "cat /tmp/ran 2>/dev/null; true"]).await;
+    assert_eq!(out, "", "the refused command ran");
     // Nothing but loopback is up: the relay needs no interface of the pod.
     let (_, out, _) = exec(
         &sb,

@@ -27,7 +27,9 @@
 //!
 //! The relay makes itself non-dumpable first: no process of the pod without `CAP_SYS_PTRACE`
 //! can trace it or write its memory, though they run as the same user (a carried command's
-//! wrapper spares the relay when it kills what the command left behind).
+//! wrapper spares the relay when it kills what the command left behind). It blocks SIGTERM,
+//! SIGINT and SIGHUP (a deadline's `kill -TERM -1` leaves it serving through the grace
+//! period); SIGKILL ends it.
 //!
 //! The end of stdin (arbiter or its exec gone) ends the process and every connection. A
 //! malformed frame from stdin ends it too. Exit codes: 0 stdin ended, 2 usage, 3 the port is
@@ -93,16 +95,41 @@ fn send_all(out: &Out, frames: &[Vec<u8>]) {
     }
 }
 
+/// glibc's `sigset_t` on Linux: 1024 bits.
+#[repr(C)]
+struct SigSet([u64; 16]);
+
 unsafe extern "C" {
     fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+    fn sigemptyset(set: *mut SigSet) -> i32;
+    fn sigaddset(set: *mut SigSet, signal: i32) -> i32;
+    fn pthread_sigmask(how: i32, set: *const SigSet, old: *mut SigSet) -> i32;
 }
 const PR_SET_DUMPABLE: i32 = 4;
+const SIG_BLOCK: i32 = 0;
+const SIGHUP: i32 = 1;
+const SIGINT: i32 = 2;
+const SIGTERM: i32 = 15;
 
 fn main() {
     // SAFETY: prctl(PR_SET_DUMPABLE, 0) changes only this process's dumpable flag.
     if unsafe { prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
         eprintln!("cannot make the relay non-dumpable");
         std::process::exit(4);
+    }
+    // The deadline's SIGTERM to every process (`kill -TERM -1`) must not end the relay while
+    // the command it carries (and the model gateway) have their grace period: blocked, here
+    // and in every thread started after. A carried command starts with no signal blocked
+    // (std empties the mask of what it spawns), so it gets the SIGTERM; SIGKILL ends both.
+    // SAFETY: the set is initialised by sigemptyset before use; only this thread's mask
+    // changes, before any other thread exists.
+    unsafe {
+        let mut set = SigSet([0; 16]);
+        sigemptyset(&mut set);
+        for signal in [SIGHUP, SIGINT, SIGTERM] {
+            sigaddset(&mut set, signal);
+        }
+        pthread_sigmask(SIG_BLOCK, &set, std::ptr::null_mut());
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (port, command) = match args.split_first() {

@@ -378,3 +378,47 @@ async fn a_relay_stream_that_ends_first_gives_no_exit_code() {
     assert!(err.is_empty());
     assert!(exit_rx.await.is_err(), "no exit code");
 }
+
+/// The deadline's SIGTERM to every process leaves the relay serving (the command it carries
+/// has its grace period), while the command itself starts with no signal blocked and gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_relay_outlives_a_sigterm_its_command_does_not() {
+    let Some(bin) = relay_binary() else { return };
+    let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // The command signals its relay, says whether it still runs, then what its own mask
+    // blocks, then is ended by its own SIGTERM.
+    let script = "kill -TERM $PPID; sleep 0.3; kill -0 $PPID && echo relay-alive; \
+                  grep SigBlk /proc/self/status; kill -TERM $$; sleep 5; echo not-ended";
+    let mut child = tokio::process::Command::new(bin)
+        .args([&port.to_string(), "--", "sh", "-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let _stdin = child.stdin.take().unwrap();
+    let (mut out, mut code) = (Vec::new(), None);
+    while code.is_none() {
+        let frame = tokio::time::timeout(Duration::from_secs(30), read_frame(&mut stdout))
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the relay's stream ended");
+        match frame {
+            (OUT, COMMAND, bytes) => out.extend(bytes),
+            (EXIT, COMMAND, bytes) => code = Some(String::from_utf8(bytes).unwrap()),
+            _ => {}
+        }
+    }
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("relay-alive"), "{out}");
+    assert!(out.contains("SigBlk:\t0000000000000000"), "{out}");
+    assert!(!out.contains("not-ended"), "{out}");
+    assert_eq!(code.as_deref(), Some("143"), "128 + SIGTERM");
+    assert!(child.try_wait().unwrap().is_none(), "the relay serves on");
+}
