@@ -1,5 +1,5 @@
 //! Standard base64 (the toolbox's `base64 -d` reads it, and `base64 -w 0` writes it), no
-//! line breaks.
+//! line breaks; and the shell words such a line carries.
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -21,6 +21,11 @@ pub(crate) fn encode(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// `word` as one shell word: `'…'`, a `'` as `'\''`.
+pub(crate) fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// The bytes of `text`; `None` when it is not standard padded base64.

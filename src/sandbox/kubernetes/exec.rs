@@ -112,8 +112,9 @@ fi
 pub(super) const HOLD_HALT: usize = 72 * 1024;
 
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
-/// `$2` working dir (empty: the container's), `$3` flags (`e`: environment lines on stdin,
-/// base64 each, ending with `.`; `h`: the environment sets HOME; `p` and `u`: what the
+/// `$2` working dir (empty: the container's), `$3` flags (`e`: the environment on stdin, one
+/// base64 line of `export 'NAME=VALUE'` lines, decoded and run at once; `h`: the environment
+/// sets HOME; `p` and `u`: what the
 /// command carries, below; `c`: claimed, below; `r`: its parent is the loopback relay that
 /// carries it, `relay.rs`, which the halt spares), `$4` the stem of the files that keep the
 /// output in the pod (empty: none), `$5` the bytes of each stream kept, `$6` a path to send
@@ -149,11 +150,7 @@ u=$1 wd=$2 fl=$3 _k=$4 _cap=$5 _h=$6 _rp=; shift 6
 case $fl in *r*) _rp=$PPID;; esac
 case $fl in *c*) ( set -C; : >"$_k.c" ) 2>/dev/null || { [ -e "$_k.c" ] && { printf '\037arbiter-claimed\n' >&2; exit 125; }; };; esac
 case $fl in *e*)
-  while IFS= read -r l; do
-    [ "$l" = . ] && break
-    kv=$(printf %s "$l" | $B base64 -d; echo x) || exit 125
-    export "${kv%x}"
-  done;;
+  IFS= read -r l; s=$(printf %s "$l" | $B base64 -d) && eval "$s" || exit 125;;
 esac
 "#,
     super::carried::carried_prelude!(),
@@ -193,7 +190,7 @@ trap '' TERM INT HUP
       if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
       exec $B nsenter -S "$uid" -G "$gid" "$@" ); echo $? >"$_k.r"; } 2>&1 >&3 3>&- | $B tee "$_k.pe" >&2; } 3>&1 | $B tee "$_k.po"
 wait
-k=$_k; rc=$($B cat "$k.r" 2>/dev/null); rc=${rc:-125}; ot=0 et=0
+k=$_k; rc=; read -r rc 2>/dev/null <"$k.r"; rc=${rc:-125}; ot=0 et=0
 read -r ot 2>/dev/null <"$k.ot"; read -r et 2>/dev/null <"$k.et"; $B rm -f "$k.po" "$k.pe" "$k.r" "$k.ot" "$k.et"
 hf=
 if [ -n "$_h" ]; then {
@@ -386,7 +383,7 @@ pub(super) fn wrapped(
     (keep, claim, relayed): (Option<&str>, bool, bool),
     carried: Carried<'_>,
 ) -> (Vec<String>, Vec<u8>) {
-    use super::base64_lines::encode;
+    use super::base64_lines::{encode, quoted};
     let user = spec.user.as_deref().or(default_user).unwrap_or("");
     let user = if user == "root" || user == "0" || user == "0:0" {
         ""
@@ -397,11 +394,13 @@ pub(super) fn wrapped(
     let mut stdin = Vec::new();
     if !spec.env.is_empty() {
         flags.push('e');
-        for (k, v) in &spec.env {
-            stdin.extend_from_slice(encode(format!("{k}={v}").as_bytes()).as_bytes());
-            stdin.push(b'\n');
-        }
-        stdin.extend_from_slice(b".\n");
+        let exports: String = spec
+            .env
+            .iter()
+            .map(|(k, v)| format!("export {}\n", quoted(&format!("{k}={v}"))))
+            .collect();
+        stdin.extend_from_slice(encode(exports.as_bytes()).as_bytes());
+        stdin.push(b'\n');
     }
     if spec.env.iter().any(|(k, _)| k == "HOME") {
         flags.push('h');
@@ -1229,8 +1228,8 @@ mod tests {
         assert_eq!(
             text,
             format!(
-                "{}\n.\n",
-                super::super::base64_lines::encode(b"TOKEN=s3cret\nline")
+                "{}\n",
+                super::super::base64_lines::encode(b"export 'TOKEN=s3cret\nline'\n")
             )
         );
         let root = ExecSpec {
@@ -1248,6 +1247,63 @@ mod tests {
         assert_eq!(argv[7], "-");
         assert_eq!(argv[8], "/k", "the stem of the kept output");
         assert!(stdin.is_empty());
+    }
+
+    /// The wrapper, run by a real shell, sets every variable of the environment it reads,
+    /// byte for byte, whatever the values hold.
+    #[test]
+    fn the_wrapper_sets_the_environment_it_reads_byte_for_byte() {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let env = [
+            ("PLAIN", "1"),
+            ("QUOTES", "it's \"quoted\" 'twice''"),
+            ("LINES", "two\nlines\n"),
+            ("SHELLY", "$HOME `id` $(id) ; exit 3 \\ * ~"),
+            ("EMPTY", ""),
+            ("UNICODE", "héllo wörld ✓"),
+        ];
+        let spec = ExecSpec {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "printf '%s\\037' \"$PLAIN\" \"$QUOTES\" \"$LINES\" \"$SHELLY\" \"$EMPTY\" \"$UNICODE\"".into(),
+            ],
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            user: None,
+            workdir: None,
+            stdout: None,
+            stderr: None,
+            cap_bytes: 10,
+            timeout: None,
+            grace: Duration::ZERO,
+        };
+        let (argv, stdin) = wrapped(&spec, None, (None, false, false), Carried::default());
+        let script = argv[3]
+            .replace("B=/.arbiter/toolbox/busybox", "B=")
+            .replace("$B ", "");
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .args(&argv[4..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = String::from_utf8(out.stdout).unwrap();
+        let want: String = env.iter().map(|(_, v)| format!("{v}\x1f")).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
@@ -1297,7 +1353,10 @@ mod tests {
         assert_eq!(argv_u[7], "ecu");
         // Claimed only where the output is kept (the claim is a kept file).
         assert_eq!(wrapped(&spec, None, (None, true, false), carried).0[7], "e");
-        let mut want = format!("{}\n.\n", super::super::base64_lines::encode(b"A=1"));
+        let mut want = format!(
+            "{}\n",
+            super::super::base64_lines::encode(b"export 'A=1'\n")
+        );
         want.push_str(&format!(
             "{}\n",
             super::super::base64_lines::encode(script.as_bytes())
@@ -1317,7 +1376,11 @@ mod tests {
         assert_eq!(argv[10], "", "no halt either");
         assert_eq!(
             stdin,
-            format!("{}\n.\n", super::super::base64_lines::encode(b"A=1")).into_bytes()
+            format!(
+                "{}\n",
+                super::super::base64_lines::encode(b"export 'A=1'\n")
+            )
+            .into_bytes()
         );
     }
 }

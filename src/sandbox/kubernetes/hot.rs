@@ -167,7 +167,7 @@ impl HotExec {
 pub(super) fn argv_line(argv: &[String]) -> Vec<u8> {
     let words: Vec<String> = argv
         .iter()
-        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .map(|a| super::base64_lines::quoted(a))
         .collect();
     let mut line = super::base64_lines::encode(words.join(" ").as_bytes()).into_bytes();
     line.push(b'\n');
