@@ -8,7 +8,7 @@
 mod common;
 
 use arbiter::gateway::{Budget, Gateway, ModelConfig, ResolvedModel, TrialGrant};
-use arbiter::sandbox::{ExecSpec, Network, Sandbox};
+use arbiter::sandbox::{Network, Sandbox};
 use common::k8s::*;
 use common::k8s_pod::*;
 use serde_json::{Value, json};
@@ -125,20 +125,11 @@ async fn the_relay_carries_bytes_half_closes_and_eof_both_ways_and_survives_vani
         .loopback_listener(&id, 4141)
         .await
         .expect("a relay waits for the next command");
-    let spec = ExecSpec {
-        argv: ["sh", "-c", "echo ran > /tmp/ran"]
-            .iter()
-            .map(|a| a.to_string())
-            .collect(),
-        env: Vec::new(),
-        user: None,
-        workdir: None,
-        stdout: None,
-        stderr: None,
-        cap_bytes: 1 << 20,
-        timeout: Some(Duration::from_secs(60)),
-        grace: Duration::from_secs(1),
-    };
+    let spec = common::exec_spec(
+        &["sh", "-c", "echo ran > /tmp/ran"],
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+    );
     let err = sb
         .exec(&id, &spec)
         .await

@@ -60,7 +60,22 @@ fn relay_binary() -> Option<std::path::PathBuf> {
 async fn local_relay(
     addr: SocketAddr,
 ) -> Option<(u16, tokio::process::Child, tokio::task::JoinHandle<()>)> {
-    let bin = relay_binary()?;
+    let (port, child, stdout, stdin) = spawned_relay(&relay_binary()?, &[]).await;
+    let served = tokio::spawn(serve(stdout, stdin, addr, None));
+    Some((port, child, served))
+}
+
+/// The real relay `bin` listening on a free port of this host, `args` after the port, its
+/// greeting read: the port, the process and its stdout and stdin.
+async fn spawned_relay(
+    bin: &std::path::Path,
+    args: &[&str],
+) -> (
+    u16,
+    tokio::process::Child,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStdin,
+) {
     let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap()
         .local_addr()
@@ -68,6 +83,7 @@ async fn local_relay(
         .port();
     let mut child = tokio::process::Command::new(bin)
         .arg(port.to_string())
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -80,8 +96,7 @@ async fn local_relay(
         hello,
         (HELLO, 0, format!("arbiter-relay 2 {port}").into_bytes())
     );
-    let served = tokio::spawn(serve(stdout, stdin, addr, None));
-    Some((port, child, served))
+    (port, child, stdout, stdin)
 }
 
 fn sha(bytes: &[u8]) -> String {
@@ -251,27 +266,9 @@ async fn the_real_relay_carries_a_command_beside_its_connections() {
             });
         }
     });
-    let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let script =
         "sha256sum | cut -d' ' -f1; printf 'to stderr' >&2; head -c 300000 /dev/zero; exit 7";
-    let mut child = tokio::process::Command::new(bin)
-        .args([&port.to_string(), "--", "sh", "-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let stdin = child.stdin.take().unwrap();
-    let hello = read_frame(&mut stdout).await.unwrap().unwrap();
-    assert_eq!(
-        hello,
-        (HELLO, 0, format!("arbiter-relay 2 {port}").into_bytes())
-    );
+    let (port, mut child, stdout, stdin) = spawned_relay(&bin, &["--", "sh", "-c", script]).await;
     let (out_r, out_w) = tokio::io::simplex(64 * 1024);
     let (err_r, err_w) = tokio::io::simplex(64 * 1024);
     let (in_r, mut in_w) = tokio::io::simplex(64 * 1024);
@@ -384,24 +381,11 @@ async fn a_relay_stream_that_ends_first_gives_no_exit_code() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_relay_outlives_a_sigterm_its_command_does_not() {
     let Some(bin) = relay_binary() else { return };
-    let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     // The command signals its relay, says whether it still runs, then what its own mask
     // blocks, then is ended by its own SIGTERM.
     let script = "kill -TERM $PPID; sleep 0.3; kill -0 $PPID && echo relay-alive; \
                   grep SigBlk /proc/self/status; kill -TERM $$; sleep 5; echo not-ended";
-    let mut child = tokio::process::Command::new(bin)
-        .args([&port.to_string(), "--", "sh", "-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let _stdin = child.stdin.take().unwrap();
+    let (_, mut child, mut stdout, _stdin) = spawned_relay(&bin, &["--", "sh", "-c", script]).await;
     let (mut out, mut code) = (Vec::new(), None);
     while code.is_none() {
         let frame = tokio::time::timeout(Duration::from_secs(30), read_frame(&mut stdout))
