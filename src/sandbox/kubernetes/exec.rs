@@ -24,6 +24,7 @@ use super::KubernetesSandbox;
 use super::carried::{Carried, Unplaced};
 use super::ended::Ended;
 use super::error::{KubeError, api_status};
+use super::exit_status::{exit_code_of, not_running_yet};
 use super::hot::{HotExec, StatusFuture};
 use super::relay::{Carrier, Ungreeted};
 use crate::digest::sha256_hex;
@@ -114,12 +115,11 @@ pub(super) const HOLD_HALT: usize = 72 * 1024;
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
 /// `$2` working dir (empty: the container's), `$3` flags (`e`: the environment on stdin, one
 /// base64 line of `export 'NAME=VALUE'` lines, decoded and run at once; `h`: the environment
-/// sets HOME; `p` and `u`: what the
-/// command carries, below; `c`: claimed, below; `r`: its parent is the loopback relay that
-/// carries it, `relay.rs`, which the halt spares), `$4` the stem of the files that keep the
-/// output in the pod (empty: none), `$5` the bytes of each stream kept, `$6` a path to send
-/// along after halting the pod once the command ended (empty: no halt; `halt_send!`), then
-/// the argv.
+/// sets HOME; `p` and `u`: what the command carries, below; `c`: claimed, below; `r`: its
+/// parent is the loopback relay that carries it, `relay.rs`, which the halt spares), `$4` the
+/// stem of the files that keep the output in the pod (empty: none), `$5` the bytes of each
+/// stream kept, `$6` a path to send along after halting the pod once the command ended
+/// (empty: no halt; `halt_send!`), then the argv.
 ///
 /// Claimed (`c`, the first exec of a pod handed over early, which may be asked again): the
 /// wrapper first creates `$4.c` exclusively, and where another run of the same exec created
@@ -234,12 +234,6 @@ enum Attempt {
     NotRunningYet(String),
 }
 
-/// An exec's failure status saying that the container does not run (yet): the kubelet found
-/// no running container to exec in, so nothing ran.
-pub(super) fn not_running_yet(message: &str) -> bool {
-    message.contains("container not found") || message.contains("not running")
-}
-
 /// How long the API may take to report the status once the streams ended.
 const STATUS_WAIT: Duration = Duration::from_secs(10);
 
@@ -343,34 +337,6 @@ pub(super) fn gone(pod: &str, how: Ended) -> Result<RawEnd, SandboxError> {
         }
         .into()),
     }
-}
-
-/// The exit code a finished exec's status reports.
-pub(super) fn exit_code_of(status: &Status) -> Result<i64, String> {
-    if status.status.as_deref() == Some("Success") {
-        return Ok(0);
-    }
-    if status.reason.as_deref() == Some("NonZeroExitCode") {
-        let code = status
-            .details
-            .as_ref()
-            .and_then(|d| d.causes.as_ref())
-            .and_then(|causes| {
-                causes
-                    .iter()
-                    .find(|c| c.reason.as_deref() == Some("ExitCode"))
-            })
-            .and_then(|c| c.message.as_deref())
-            .and_then(|m| m.trim().parse::<i64>().ok());
-        if let Some(code) = code {
-            return Ok(code);
-        }
-    }
-    Err(status
-        .message
-        .clone()
-        .or_else(|| status.reason.clone())
-        .unwrap_or_else(|| "no exit code in the exec's status".to_string()))
 }
 
 /// The wrapped argv of an exec and the stdin it needs (the environment, then what it
@@ -994,8 +960,12 @@ impl KubernetesSandbox {
         // The first exec of a pod handed over early confirms it running itself (claimed: it
         // may be asked again), not after the toolbox's `true`.
         let claim = stem.is_some() && self.is_unconfirmed(pod).await;
-        // A loopback relay waiting for the pod's next command starts with it, in its exec.
-        let carrier = stem.as_ref().and_then(|_| self.take_carrier(pod));
+        // A loopback relay waiting for the pod's next command starts with it, in its exec
+        // (never a claimed one's, which may be asked again: a pod handed over early starts
+        // its relay in an exec of its own, `relay.rs`).
+        let carrier = (stem.is_some() && !claim)
+            .then(|| self.take_carrier(pod))
+            .flatten();
         let (argv, stdin) = wrapped(
             spec,
             default_user.as_deref(),
@@ -1115,7 +1085,6 @@ async fn read<R: tokio::io::AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
 
     #[test]
     fn a_halting_commands_facts_line_fits_what_its_stderr_holds_back() {
@@ -1152,48 +1121,6 @@ mod tests {
             !memory.take_claimed(),
             "only the held stderr of a kept exec"
         );
-    }
-
-    #[test]
-    fn only_a_status_that_found_no_running_container_is_not_running_yet() {
-        assert!(not_running_yet(
-            "Internal error occurred: unable to upgrade connection: container not found (\"main\")"
-        ));
-        assert!(!not_running_yet(
-            "command terminated with non-zero exit code: error executing command [sh], exit code 2"
-        ));
-        assert!(!not_running_yet(
-            "Internal error occurred: error sending request"
-        ));
-    }
-
-    #[test]
-    fn exit_codes_come_from_the_status() {
-        let ok = Status {
-            status: Some("Success".into()),
-            ..Default::default()
-        };
-        assert_eq!(exit_code_of(&ok), Ok(0));
-        let failed = Status {
-            status: Some("Failure".into()),
-            reason: Some("NonZeroExitCode".into()),
-            details: Some(StatusDetails {
-                causes: Some(vec![StatusCause {
-                    reason: Some("ExitCode".into()),
-                    message: Some("42".into()),
-                    field: None,
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        assert_eq!(exit_code_of(&failed), Ok(42));
-        let broken = Status {
-            status: Some("Failure".into()),
-            message: Some("container not found".into()),
-            ..Default::default()
-        };
-        assert_eq!(exit_code_of(&broken), Err("container not found".into()));
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod config;
 mod ended;
 mod error;
 mod exec;
+mod exit_status;
 mod frozen;
 mod hot;
 mod images;

@@ -27,7 +27,6 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf, SimplexStream, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -35,6 +34,7 @@ use tokio::task::JoinSet;
 
 use super::KubernetesSandbox;
 use super::ended::Ended;
+use super::exit_status::{exit_code_of, not_running_yet, status_of};
 use super::hot::{HotExec, StatusFuture};
 use crate::sandbox::toolbox::TOOLBOX_MOUNT;
 use crate::sandbox::{ContainerId, SandboxError};
@@ -190,29 +190,6 @@ pub(super) enum Ungreeted {
 impl From<SandboxError> for Ungreeted {
     fn from(e: SandboxError) -> Self {
         Ungreeted::Failed(e)
-    }
-}
-
-/// The status the API sends for a command that exited with `code`.
-fn status_of(code: i64) -> Status {
-    if code == 0 {
-        return Status {
-            status: Some("Success".to_string()),
-            ..Status::default()
-        };
-    }
-    Status {
-        status: Some("Failure".to_string()),
-        reason: Some("NonZeroExitCode".to_string()),
-        details: Some(StatusDetails {
-            causes: Some(vec![StatusCause {
-                reason: Some("ExitCode".to_string()),
-                message: Some(code.to_string()),
-                field: None,
-            }]),
-            ..StatusDetails::default()
-        }),
-        ..Status::default()
     }
 }
 
@@ -383,8 +360,8 @@ impl KubernetesSandbox {
                     && let Some(status) = exec.status.as_mut()
                     && let Ok(Some(status)) =
                         tokio::time::timeout(Duration::from_secs(5), status).await
-                    && let Err(message) = super::exec::exit_code_of(&status)
-                    && super::exec::not_running_yet(&message)
+                    && let Err(message) = exit_code_of(&status)
+                    && not_running_yet(&message)
                 {
                     return Err(Ungreeted::NotRunning(message));
                 }
