@@ -260,8 +260,8 @@ impl KubernetesSandbox {
                 .into());
             }
         }
-        let (Some(stdout), Some(stdin)) = (exec.stdout.take(), exec.stdin.take()) else {
-            unreachable!("greeted over them")
+        let Some((stdout, stdin)) = both(&mut exec) else {
+            return Err(no_streams(pod).into());
         };
         tracing::debug!(%pod, addr = %carrier.addr, "loopback relay ready");
         let pod = pod.to_string();
@@ -285,8 +285,8 @@ impl KubernetesSandbox {
         stdin: bool,
     ) -> Result<HotExec, Ungreeted> {
         self.greeted(pod, carrier.addr.port(), &mut exec).await?;
-        let (Some(stdout), Some(to_pod)) = (exec.stdout.take(), exec.stdin.take()) else {
-            unreachable!("greeted over them")
+        let Some((stdout, to_pod)) = both(&mut exec) else {
+            return Err(Ungreeted::Failed(no_streams(pod).into()));
         };
         let keep = carrier
             .keep
@@ -320,16 +320,10 @@ impl KubernetesSandbox {
 
     /// Read the relay's greeting from `exec`'s stdout; why it did not come.
     async fn greeted(&self, pod: &str, inside: u16, exec: &mut HotExec) -> Result<(), Ungreeted> {
-        let pod = pod.to_string();
         let Some(stdout) = exec.stdout.as_mut().filter(|_| exec.stdin.is_some()) else {
-            return Err(Ungreeted::Failed(
-                RelayError::Start {
-                    pod,
-                    message: "the exec has no stdin or stdout".to_string(),
-                }
-                .into(),
-            ));
+            return Err(Ungreeted::Failed(no_streams(pod).into()));
         };
+        let pod = pod.to_string();
         let hello = tokio::time::timeout(READY_WAIT, read_frame(stdout)).await;
         let expected = format!("arbiter-relay 2 {inside}");
         let failed = |e: SandboxError| Err(Ungreeted::Failed(e));
@@ -393,6 +387,21 @@ impl KubernetesSandbox {
                 .into(),
             ),
         }
+    }
+}
+
+/// The relay exec's stdout and stdin, taken (both or neither).
+fn both(exec: &mut HotExec) -> Option<(ReadHalf<SimplexStream>, WriteHalf<SimplexStream>)> {
+    if exec.stdout.is_none() || exec.stdin.is_none() {
+        return None;
+    }
+    exec.stdout.take().zip(exec.stdin.take())
+}
+
+fn no_streams(pod: &str) -> RelayError {
+    RelayError::Start {
+        pod: pod.to_string(),
+        message: "the exec has no stdin or stdout".to_string(),
     }
 }
 
