@@ -25,7 +25,7 @@ use super::carried::{Carried, Unplaced};
 use super::ended::Ended;
 use super::error::{KubeError, api_status};
 use super::exit_status::{exit_code_of, not_running_yet};
-use super::hot::{HotExec, StatusFuture};
+use super::hot::HotExec;
 use super::relay::{Carrier, Ungreeted};
 use crate::digest::sha256_hex;
 use crate::sandbox::sink::CappedSink;
@@ -696,14 +696,7 @@ impl KubernetesSandbox {
             }
             _ => {
                 let with_stdin = stdin.is_some() || command.carrier.is_some();
-                let mut process = self.attach(pod, argv, with_stdin).await?;
-                HotExec {
-                    stdin: process.stdin(),
-                    stdout: process.stdout(),
-                    stderr: process.stderr(),
-                    status: process.take_status().map(|f| Box::pin(f) as StatusFuture),
-                    process: Some(process),
-                }
+                HotExec::of(self.attach(pod, argv, with_stdin).await?)
             }
         };
         // The relay's exec: its greeting first, then the command's streams come as frames.

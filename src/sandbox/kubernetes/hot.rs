@@ -80,6 +80,17 @@ impl std::fmt::Debug for HotExec {
 }
 
 impl HotExec {
+    /// An opened exec, its streams and status taken.
+    pub(super) fn of(mut process: AttachedProcess) -> HotExec {
+        HotExec {
+            stdin: process.stdin(),
+            stdout: process.stdout(),
+            stderr: process.stderr(),
+            status: process.take_status().map(|f| Box::pin(f) as StatusFuture),
+            process: Some(process),
+        }
+    }
+
     /// Open the trampoline in `container` of `pod`, and read its marker; why not.
     pub(super) async fn open(
         pods: &Api<Pod>,
@@ -87,17 +98,11 @@ impl HotExec {
         container: &str,
     ) -> Result<HotExec, String> {
         let argv = toolbox_argv("sh", &["-c", TRAMPOLINE]);
-        let mut process = pods
+        let process = pods
             .exec(pod, argv, &attach_params(container, true))
             .await
             .map_err(|e| e.to_string())?;
-        let mut hot = HotExec {
-            stdin: process.stdin(),
-            stdout: process.stdout(),
-            stderr: process.stderr(),
-            status: process.take_status().map(|f| Box::pin(f) as StatusFuture),
-            process: Some(process),
-        };
+        let mut hot = HotExec::of(process);
         hot.expect(READY).await?;
         Ok(hot)
     }

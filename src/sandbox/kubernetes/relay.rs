@@ -35,7 +35,7 @@ use tokio::task::JoinSet;
 use super::KubernetesSandbox;
 use super::ended::Ended;
 use super::exit_status::{exit_code_of, not_running_yet, status_of};
-use super::hot::{HotExec, StatusFuture};
+use super::hot::HotExec;
 use crate::sandbox::toolbox::TOOLBOX_MOUNT;
 use crate::sandbox::{ContainerId, SandboxError};
 
@@ -241,14 +241,7 @@ impl KubernetesSandbox {
         let argv = relay_argv(carrier.addr.port());
         // A relay that did not start is an error: a pod handed over early is confirmed first.
         self.ensure_confirmed(pod).await?;
-        let mut process = self.attach(pod, &argv, true).await?;
-        let mut exec = HotExec {
-            stdin: process.stdin(),
-            stdout: process.stdout(),
-            stderr: process.stderr(),
-            status: process.take_status().map(|f| Box::pin(f) as StatusFuture),
-            process: Some(process),
-        };
+        let mut exec = HotExec::of(self.attach(pod, &argv, true).await?);
         match self.greeted(pod, carrier.addr.port(), &mut exec).await {
             Ok(()) => {}
             Err(Ungreeted::Failed(e)) => return Err(e),
