@@ -62,10 +62,10 @@ while :; do
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     { [ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$_rp" ]; } && continue
-    read -r s < "$d/stat" 2>/dev/null || continue
+    read -r s 2>/dev/null <"$d/stat" || continue
     r=${s##*) }; set -- $r
     [ "$1" = Z ] && continue
-    if [ "$2" = 1 ]; then c=$($B tr '\000' ' ' < "$d/cmdline" 2>/dev/null); [ "$c" = "/.arbiter/toolbox/busybox sleep 3600 " ] && continue; fi
+    if [ "$2" = 1 ]; then c=$($B tr '\000' ' ' 2>/dev/null <"$d/cmdline"); [ "$c" = "/.arbiter/toolbox/busybox sleep 3600 " ] && continue; fi
     n=$((n+1))
   done
   [ "$n" = 0 ] && break
@@ -319,6 +319,18 @@ impl StoppedLogs {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The size of the part a line of a stop's stdout heads (`arbiter-logs SIZE SHA256` and the
+/// like, as [`checked_parts`] reads them); `None`: the line heads none.
+pub(super) fn part_size(line: &[u8]) -> Option<usize> {
+    let head = [HEAD, WALK_HEAD, CHANGED_HEAD]
+        .into_iter()
+        .find(|h| line.starts_with(h.as_bytes()))?;
+    let (size, _) = std::str::from_utf8(&line[head.len()..])
+        .ok()?
+        .split_once(' ')?;
+    size.parse().ok()
 }
 
 /// The parts of a stop's stdout, each after a line `HEAD SIZE SHA256` (`arbiter-logs `,

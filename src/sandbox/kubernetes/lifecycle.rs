@@ -754,7 +754,8 @@ impl KubernetesSandbox {
             .get_mut(pod)
             .is_some_and(|s| std::mem::take(&mut s.walk_on_stop));
         let script = format!(
-            "_lc=$1 _wk=$2 _ws=$3 _wf=$4 _cc=$5 _rp=\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}"
+            "_lc=$1 _wk=$2 _ws=$3 _wf=$4 _cc=$5 _pk=$6 _rp=\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}\n{}",
+            super::parked::park_lines()
         );
         let cap = (LOGS_MAX + 1).to_string();
         let (walk_cap, changed_cap) = if walk {
@@ -762,24 +763,41 @@ impl KubernetesSandbox {
         } else {
             (String::new(), String::new())
         };
-        let argv = toolbox_argv(
-            "sh",
-            &[
-                "-c",
-                &script,
-                "arbiter-stop",
-                &cap,
-                &walk_cap,
-                super::changes::WALK,
-                super::walk::STAT_FORMAT,
-                &changed_cap,
-            ],
-        );
+        let argv = |park: &str| {
+            toolbox_argv(
+                "sh",
+                &[
+                    "-c",
+                    &script,
+                    "arbiter-stop",
+                    &cap,
+                    &walk_cap,
+                    super::changes::WALK,
+                    super::walk::STAT_FORMAT,
+                    &changed_cap,
+                    park,
+                ],
+            )
+        };
         // Not kept in the pod (`kept.rs`): the stop kills every process but PID 1, the
         // keeping wrapper too. It is idempotent instead: an exit whose count line did not
         // arrive is run again.
         let out_cap =
             (LOGS_MAX + if walk { WALK_MAX + CHANGED_MAX } else { 0 }) as usize + 64 * 1024;
+        // A pod's main container confirmed running parks its stop's exec for the pod's next
+        // command (parked.rs); one that did not end as it should is stopped again the old way.
+        if let Some(old) = self.warm.take_hot(pod) {
+            old.abort();
+        }
+        if !pod.contains('/')
+            && !self.is_unconfirmed(pod).await
+            && let Some((out, hot)) = self.stop_parked(pod, &argv("1"), out_cap).await
+            && String::from_utf8_lossy(&out).contains("oom_kill=")
+        {
+            self.warm.keep_hot(pod, hot);
+            return Ok(self.stopped_with(pod, &out));
+        }
+        let argv = argv("");
         let mut stopped = self.streamed(pod, &argv, out_cap).await;
         for _ in 0..2 {
             match &stopped {
@@ -803,20 +821,8 @@ impl KubernetesSandbox {
                 };
             }
         };
-        let text = String::from_utf8_lossy(&out);
         match end {
-            RawEnd::Exited(0) => {
-                let kills = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("oom_kill="))
-                    .and_then(|n| n.trim().parse::<u64>().ok())
-                    .unwrap_or(0);
-                self.stopped_logs.keep(pod, &out);
-                Ok(Stopped {
-                    oom_killed: kills > 0,
-                    lost: None,
-                })
-            }
+            RawEnd::Exited(0) => Ok(self.stopped_with(pod, &out)),
             other => {
                 // PID 1 itself may have died (the OOM killer picks the largest process).
                 if let Some(how) = self.pod_settled(pod).await {
@@ -831,6 +837,21 @@ impl KubernetesSandbox {
                 }
                 .into())
             }
+        }
+    }
+
+    /// A stop that ended as it should, `out` its stdout: its count line read, what it sent
+    /// along kept.
+    fn stopped_with(&self, pod: &str, out: &[u8]) -> Stopped {
+        let kills = String::from_utf8_lossy(out)
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill="))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        self.stopped_logs.keep(pod, out);
+        Stopped {
+            oom_killed: kills > 0,
+            lost: None,
         }
     }
 
@@ -864,7 +885,9 @@ impl KubernetesSandbox {
         };
         self.states.lock().await.remove(id.as_str());
         self.started.forget(id.as_str());
-        drop(self.warm.take_hot(id.as_str()));
+        if let Some(hot) = self.warm.take_hot(id.as_str()) {
+            hot.abort();
+        }
         self.stopped_logs.drop_pod(id.as_str());
         self.integrity.replayed.lock().await.remove(id.as_str());
         self.kept.forget(id.as_str());

@@ -32,6 +32,7 @@ mod lifecycle;
 mod many;
 mod mounts;
 mod names;
+mod parked;
 mod pod;
 mod preflight;
 mod proof;

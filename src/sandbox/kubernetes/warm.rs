@@ -194,7 +194,8 @@ pub(crate) struct WarmPools {
     claimed: AtomicU64,
     /// Bumped whenever a starting warm pod is offered or given up (claims waiting for one).
     offered: Arc<watch::Sender<u64>>,
-    /// The execs opened ahead of claimed pods, until their first command takes them.
+    /// The execs opened ahead of a pod's next command (a claimed pod's first, a stopped
+    /// pod's next: parked.rs), until it takes them.
     hot: std::sync::Mutex<HashMap<String, HotExec>>,
 }
 
@@ -224,6 +225,19 @@ impl WarmPools {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(pod)
+    }
+
+    /// Keep `hot`, an exec opened ahead of `pod`'s next command (a parked stop's,
+    /// parked.rs), until that command takes it; one kept before is closed.
+    pub(super) fn keep_hot(&self, pod: &str, hot: HotExec) {
+        let old = self
+            .hot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pod.to_string(), hot);
+        if let Some(old) = old {
+            old.abort();
+        }
     }
 
     pub(crate) fn enabled(&self) -> bool {
