@@ -58,7 +58,8 @@ pub(super) use resolve_command;
 /// `(totals)`: then also `t<OUT>:<ERR>`, the bytes the command wrote to each stream in all
 /// (the kept ones and those past the cap, counted in `$ot` and `$et`), so that a count never
 /// depends on the exec's stream: a stream can lose its tail with exit 0 (kubernetes#124571),
-/// and what is past the cap is not kept to read again.
+/// and what is past the cap is not kept to read again. Two processes (one `wc`, one
+/// `sha256sum`, each of both files), each figure only where its line names its file.
 macro_rules! facts_line {
     () => {
         $crate::sandbox::kubernetes::exec::facts_line!(@with "")
@@ -68,7 +69,8 @@ macro_rules! facts_line {
     };
     (@with $more:literal) => {
         concat!(
-            r#"o=$($B wc -c <"$k.o"); e=$($B wc -c <"$k.e"); so=$($B sha256sum <"$k.o"); se=$($B sha256sum <"$k.e")
+            r#"set -- $($B wc -c "$k.o" "$k.e" 2>/dev/null); o= e=; [ "$2" = "$k.o" ] && o=$1; [ "$4" = "$k.e" ] && e=$3
+set -- $($B sha256sum "$k.o" "$k.e" 2>/dev/null); so= se=; [ "$2" = "$k.o" ] && so=$1; [ "$4" = "$k.e" ] && se=$3
 f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"#,
             $more,
             r#""; printf '%s\n' "$f" >"$k.f""#

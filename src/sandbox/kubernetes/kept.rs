@@ -863,6 +863,38 @@ mod tests {
         }
     }
 
+    /// KEEP's file mode run by a real shell: the facts line gives the exit code, and each
+    /// file's size and sha256 (one `wc` and one `sha256sum` of both files).
+    #[test]
+    fn the_facts_line_counts_and_digests_both_kept_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let stem = dir.path().join("keep-x");
+        let script = KEEP
+            .replace("B=/.arbiter/toolbox/busybox", "B=")
+            .replace("$B ", "");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "keep"])
+            .arg(&stem)
+            .args([
+                "file",
+                "0",
+                "sh",
+                "-c",
+                "printf hello; printf err >&2; exit 3",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stdout, b"hello");
+        let (facts, rest) = split_facts(&out.stderr).expect("a facts line");
+        assert_eq!(facts.code, 3);
+        assert_eq!((facts.out, facts.err), (5, 3));
+        let sha = crate::digest::sha256_hex;
+        assert_eq!(facts.sha_out, Some(sha(b"hello")));
+        assert_eq!(facts.sha_err, sha(b"err"));
+        assert_eq!(rest, b"err");
+    }
+
     #[test]
     fn a_streamed_output_is_kept_up_to_the_file_bound() {
         let bound = KEEP_FILE_MAX.to_string();
