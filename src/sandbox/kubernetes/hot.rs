@@ -180,7 +180,7 @@ pub(super) fn argv_line(argv: &[String]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -202,20 +202,37 @@ mod tests {
         );
     }
 
-    /// The trampoline, run by a real shell: it says it runs, then runs the argv it is sent,
-    /// word for word, with the rest of its stdin as the command's.
-    #[test]
-    fn the_trampoline_runs_what_it_is_sent() {
+    /// `script` (ending in the trampoline, the toolbox's `base64` the host's) run by a real
+    /// shell with `args`, sent `argv`'s line and then `rest` on its stdin, to its end.
+    pub(in super::super) fn sent_to(
+        script: &str,
+        args: &[&str],
+        argv: &[String],
+        rest: &[u8],
+    ) -> std::process::Output {
         use std::io::Write;
         use std::process::{Command, Stdio};
-        let script = TRAMPOLINE.replace("$B base64", "base64");
+        let script = script.replace("$B base64", "base64");
         let mut child = Command::new("sh")
             .args(["-c", &script])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&argv_line(argv)).unwrap();
+        stdin.write_all(rest).unwrap();
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    }
+
+    /// The trampoline, run by a real shell: it says it runs, then runs the argv it is sent,
+    /// word for word, with the rest of its stdin as the command's.
+    #[test]
+    fn the_trampoline_runs_what_it_is_sent() {
+        use std::process::{Command, Stdio};
         let argv = vec![
             "sh".to_string(),
             "-c".to_string(),
@@ -225,11 +242,7 @@ mod tests {
             "two\nlines".to_string(),
             String::new(),
         ];
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(&argv_line(&argv)).unwrap();
-        stdin.write_all(b"rest of stdin").unwrap();
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
+        let out = sent_to(TRAMPOLINE, &[], &argv, b"rest of stdin");
         assert!(out.status.success());
         assert_eq!(
             out.stderr,
@@ -242,7 +255,7 @@ mod tests {
         );
         // Dropped before its argv: it runs nothing.
         let out = Command::new("sh")
-            .args(["-c", &script])
+            .args(["-c", &TRAMPOLINE.replace("$B base64", "base64")])
             .stdin(Stdio::null())
             .output()
             .unwrap();

@@ -249,19 +249,7 @@ mod tests {
     /// place with the rest of stdin; without `$_pk` it ends after its parts.
     #[test]
     fn a_parked_stop_runs_the_next_command_it_is_sent() {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
-        let script = format!(
-            "_pk=$1\necho oom_kill=0\n{}",
-            park_lines().replace("$B base64", "base64")
-        );
-        let mut child = Command::new("sh")
-            .args(["-c", &script, "arbiter-stop", "1"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let script = format!("_pk=$1\necho oom_kill=0\n{}", park_lines());
         let argv = vec![
             "sh".to_string(),
             "-c".to_string(),
@@ -269,13 +257,8 @@ mod tests {
             "x".to_string(),
             "it's".to_string(),
         ];
-        let mut stdin = child.stdin.take().unwrap();
-        stdin
-            .write_all(&super::super::hot::argv_line(&argv))
-            .unwrap();
-        stdin.write_all(b"its stdin").unwrap();
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
+        let sent_to = super::super::hot::tests::sent_to;
+        let out = sent_to(&script, &["arbiter-stop", "1"], &argv, b"its stdin");
         assert!(out.status.success());
         let stdout = String::from_utf8(out.stdout).unwrap();
         assert_eq!(stdout, format!("oom_kill=0\n{END}\nran it's|its stdin"));
@@ -290,9 +273,9 @@ mod tests {
             "the trampoline's two words, and nothing else"
         );
         // Not parked: it ends after its parts, with nothing of the trampoline.
-        let out = Command::new("sh")
+        let out = std::process::Command::new("sh")
             .args(["-c", &script, "arbiter-stop", ""])
-            .stdin(Stdio::null())
+            .stdin(std::process::Stdio::null())
             .output()
             .unwrap();
         assert!(out.status.success());
