@@ -789,13 +789,17 @@ impl KubernetesSandbox {
         if let Some(old) = self.warm.take_hot(pod) {
             old.abort();
         }
-        if !pod.contains('/')
-            && !self.is_unconfirmed(pod).await
-            && let Some((out, hot)) = self.stop_parked(pod, &argv("1"), out_cap).await
-            && String::from_utf8_lossy(&out).contains("oom_kill=")
-        {
-            self.warm.keep_hot(pod, hot);
-            return Ok(self.stopped_with(pod, &out));
+        if !pod.contains('/') && !self.is_unconfirmed(pod).await {
+            match self.stop_parked(pod, &argv("1"), out_cap).await {
+                Ok(Some((out, hot))) if String::from_utf8_lossy(&out).contains("oom_kill=") => {
+                    self.warm.keep_hot(pod, hot);
+                    return Ok(self.stopped_with(pod, &out));
+                }
+                Ok(Some((_, hot))) => hot.abort(),
+                Ok(None) => {}
+                // No exec opened: the pod ended (or is ending), as the old way would find.
+                Err(e) => return self.stop_failed(pod, e).await,
+            }
         }
         let argv = argv("");
         let mut stopped = self.streamed(pod, &argv, out_cap).await;
@@ -812,14 +816,7 @@ impl KubernetesSandbox {
         }
         let (end, out, err) = match stopped {
             Ok(done) => done,
-            Err(e) => {
-                // The pod ended while it was being stopped (or just before: its status may
-                // not say so yet).
-                return match self.pod_settled(pod).await {
-                    Some(how) => stopped_after(pod, how),
-                    None => Err(e),
-                };
-            }
+            Err(e) => return self.stop_failed(pod, e).await,
         };
         match end {
             RawEnd::Exited(0) => Ok(self.stopped_with(pod, &out)),
@@ -837,6 +834,15 @@ impl KubernetesSandbox {
                 }
                 .into())
             }
+        }
+    }
+
+    /// A stop whose exec failed with `e`: the pod ended while it was being stopped (or just
+    /// before: its status may not say so yet), or `e`.
+    async fn stop_failed(&self, pod: &str, e: SandboxError) -> Result<Stopped, SandboxError> {
+        match self.pod_settled(pod).await {
+            Some(how) => stopped_after(pod, how),
+            None => Err(e),
         }
     }
 

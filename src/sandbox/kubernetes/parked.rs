@@ -23,6 +23,7 @@ use tokio::io::AsyncReadExt;
 use super::KubernetesSandbox;
 use super::after_stop::part_size;
 use super::hot::{HotExec, READY};
+use crate::sandbox::SandboxError;
 
 /// The line that ends a parked stop's own output on stdout.
 pub(super) const END: &str = "arbiter-stop-end";
@@ -93,24 +94,18 @@ type Failed = String;
 
 impl KubernetesSandbox {
     /// Run the stop's `argv` (`$6` set: it parks) in `pod`: its stdout up to its end line,
-    /// and its exec, the trampoline waiting for the pod's next command; `None` when it did not
-    /// end as it should (the exec is closed: the caller stops the pod again the old way).
+    /// and its exec, the trampoline waiting for the pod's next command; `Ok(None)` when it did
+    /// not end as it should (the exec is closed: the caller stops the pod again the old way),
+    /// an error when no exec could be opened (as the old way's would be).
     pub(super) async fn stop_parked(
         &self,
         pod: &str,
         argv: &[String],
         out_cap: usize,
-    ) -> Option<(Vec<u8>, HotExec)> {
-        let process = match self.attach(pod, argv, true).await {
-            Ok(process) => process,
-            Err(e) => {
-                tracing::debug!(pod, "a parked stop: {e}");
-                return None;
-            }
-        };
-        let mut exec = HotExec::of(process);
+    ) -> Result<Option<(Vec<u8>, HotExec)>, SandboxError> {
+        let mut exec = HotExec::of(self.attach(pod, argv, true).await?);
         let why = match tokio::time::timeout(STOP_WAIT, read_parked(&mut exec, out_cap)).await {
-            Ok(Ok(out)) => return Some((out, exec)),
+            Ok(Ok(out)) => return Ok(Some((out, exec))),
             Ok(Err(why)) => why,
             Err(_) => format!("not within {STOP_WAIT:?}"),
         };
@@ -127,7 +122,7 @@ impl KubernetesSandbox {
             );
         }
         exec.abort();
-        None
+        Ok(None)
     }
 }
 
