@@ -41,6 +41,7 @@ mod relay;
 mod sidecar;
 mod started;
 mod starting;
+mod stop;
 mod toolbox_maps;
 mod transfer;
 mod walk;
