@@ -65,55 +65,62 @@ while :; do
     read -r s 2>/dev/null <"$d/stat" || continue
     r=${s##*) }; set -- $r
     [ "$1" = Z ] && continue
-    if [ "$2" = 1 ]; then c=$($B tr '\000' ' ' 2>/dev/null <"$d/cmdline"); [ "$c" = "/.arbiter/toolbox/busybox sleep 3600 " ] && continue; fi
+    if [ "$2" = 1 ]; then c=; { while IFS= read -r -d '' w; do c="$c$w "; done; } 2>/dev/null <"$d/cmdline"; [ "$c" = "/.arbiter/toolbox/busybox sleep 3600 " ] && continue; fi
     n=$((n+1))
   done
   [ "$n" = 0 ] && break
   i=$((i+1)); [ "$i" -ge 150 ] && break
-  $B usleep 20000
+  usleep 20000
 done
 "#
     };
 }
 pub(super) use kill_all;
 
-/// Shell lines the stop runs once every process is gone: `/logs` archived to stdout after a
-/// line `arbiter-logs SIZE SHA256`, when it is under `$_lc` bytes (else nothing is sent).
-pub(super) const SEND_LOGS: &str = r#"if [ -n "$_lc" ] && [ -d /logs ] && [ ! -L /logs ]; then
-  t=/.arbiter/scratch/stop-$$.tar; set -o pipefail
-  if $B tar -c -f - -C / logs 2>/dev/null | $B head -c "$_lc" >"$t"; then
-    n=$($B wc -c <"$t"); n=$((n+0)); s=$($B sha256sum <"$t")
-    [ "$n" -lt "$_lc" ] && { echo "arbiter-logs $n ${s%% *}"; $B cat "$t"; }
-  fi
-  $B rm -f "$t"
+/// Shell lines the stop runs once every process is gone: `/logs` archived into a part file
+/// (sent by [`SEND_PARTS`]), when it is under `$_lc` bytes (else nothing is sent).
+pub(super) const SEND_LOGS: &str = r#"_pf=
+if [ -n "$_lc" ] && [ -d /logs ] && [ ! -L /logs ]; then
+  t=/.arbiter/scratch/stop-$$.logs; set -o pipefail
+  if tar -c -f - -C / logs 2>/dev/null | head -c "$_lc" >"$t"; then _pf="$_pf logs:$t"; else unlink "$t"; fi 2>/dev/null
 fi"#;
 
 /// Shell lines the stop runs after [`SEND_LOGS`]: the walk script `$_ws` (its format `$_wf`)
-/// run to a file, sent after a line `arbiter-walk SIZE SHA256` when it exited 0 within 20 s
-/// under `$_wk` bytes (else nothing is sent, and the change set walks in its own exec).
+/// run into a part file, sent when it exited 0 within 20 s under `$_wk` bytes (else nothing
+/// is sent, and the change set walks in its own exec).
 pub(super) const SEND_WALK: &str = r#"if [ -n "$_wk" ]; then
-  t=/.arbiter/scratch/stop-walk-$$
-  if $B timeout 20 $B sh -c "$_ws" arbiter-walk "$_wf" >"$t" 2>/dev/null; then
-    n=$($B wc -c <"$t"); n=$((n+0)); s=$($B sha256sum <"$t")
-    [ "$n" -lt "$_wk" ] && { echo "arbiter-walk $n ${s%% *}"; $B cat "$t"; }
-  fi
-  $B rm -f "$t"
+  t=/.arbiter/scratch/stop-$$.walk
+  if timeout 20 $B sh -c "$_ws" arbiter-walk "$_wf" >"$t" 2>/dev/null; then _pf="$_pf walk:$t"; else unlink "$t"; fi 2>/dev/null
 fi"#;
 
 /// Shell lines the stop runs after [`SEND_WALK`] (when it walked): every entry of the root
 /// filesystem whose ctime is younger than the pod's first process plus two minutes, archived
-/// without recursion, sent after a line `arbiter-changed SIZE SHA256` when all of it was
-/// archived under `$_cc` bytes (else nothing is sent).
+/// without recursion into a part file, sent when all of it was archived under `$_cc` bytes
+/// (else nothing is sent).
 pub(super) const SEND_CHANGED: &str = r#"if [ -n "$_cc" ]; then
-  t=/.arbiter/scratch/stop-changed-$$; set -o pipefail
+  t=/.arbiter/scratch/stop-$$.changed; set -o pipefail
   read -r s </proc/1/stat && set -- ${s##*) } && read -r up x </proc/uptime && up=${up%.*} &&
   m=$(( (up - ${20}/100) / 60 + 2 )) &&
-  $B find / -xdev -cmin "-$m" 2>/dev/null | $B sed -e 's|^/||' -e '/^$/d' >"$t.list" &&
-  $B tar -c -f - -C / --no-recursion -T "$t.list" 2>/dev/null | $B head -c "$_cc" >"$t" && {
-    n=$($B wc -c <"$t"); n=$((n+0)); s=$($B sha256sum <"$t")
-    [ "$n" -lt "$_cc" ] && { echo "arbiter-changed $n ${s%% *}"; $B cat "$t"; }
-  }
-  $B rm -f "$t" "$t.list"
+  find / -xdev -cmin "-$m" 2>/dev/null | $B sed -e 's|^/||' -e '/^$/d' >"$t.list" &&
+  tar -c -f - -C / --no-recursion -T "$t.list" 2>/dev/null | head -c "$_cc" >"$t" && _pf="$_pf changed:$t"
+  unlink "$t.list" 2>/dev/null
+fi"#;
+
+/// Shell lines the stop runs after its parts were made (`$_pf`: `KIND:FILE` words in the
+/// order made): each part under its bound is sent after a line `arbiter-KIND SIZE SHA256`,
+/// in that order; one `wc`, one `sha256sum` and one `cat` for all of them (a process costs
+/// a loaded node about a millisecond), each figure taken only where its line names the file.
+pub(super) const SEND_PARTS: &str = r#"if [ -n "$_pf" ]; then
+  _fs=; for e in $_pf; do _fs="$_fs ${e#*:}"; done
+  _sz=$(wc -c $_fs 2>/dev/null); _sh=$(sha256sum $_fs 2>/dev/null); _out=
+  for e in $_pf; do k=${e%%:*} t=${e#*:} n= s=
+    set -- $_sz; while [ $# -ge 2 ]; do [ "$2" = "$t" ] && { n=$1; break; }; shift 2; done
+    set -- $_sh; while [ $# -ge 2 ]; do [ "$2" = "$t" ] && { s=$1; break; }; shift 2; done
+    case $k in logs) c=$_lc;; walk) c=$_wk;; *) c=$_cc;; esac
+    [ -n "$n" ] && [ -n "$s" ] && [ "$n" -lt "$c" ] && { echo "arbiter-$k $n $s" >"$t.h"; _out="$_out $t.h $t"; }
+  done
+  [ -z "$_out" ] || $B cat $_out
+  for t in $_fs; do unlink "$t"; unlink "$t.h"; done 2>/dev/null; :
 fi"#;
 
 /// An archive of the names at and beneath a path (relative to `/`: its `top`), as a pod sent
@@ -765,5 +772,44 @@ mod tests {
             kept.download("q", Download::whole("/app", to.path(), 1 << 20))
                 .is_none()
         );
+    }
+
+    /// SEND_PARTS run by the toolbox's shell: each part under its bound is sent after its
+    /// head line, in the order made, and the host reads them back whole; a part at its bound
+    /// (cut short by the `head -c` that made it) is not sent; every part file is removed.
+    #[test]
+    fn the_parts_go_out_in_order_with_their_heads_and_the_files_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("stop-1.logs");
+        let walk = dir.path().join("stop-1.walk");
+        let changed = dir.path().join("stop-1.changed");
+        let body = |n: usize| (0..n).map(|i| (i * 7 % 256) as u8).collect::<Vec<u8>>();
+        std::fs::write(&logs, body(3000)).unwrap();
+        std::fs::write(&walk, b"one line\n\0two").unwrap();
+        std::fs::write(&changed, body(50)).unwrap();
+        let script = format!(
+            "_lc=$1 _wk=$2 _cc=$3 _pf=\"logs:{} walk:{} changed:{}\"\n{SEND_PARTS}",
+            logs.display(),
+            walk.display(),
+            changed.display()
+        );
+        let Some(mut cmd) =
+            super::super::hot::tests::toolbox_sh(&script, &["stop", "3001", "100", "50"])
+        else {
+            return;
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{:?}", out.status);
+        assert!(out.stderr.is_empty(), "{:?}", out.stderr);
+        let parts = checked_parts(&out.stdout);
+        assert_eq!(
+            parts,
+            [
+                (HEAD, &body(3000)[..]),
+                (WALK_HEAD, &b"one line\n\0two"[..])
+            ],
+            "the changes at their bound are not sent"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

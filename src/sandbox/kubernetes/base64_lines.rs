@@ -1,8 +1,10 @@
-//! Standard base64 (the toolbox's `base64 -d` reads it, and `base64 -w 0` writes it), no
-//! line breaks; and the shell words such a line carries.
+//! Standard base64 as the toolbox's `base64 -w 0` writes it (what a halting command sends
+//! along, `exec.rs`), no line breaks; and the shell words the harness sends a pod's shell.
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
+/// `bytes` in base64 (the tests' side of what a pod sends).
+#[cfg(test)]
 pub(crate) fn encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {

@@ -37,10 +37,13 @@ pub(super) struct Unplaced {
 }
 
 /// The exec wrapper's lines (`exec.rs`) that run what a command carries before it, as root:
-/// flag `p`, the start's proofs (a base64 line on stdin: the script must exit 0 and print its
-/// proof line); flag `u`, an upload (a line `SIZE SHA256`, the directory to unpack into and
-/// the paths to remove first as base64 lines ending with `.`, then the archive to the end of
-/// stdin). When one did not hold the command is not run: the facts line says why
+/// flag `p`, the start's proofs (their script on stdin, ending with a NUL: it must exit 0 and
+/// print its proof line); flag `u`, an upload (shell lines ending with a NUL, setting its
+/// sha256 and directory and the paths to remove first, `exec.rs`'s `upload_head`; then the
+/// archive to the end of stdin, checked against its sha256 before anything is removed).
+/// Stdin is read by the shell itself, and applets named bare run in the shell or a fork of
+/// it (the toolbox's busybox prefers its applets): a carried command costs few processes.
+/// When one did not hold the command is not run: the facts line says why
 /// (`x<code> <message>`) and the exit code is 125. A macro, so that `concat!` takes it into
 /// the wrapper.
 macro_rules! carried_prelude {
@@ -49,27 +52,23 @@ macro_rules! carried_prelude {
 _no() { m=$(printf %s "$2" | $B head -c 300 | $B tr '\n\037' '  ')
   f="arbiter-kept 125 0 0 $_z $_z x$1 $m"; printf '%s\n' "$f" >"$_k.f"; printf '\037%s\n' "$f" >&2; exit 125; }
 case $fl in *p*)
-  IFS= read -r l; s=$(printf %s "$l" | $B base64 -d) || _no 93 "the proofs did not arrive"
-  o=$( (eval "$s") </dev/null 2>&1 ); r=$?
+  IFS= read -r -d '' s || _no 93 "the proofs did not arrive"
+  o=$(eval "$s" </dev/null 2>&1); r=$?
   case $r in
     0) case $o in *arbiter-proven*) ;; *) _no 93 "exit 0 without the proof's line";; esac;;
     100) _no 100 "not handed over yet";;
     *) _no 99 "$o";;
   esac;;
 esac
-_in() { IFS=' ' read -r n h || _no 97 "no upload header"; IFS= read -r l; d=$(printf %s "$l" | $B base64 -d)
-  set --
-  while IFS= read -r l; do [ "$l" = . ] && break; p=$(printf %s "$l" | $B base64 -d; echo x); set -- "$@" "${p%x}"; done
+_in() { IFS= read -r -d '' l || _no 97 "no upload header"; eval "$l" || _no 97 "a bad upload header"
   f=$_k.in
   $B cat >"$f" || _no 97 "cannot write $f"
-  got=$($B wc -c <"$f"); got=$((got+0))
-  [ "$got" = "$n" ] || { $B rm -f "$f"; _no 98 "the pod received $got bytes of $n"; }
-  sum=$($B sha256sum "$f"); sum=${sum%% *}
-  [ "$sum" = "$h" ] || { $B rm -f "$f"; _no 98 "the pod received sha256 $sum, sent $h"; }
-  [ -d "$d" ] || { $B rm -f "$f"; _no 96 "$d is not a directory"; }
-  [ $# = 0 ] || $B rm -rf -- "$@" 2>"$f.e" || { $B rm -f "$f"; _no 95 "removing $* failed: $($B cat "$f.e")"; }
-  $B tar -x --numeric-owner -f "$f" -C "$d" 2>"$f.e" || { $B rm -f "$f"; _no 94 "unpacking into $d failed: $($B cat "$f.e")"; }
-  $B rm -f "$f" "$f.e"; }
+  sum=$(sha256sum "$f"); sum=${sum%% *}
+  [ "$sum" = "$h" ] || { got=$(wc -c <"$f"); unlink "$f"; _no 98 "the pod received $((got+0)) bytes with sha256 $sum, sent $h"; }
+  [ -d "$d" ] || { unlink "$f"; _no 96 "$d is not a directory"; }
+  [ $# = 0 ] || rm -rf -- "$@" 2>"$f.e" || { unlink "$f"; _no 95 "removing $* failed: $($B cat "$f.e")"; }
+  $B tar -x --numeric-owner -f "$f" -C "$d" 2>"$f.e" || { unlink "$f"; _no 94 "unpacking into $d failed: $($B cat "$f.e")"; }
+  unlink "$f"; unlink "$f.e" 2>/dev/null; }
 case $fl in *u*) _in;; esac
 "#
     };

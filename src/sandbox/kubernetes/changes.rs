@@ -38,12 +38,12 @@ use crate::sandbox::{
 /// zone; the list goes through the harness's scratch volume (not walked: another filesystem).
 pub(super) const WALK: &str = r#"B=/.arbiter/toolbox/busybox; export TZ=UTC0; L=/.arbiter/scratch/walk-$$
 $B cat /proc/self/mountinfo || exit 90
-$B printf '\000'
-$B find / -xdev -print0 > "$L" || { $B rm -f "$L"; echo "find failed" >&2; exit 91; }
+printf '\000'
+find / -xdev -print0 > "$L" || { unlink "$L"; echo "find failed" >&2; exit 91; }
 $B cat "$L" || exit 92
-$B printf '\000'
-$B xargs -0 -r $B stat -c "$1" < "$L"; r=$?
-$B rm -f "$L"; exit $r"#;
+printf '\000'
+xargs -0 -r stat -c "$1" < "$L"; r=$?
+unlink "$L"; exit $r"#;
 
 /// Reads NUL-terminated paths on stdin; prints one line per path: the sha256 of a file's
 /// bytes or of a symlink's target, `other` for anything else, `missing` when gone.

@@ -70,7 +70,7 @@ macro_rules! facts_line {
     (@with $more:literal) => {
         concat!(
             r#"set -- $($B wc -c "$k.o" "$k.e" 2>/dev/null); o= e=; [ "$2" = "$k.o" ] && o=$1; [ "$4" = "$k.e" ] && e=$3
-set -- $($B sha256sum "$k.o" "$k.e" 2>/dev/null); so= se=; [ "$2" = "$k.o" ] && so=$1; [ "$4" = "$k.e" ] && se=$3
+set -- $(sha256sum "$k.o" "$k.e" 2>/dev/null); so= se=; [ "$2" = "$k.o" ] && so=$1; [ "$4" = "$k.e" ] && se=$3
 f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"#,
             $more,
             r#""; printf '%s\n' "$f" >"$k.f""#
@@ -100,11 +100,11 @@ if [ "$n" = 0 ]; then hf=" s0"; t=$k.h; q=${_h#/}; a=/
   while [ "${q#*/}" != "$q" ]; do a=$a${q%%/*}; q=${q#*/}; [ -d "$a" ] && [ ! -L "$a" ] || a=; [ -n "$a" ] || break; a=$a/; done
   if [ -n "$a" ] && { [ -e "$_h" ] || [ -L "$_h" ]; }; then
     set -o pipefail
-    if $B tar -c -f - -C / "${_h#/}" 2>/dev/null | $B head -c 49153 >"$t"; then
-      n=$($B wc -c <"$t"); n=$((n+0)); s=$($B sha256sum <"$t")
+    if $B tar -c -f - -C / "${_h#/}" 2>/dev/null | head -c 49153 >"$t"; then
+      n=$($B wc -c <"$t"); n=$((n+0)); s=$(sha256sum <"$t")
       [ "$n" -lt 49153 ] && hf="$hf l$n:${s%% *}:$($B base64 -w 0 <"$t")"
     fi
-    $B rm -f "$t"
+    unlink "$t"
   fi
 fi
 "#
@@ -115,8 +115,9 @@ fi
 pub(super) const HOLD_HALT: usize = 72 * 1024;
 
 /// The exec wrapper (toolbox `sh -c`). Arguments: `$0` marker, `$1` user (empty: root),
-/// `$2` working dir (empty: the container's), `$3` flags (`e`: the environment on stdin, one
-/// base64 line of `export 'NAME=VALUE'` lines, decoded and run at once; `h`: the environment
+/// `$2` working dir (empty: the container's), `$3` flags (`e`: the environment on stdin,
+/// `export 'NAME=VALUE'` lines ending with a NUL, read by the shell itself and run at once
+/// (no value holds a NUL: no process's environment can); `h`: the environment
 /// sets HOME; `p` and `u`: what the command carries, below; `c`: claimed, below; `r`: its
 /// parent is the loopback relay that carries it, `relay.rs`, which the halt spares), `$4` the
 /// stem of the files that keep the output in the pod (empty: none), `$5` the bytes of each
@@ -133,10 +134,11 @@ pub(super) const HOLD_HALT: usize = 72 * 1024;
 /// is done before any process not root's runs in the pod.
 ///
 /// What a command carries runs first, as root, and the command runs only if it all held
-/// (`carry.rs`): `p`, the start's proofs (a base64 line on stdin after the environment: the
-/// script must exit 0 and print its proof line); `u`, an upload (on stdin after those: a line
-/// `SIZE SHA256`, the directory to unpack into and the paths to remove first as base64 lines
-/// ending with `.`, then the archive to the end of stdin, checked and unpacked as
+/// (`carry.rs`): `p`, the start's proofs (on stdin after the environment, ending with a NUL:
+/// the script must exit 0 and print its proof line); `u`, an upload (on stdin after those:
+/// shell lines ending with a NUL that set `h`, the archive's sha256, and `d`, the directory
+/// to unpack into, and make the paths to remove first the arguments; then the archive to
+/// the end of stdin, checked and unpacked as
 /// `transfer.rs`'s upload does). When one did not hold, the command is not run: the facts
 /// line says why (`x<code> <message>` after the five facts) and the exit code is 125.
 ///
@@ -152,7 +154,7 @@ u=$1 wd=$2 fl=$3 _k=$4 _cap=$5 _h=$6 _rp=; shift 6
 case $fl in *r*) _rp=$PPID;; esac
 case $fl in *c*) ( set -C; : >"$_k.c" ) 2>/dev/null || { [ -e "$_k.c" ] && { printf '\037arbiter-claimed\n' >&2; exit 125; }; };; esac
 case $fl in *e*)
-  IFS= read -r l; s=$(printf %s "$l" | $B base64 -d) && eval "$s" || exit 125;;
+  IFS= read -r -d '' s && eval "$s" || exit 125;;
 esac
 "#,
     super::carried::carried_prelude!(),
@@ -177,23 +179,23 @@ if [ -n "$u" ]; then
   esac
   case $fl in *h*) ;; *) [ -n "$home" ] && export HOME="$home";; esac
 fi
-[ "$uid" = 0 ] || $B chmod 0700 /.arbiter/scratch 2>/dev/null
+[ "$uid" = 0 ] || chmod 0700 /.arbiter/scratch 2>/dev/null
 if [ -n "$wd" ]; then cd "$wd" 2>/dev/null || { echo "cannot enter the working dir $wd" >&2; exit 126; }; fi
 "#,
     resolve_command!(),
-    r#"if [ -z "$_k" ] || ! { : >"$_k.o" && : >"$_k.e" && $B mkfifo "$_k.po" "$_k.pe"; } 2>/dev/null; then
+    r#"if [ -z "$_k" ] || ! { : >"$_k.o" && : >"$_k.e" && mkfifo "$_k.po" "$_k.pe"; } 2>/dev/null; then
   if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
   exec $B nsenter -S "$uid" -G "$gid" "$@"
 fi
 trap '' TERM INT HUP
-{ $B head -c "$_cap" >"$_k.o"; $B wc -c >"$_k.ot"; } <"$_k.po" &
-{ $B head -c "$_cap" >"$_k.e"; $B wc -c >"$_k.et"; } <"$_k.pe" &
+{ head -c "$_cap" >"$_k.o"; $B wc -c >"$_k.ot"; } <"$_k.po" &
+{ head -c "$_cap" >"$_k.e"; $B wc -c >"$_k.et"; } <"$_k.pe" &
 { { ( trap - TERM INT HUP
       if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
       exec $B nsenter -S "$uid" -G "$gid" "$@" ); echo $? >"$_k.r"; } 2>&1 >&3 3>&- | $B tee "$_k.pe" >&2; } 3>&1 | $B tee "$_k.po"
 wait
 k=$_k; rc=; read -r rc 2>/dev/null <"$k.r"; rc=${rc:-125}; ot=0 et=0
-read -r ot 2>/dev/null <"$k.ot"; read -r et 2>/dev/null <"$k.et"; $B rm -f "$k.po" "$k.pe" "$k.r" "$k.ot" "$k.et"
+read -r ot 2>/dev/null <"$k.ot"; read -r et 2>/dev/null <"$k.et"; for x in po pe r ot et; do unlink "$k.$x"; done 2>/dev/null
 hf=
 if [ -n "$_h" ]; then {
 "#,
@@ -351,7 +353,7 @@ pub(super) fn wrapped(
     (keep, claim, relayed): (Option<&str>, bool, bool),
     carried: Carried<'_>,
 ) -> (Vec<String>, Vec<u8>) {
-    use super::base64_lines::{encode, quoted};
+    use super::base64_lines::quoted;
     let user = spec.user.as_deref().or(default_user).unwrap_or("");
     let user = if user == "root" || user == "0" || user == "0:0" {
         ""
@@ -367,8 +369,8 @@ pub(super) fn wrapped(
             .iter()
             .map(|(k, v)| format!("export {}\n", quoted(&format!("{k}={v}"))))
             .collect();
-        stdin.extend_from_slice(encode(exports.as_bytes()).as_bytes());
-        stdin.push(b'\n');
+        stdin.extend_from_slice(exports.as_bytes());
+        stdin.push(0);
     }
     if spec.env.iter().any(|(k, _)| k == "HOME") {
         flags.push('h');
@@ -382,18 +384,13 @@ pub(super) fn wrapped(
         }
         if let Some(script) = carried.proofs {
             flags.push('p');
-            stdin.extend_from_slice(encode(script.as_bytes()).as_bytes());
-            stdin.push(b'\n');
+            stdin.extend_from_slice(script.as_bytes());
+            stdin.push(0);
         }
         if let Some(upload) = carried.upload {
             flags.push('u');
-            let head = format!("{} {}\n", upload.tar.len(), sha256_hex(&upload.tar));
-            stdin.extend_from_slice(head.as_bytes());
-            for path in std::iter::once(&upload.dest).chain(&upload.replacing) {
-                stdin.extend_from_slice(encode(path.as_bytes()).as_bytes());
-                stdin.push(b'\n');
-            }
-            stdin.extend_from_slice(b".\n");
+            stdin.extend_from_slice(upload_head(upload).as_bytes());
+            stdin.push(0);
             stdin.extend_from_slice(&upload.tar);
         }
     }
@@ -415,6 +412,22 @@ pub(super) fn wrapped(
     );
     argv.extend(spec.argv.iter().cloned());
     (argv, stdin)
+}
+
+/// The shell lines that head an upload on a wrapper's stdin (`u`): its sha256 in `h`, the
+/// directory it unpacks into in `d`, the paths it replaces as the arguments.
+fn upload_head(upload: &super::carried::HeldUpload) -> String {
+    use super::base64_lines::quoted;
+    let mut head = format!(
+        "h={} d={}; set --",
+        sha256_hex(&upload.tar),
+        quoted(&upload.dest)
+    );
+    for path in &upload.replacing {
+        head.push(' ');
+        head.push_str(&quoted(path));
+    }
+    head
 }
 
 impl KubernetesSandbox {
@@ -1146,14 +1159,7 @@ mod tests {
                 "agent", "/app", "e", "", "10", "", "python3", "-c", "print(1)"
             ]
         );
-        let text = String::from_utf8(stdin).unwrap();
-        assert_eq!(
-            text,
-            format!(
-                "{}\n",
-                super::super::base64_lines::encode(b"export 'TOKEN=s3cret\nline'\n")
-            )
-        );
+        assert_eq!(stdin, b"export 'TOKEN=s3cret\nline'\n\0");
         let root = ExecSpec {
             user: Some("0".into()),
             env: Vec::new(),
@@ -1171,7 +1177,7 @@ mod tests {
         assert!(stdin.is_empty());
     }
 
-    /// The wrapper, run by a real shell, sets every variable of the environment it reads,
+    /// The wrapper, run by the toolbox's shell, sets every variable of the environment it reads,
     /// byte for byte, whatever the values hold.
     #[test]
     fn the_wrapper_sets_the_environment_it_reads_byte_for_byte() {
@@ -1204,13 +1210,11 @@ mod tests {
             grace: Duration::ZERO,
         };
         let (argv, stdin) = wrapped(&spec, None, (None, false, false), Carried::default());
-        let script = argv[3]
-            .replace("B=/.arbiter/toolbox/busybox", "B=")
-            .replace("$B ", "");
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(&script)
-            .args(&argv[4..])
+        let args: Vec<&str> = argv[4..].iter().map(String::as_str).collect();
+        let Some(mut cmd) = super::super::hot::tests::toolbox_sh(&argv[3], &args) else {
+            return;
+        };
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -1275,34 +1279,15 @@ mod tests {
         assert_eq!(argv_u[7], "ecu");
         // Claimed only where the output is kept (the claim is a kept file).
         assert_eq!(wrapped(&spec, None, (None, true, false), carried).0[7], "e");
-        let mut want = format!(
-            "{}\n",
-            super::super::base64_lines::encode(b"export 'A=1'\n")
+        let want = format!(
+            "export 'A=1'\n\0{script}\0h={} d='/'; set -- '/tests' '/logs/verifier'\0TARBYTES",
+            sha256_hex(b"TARBYTES")
         );
-        want.push_str(&format!(
-            "{}\n",
-            super::super::base64_lines::encode(script.as_bytes())
-        ));
-        want.push_str(&format!("8 {}\n", sha256_hex(b"TARBYTES")));
-        for path in ["/", "/tests", "/logs/verifier"] {
-            want.push_str(&format!(
-                "{}\n",
-                super::super::base64_lines::encode(path.as_bytes())
-            ));
-        }
-        want.push_str(".\nTARBYTES");
         assert_eq!(String::from_utf8(stdin).unwrap(), want);
         // Nothing is carried without a place in the pod to report on it.
         let (argv, stdin) = wrapped(&spec, None, (None, false, false), carried);
         assert_eq!(argv[7], "e");
         assert_eq!(argv[10], "", "no halt either");
-        assert_eq!(
-            stdin,
-            format!(
-                "{}\n",
-                super::super::base64_lines::encode(b"export 'A=1'\n")
-            )
-            .into_bytes()
-        );
+        assert_eq!(stdin, b"export 'A=1'\n\0");
     }
 }

@@ -4,8 +4,8 @@
 //! Opening an exec is the slow part of a command in a pod that runs: the apiserver, the
 //! kubelet, containerd and runc start a process in the container (under load, most of half a
 //! second). A warm pod's pool opens one once the pod started, running [`TRAMPOLINE`]: it says
-//! it runs (a marker line on stderr, read here and nowhere else), then waits for one line on
-//! stdin. The first exec of the claimed pod (`exec.rs`) sends its argv as that line, waits
+//! it runs (a marker line on stderr, read here and nowhere else), then waits for its argv on
+//! stdin. The first exec of the claimed pod (`exec.rs`) sends its argv, waits
 //! for the trampoline to say it took it (a second marker line), then sends its own stdin; the
 //! trampoline replaces itself with that argv, so what runs, and what the streams carry from
 //! then on, is what a freshly opened exec would have run and carried.
@@ -36,13 +36,12 @@ pub(super) const TAKEN: &[u8] = b"\x1farbiter-go\n";
 /// How long the trampoline may take to say it runs, or that it took its argv.
 const READY_WAIT: Duration = Duration::from_secs(30);
 
-/// Says it runs, reads one line (the argv: base64 of shell words), says it took it, then runs
-/// it in its own place. End of stdin first (the pool dropped it): exits, having run nothing.
-pub(super) const TRAMPOLINE: &str = r#"B=/.arbiter/toolbox/busybox
-printf '\037arbiter-hot\n' >&2
-IFS= read -r l || exit 0
+/// Says it runs, reads its argv (shell words ending with a NUL, read by the shell itself:
+/// no process of its own), says it took it, then runs it in its own place. End of stdin
+/// first (the pool dropped it): exits, having run nothing.
+pub(super) const TRAMPOLINE: &str = r#"printf '\037arbiter-hot\n' >&2
+IFS= read -r -d '' s || exit 0
 printf '\037arbiter-go\n' >&2
-s=$(printf %s "$l" | $B base64 -d) || exit 125
 eval "set -- $s" || exit 125
 exec "$@""#;
 
@@ -167,15 +166,15 @@ impl HotExec {
     }
 }
 
-/// The line that makes the trampoline run `argv`: base64 of its words, each quoted for the
-/// shell (`'…'`, a `'` as `'\''`), then a newline.
+/// What makes the trampoline run `argv`: its words, each quoted for the shell (`'…'`, a `'`
+/// as `'\''`), then a NUL (no argument of an exec holds one).
 pub(super) fn argv_line(argv: &[String]) -> Vec<u8> {
     let words: Vec<String> = argv
         .iter()
         .map(|a| super::base64_lines::quoted(a))
         .collect();
-    let mut line = super::base64_lines::encode(words.join(" ").as_bytes()).into_bytes();
-    line.push(b'\n');
+    let mut line = words.join(" ").into_bytes();
+    line.push(0);
     line
 }
 
@@ -184,7 +183,7 @@ pub(super) mod tests {
     use super::*;
 
     #[test]
-    fn the_argv_line_is_the_shells_words_in_base64() {
+    fn the_argv_line_is_the_shells_words_ending_with_a_nul() {
         let argv = vec![
             "/.arbiter/toolbox/busybox".to_string(),
             "it's".to_string(),
@@ -192,30 +191,49 @@ pub(super) mod tests {
             String::new(),
         ];
         let line = argv_line(&argv);
-        assert_eq!(line.last(), Some(&b'\n'));
-        let text = String::from_utf8(line[..line.len() - 1].to_vec()).unwrap();
-        assert!(!text.contains('\n'), "one line");
-        let words = super::super::base64_lines::decode(&text).unwrap();
+        assert_eq!(line.last(), Some(&0));
         assert_eq!(
-            String::from_utf8(words).unwrap(),
+            String::from_utf8(line[..line.len() - 1].to_vec()).unwrap(),
             "'/.arbiter/toolbox/busybox' 'it'\\''s' 'two\nlines' ''"
         );
     }
 
-    /// `script` (ending in the trampoline, the toolbox's `base64` the host's) run by a real
-    /// shell with `args`, sent `argv`'s line and then `rest` on its stdin, to its end.
+    /// The toolbox's busybox (the shell every harness script runs in, in a pod), or `None`
+    /// (skip) when no toolbox is built and Docker is not required (scripts/bootstrap builds
+    /// it; CI requires it).
+    pub(in super::super) fn toolbox_busybox() -> Option<std::path::PathBuf> {
+        match crate::sandbox::toolbox::locate_toolbox() {
+            Ok(tb) => Some(tb.dir.join("busybox")),
+            Err(e) if std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() != Ok("1") => {
+                eprintln!("skipping: {e}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A toolbox shell running `script` (its `/.arbiter/toolbox/busybox` this host's toolbox
+    /// busybox) with `args`; `None`: no toolbox (skip).
+    pub(in super::super) fn toolbox_sh(script: &str, args: &[&str]) -> Option<std::process::Command> {
+        let busybox = toolbox_busybox()?;
+        let at = busybox.to_string_lossy().to_string();
+        let mut cmd = std::process::Command::new(&busybox);
+        cmd.args(["sh", "-c", &script.replace("/.arbiter/toolbox/busybox", &at)])
+            .args(args);
+        Some(cmd)
+    }
+
+    /// `script` (ending in the trampoline) run by the toolbox's shell with `args`, sent
+    /// `argv`'s words and then `rest` on its stdin, to its end; `None`: no toolbox (skip).
     pub(in super::super) fn sent_to(
         script: &str,
         args: &[&str],
         argv: &[String],
         rest: &[u8],
-    ) -> std::process::Output {
+    ) -> Option<std::process::Output> {
         use std::io::Write;
-        use std::process::{Command, Stdio};
-        let script = script.replace("$B base64", "base64");
-        let mut child = Command::new("sh")
-            .args(["-c", &script])
-            .args(args)
+        use std::process::Stdio;
+        let mut child = toolbox_sh(script, args)?
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -225,14 +243,14 @@ pub(super) mod tests {
         stdin.write_all(&argv_line(argv)).unwrap();
         stdin.write_all(rest).unwrap();
         drop(stdin);
-        child.wait_with_output().unwrap()
+        Some(child.wait_with_output().unwrap())
     }
 
-    /// The trampoline, run by a real shell: it says it runs, then runs the argv it is sent,
-    /// word for word, with the rest of its stdin as the command's.
+    /// The trampoline, run by the toolbox's shell: it says it runs, then runs the argv it is
+    /// sent, word for word, with the rest of its stdin as the command's.
     #[test]
     fn the_trampoline_runs_what_it_is_sent() {
-        use std::process::{Command, Stdio};
+        use std::process::Stdio;
         let argv = vec![
             "sh".to_string(),
             "-c".to_string(),
@@ -242,7 +260,9 @@ pub(super) mod tests {
             "two\nlines".to_string(),
             String::new(),
         ];
-        let out = sent_to(TRAMPOLINE, &[], &argv, b"rest of stdin");
+        let Some(out) = sent_to(TRAMPOLINE, &[], &argv, b"rest of stdin") else {
+            return;
+        };
         assert!(out.status.success());
         assert_eq!(
             out.stderr,
@@ -253,13 +273,24 @@ pub(super) mod tests {
             String::from_utf8(out.stdout).unwrap(),
             "it's|two\nlines||rest of stdin"
         );
-        // Dropped before its argv: it runs nothing.
-        let out = Command::new("sh")
-            .args(["-c", &TRAMPOLINE.replace("$B base64", "base64")])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        assert!(out.stdout.is_empty());
+        // Dropped before its argv, or in the middle of it: it runs nothing.
+        for sent in [&b""[..], b"'sh' '-c' 'echo ran'"] {
+            let mut child = toolbox_sh(TRAMPOLINE, &[])
+                .unwrap()
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            {
+                use std::io::Write;
+                let mut stdin = child.stdin.take().unwrap();
+                stdin.write_all(sent).unwrap();
+            }
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success());
+            assert!(out.stdout.is_empty(), "{:?}", out.stdout);
+            assert_eq!(out.stderr, READY);
+        }
     }
 }

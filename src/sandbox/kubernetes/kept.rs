@@ -37,7 +37,7 @@ use crate::sandbox::toolbox::toolbox_argv;
 /// facts and stderr are sent on stderr. The command's exit code is the exec's.
 const KEEP: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox; k=$1 m=$2 n=$3; shift 3
-while [ "$n" -gt 0 ]; do $B rm -f "$1.o" "$1.e" "$1.f" "$1.c"; shift; n=$((n-1)); done
+while [ "$n" -gt 0 ]; do for x in o e f c; do unlink "$1.$x"; done 2>/dev/null; shift; n=$((n-1)); done
 : >"$k.o" && : >"$k.e" || { echo "cannot keep output in $k" >&2; exit 125; }
 if [ "$m" = file ]; then
 "$@" >"$k.o" 2>"$k.e"; rc=$?
@@ -46,13 +46,13 @@ if [ "$m" = file ]; then
     r#"
 $B cat "$k.f" "$k.e" >&2; $B cat "$k.o"; exit "$rc"
 fi
-$B mkfifo "$k.p" || { echo "cannot keep output in $k" >&2; exit 125; }
-{ $B head -c 67108864 >"$k.o"; $B cat >/dev/null; } <"$k.p" &
+mkfifo "$k.p" || { echo "cannot keep output in $k" >&2; exit 125; }
+{ head -c 67108864 >"$k.o"; $B cat >/dev/null; } <"$k.p" &
 { { "$@" 2>"$k.e"; echo $? >"$k.r"; } | $B tee /dev/fd/3 "$k.p" | $B wc -c >"$k.n"; } 3>&1
 wait
-rc=$($B cat "$k.r"); o=$($B cat "$k.n"); o=$((o+0)); e=$($B wc -c <"$k.e"); se=$($B sha256sum <"$k.e")
-so=-; if [ "$o" -le 67108864 ]; then so=$($B sha256sum <"$k.o"); so=${so%% *}; fi
-f="arbiter-kept $rc $o $((e+0)) $so ${se%% *}"; printf '%s\n' "$f" >"$k.f"; $B rm -f "$k.r" "$k.n" "$k.p"
+rc=; read -r rc 2>/dev/null <"$k.r"; o=; read -r o 2>/dev/null <"$k.n"; o=$((o+0)); e=$($B wc -c <"$k.e"); se=$(sha256sum <"$k.e")
+so=-; if [ "$o" -le 67108864 ]; then so=$(sha256sum <"$k.o"); so=${so%% *}; fi
+f="arbiter-kept $rc $o $((e+0)) $so ${se%% *}"; printf '%s\n' "$f" >"$k.f"; for x in r n p; do unlink "$k.$x"; done 2>/dev/null
 $B cat "$k.f" "$k.e" >&2; exit "$rc""#
 );
 
@@ -863,36 +863,51 @@ mod tests {
         }
     }
 
-    /// KEEP's file mode run by a real shell: the facts line gives the exit code, and each
-    /// file's size and sha256 (one `wc` and one `sha256sum` of both files).
+    /// KEEP run by the toolbox's shell, in both modes: the facts line gives the exit code,
+    /// and each file's size and sha256 (file mode: one `wc` and one `sha256sum` of both
+    /// files); stale stems are removed first and its own files are gone after it.
     #[test]
     fn the_facts_line_counts_and_digests_both_kept_files() {
         let dir = tempfile::tempdir().unwrap();
-        let stem = dir.path().join("keep-x");
-        let script = KEEP
-            .replace("B=/.arbiter/toolbox/busybox", "B=")
-            .replace("$B ", "");
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script, "keep"])
-            .arg(&stem)
-            .args([
-                "file",
-                "0",
+        let stale = dir.path().join("keep-old");
+        for ext in ["o", "e", "f", "c"] {
+            std::fs::write(stale.with_extension(ext), b"x").unwrap();
+        }
+        for (mode, stem) in [("file", "keep-x"), ("stream", "keep-y")] {
+            let stem = dir.path().join(stem);
+            let args = [
+                stem.to_str().unwrap(),
+                mode,
+                "1",
+                stale.to_str().unwrap(),
                 "sh",
                 "-c",
                 "printf hello; printf err >&2; exit 3",
-            ])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(3));
-        assert_eq!(out.stdout, b"hello");
-        let (facts, rest) = split_facts(&out.stderr).expect("a facts line");
-        assert_eq!(facts.code, 3);
-        assert_eq!((facts.out, facts.err), (5, 3));
-        let sha = crate::digest::sha256_hex;
-        assert_eq!(facts.sha_out, Some(sha(b"hello")));
-        assert_eq!(facts.sha_err, sha(b"err"));
-        assert_eq!(rest, b"err");
+            ];
+            let Some(mut cmd) = super::super::hot::tests::toolbox_sh(KEEP, &["keep"]) else {
+                return;
+            };
+            let out = cmd.args(args).output().unwrap();
+            assert_eq!(out.status.code(), Some(3), "{mode}");
+            let (facts, rest) = split_facts(&out.stderr).expect("a facts line");
+            assert_eq!(facts.code, 3);
+            assert_eq!((facts.out, facts.err), (5, 3));
+            let sha = crate::digest::sha256_hex;
+            assert_eq!(facts.sha_out, Some(sha(b"hello")));
+            assert_eq!(facts.sha_err, sha(b"err"));
+            assert_eq!(rest, b"err");
+            assert_eq!(out.stdout, b"hello");
+        }
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["keep-x.e", "keep-x.f", "keep-x.o", "keep-y.e", "keep-y.f", "keep-y.o"],
+            "the stale stem's files and the stream's own are gone"
+        );
     }
 
     #[test]

@@ -239,7 +239,7 @@ mod tests {
         assert_eq!(Scanner::default().scan(&cut), Scan::More);
     }
 
-    /// The stop's script with its park lines, run by a real shell: the end line after what
+    /// The stop's script with its park lines, run by the toolbox's shell: the end line after what
     /// it sent, the trampoline's word on stderr, and then the command it is sent runs in its
     /// place with the rest of stdin; without `$_pk` it ends after its parts.
     #[test]
@@ -253,7 +253,9 @@ mod tests {
             "it's".to_string(),
         ];
         let sent_to = super::super::hot::tests::sent_to;
-        let out = sent_to(&script, &["arbiter-stop", "1"], &argv, b"its stdin");
+        let Some(out) = sent_to(&script, &["arbiter-stop", "1"], &argv, b"its stdin") else {
+            return;
+        };
         assert!(out.status.success());
         let stdout = String::from_utf8(out.stdout).unwrap();
         assert_eq!(stdout, format!("oom_kill=0\n{END}\nran it's|its stdin"));
@@ -268,8 +270,8 @@ mod tests {
             "the trampoline's two words, and nothing else"
         );
         // Not parked: it ends after its parts, with nothing of the trampoline.
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script, "arbiter-stop", ""])
+        let out = super::super::hot::tests::toolbox_sh(&script, &["arbiter-stop", ""])
+            .unwrap()
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap();

@@ -3,7 +3,9 @@
 //! its exec then kept for the pod's next command (parked.rs).
 
 use super::KubernetesSandbox;
-use super::after_stop::{CHANGED_MAX, LOGS_MAX, SEND_CHANGED, SEND_LOGS, SEND_WALK, WALK_MAX};
+use super::after_stop::{
+    CHANGED_MAX, LOGS_MAX, SEND_CHANGED, SEND_LOGS, SEND_PARTS, SEND_WALK, WALK_MAX,
+};
 use super::ended::Ended;
 use super::error::KubeError;
 use super::exec::RawEnd;
@@ -14,8 +16,10 @@ use crate::sandbox::{ContainerId, Lost, SandboxError, Stopped};
 /// until none is left; print the memory cgroup's OOM-kill count read before.
 const STOP: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox; o=0
-if [ -r /sys/fs/cgroup/memory/memory.oom_control ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory/memory.oom_control)
-elif [ -r /sys/fs/cgroup/memory.events ]; then o=$($B awk '$1=="oom_kill"{print $2}' /sys/fs/cgroup/memory.events); fi
+for f in /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events; do
+  [ -r "$f" ] || continue
+  while read -r k v; do [ "$k" = oom_kill ] && o=$v; done <"$f"; break
+done
 "#,
     super::after_stop::kill_all!(),
     r#"[ "$n" = 0 ] || { echo "$n process(es) left after SIGKILL" >&2; exit 3; }
@@ -41,7 +45,7 @@ impl KubernetesSandbox {
             .get_mut(pod)
             .is_some_and(|s| std::mem::take(&mut s.walk_on_stop));
         let script = format!(
-            "_lc=$1 _wk=$2 _ws=$3 _wf=$4 _cc=$5 _pk=$6 _rp=\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}\n{}",
+            "_lc=$1 _wk=$2 _ws=$3 _wf=$4 _cc=$5 _pk=$6 _rp=\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}\n{SEND_PARTS}\n{}",
             super::parked::park_lines()
         );
         let cap = (LOGS_MAX + 1).to_string();
