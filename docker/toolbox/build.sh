@@ -213,20 +213,31 @@ fi
 
 want_sha=$(sha256_of "$busybox")
 
-# The relay: std only, no dependencies (builds offline), statically linked against
-# glibc (`crt-static`, not position-independent: no PT_INTERP, no dynamic section),
-# so it runs in any image.
+# The relay: std only, no dependencies (builds offline), built for the musl target: linked
+# statically, not position-independent (no PT_INTERP, no dynamic section: runs in any image) and small enough for a Kubernetes ConfigMap
+# (~0.5 MB, under relay_max_size), so pods run it from the read-only toolbox volume as they
+# run the busybox (a glibc static build is 1.25 MB and had to ride gzipped and be unpacked
+# in every pod). The target's std is installed with rustup once when missing.
 # cargo's own incremental build makes this a no-op when nothing changed.
 cargo_bin=${CARGO:-cargo}
 command -v "$cargo_bin" >/dev/null 2>&1 ||
   arbiter_die "need cargo to build the toolbox's relay (the same toolchain that builds arbiter)."
+relay_triple=x86_64-unknown-linux-musl
+relay_max_size=1000000
+if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed 2>/dev/null | grep -qx "$relay_triple"; then
+  arbiter_log "installing the Rust target $relay_triple (the toolbox's relay)"
+  rustup target add "$relay_triple" >&2 ||
+    arbiter_die "rustup target add $relay_triple failed (the toolbox's relay is built for it)"
+fi
 relay_target=$cache/arbiter/relay-target
 RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" "$cargo_bin" build --quiet --release --locked \
-  --manifest-path "$here/relay/Cargo.toml" --target x86_64-unknown-linux-gnu \
+  --manifest-path "$here/relay/Cargo.toml" --target "$relay_triple" \
   --target-dir "$relay_target" >&2 ||
-  arbiter_die "building the toolbox's relay (docker/toolbox/relay) failed; the static glibc (libc6-dev) is needed"
-relay=$relay_target/x86_64-unknown-linux-gnu/release/arbiter-relay
+  arbiter_die "building the toolbox's relay (docker/toolbox/relay) for $relay_triple failed; rustup target add $relay_triple"
+relay=$relay_target/$relay_triple/release/arbiter-relay
 is_static "$relay" || arbiter_die "the toolbox's relay at $relay is not statically linked"
+[ "$(size_of "$relay")" -lt "$relay_max_size" ] ||
+  arbiter_die "the toolbox's relay at $relay is $(size_of "$relay") bytes, over $relay_max_size (a Kubernetes ConfigMap holds 1 MiB)"
 want_relay_sha=$(sha256_of "$relay")
 
 # Up to date when the manifest names this version, the busybox and relay we would

@@ -36,13 +36,15 @@ use crate::sandbox::{
 /// Prints the mount table, a NUL, every path of the root filesystem NUL-terminated, a NUL,
 /// then each path's `stat -c "$1"` line (see `walk.rs`). Dates in UTC whatever the image's
 /// zone; the list goes through the harness's scratch volume (not walked: another filesystem).
+/// `xargs` runs `stat` by its path, an exec: an applet it ran in a fork of itself would, on
+/// exit, seek the list's shared offset back to where its copy of `xargs`'s buffer stood.
 pub(super) const WALK: &str = r#"B=/.arbiter/toolbox/busybox; export TZ=UTC0; L=/.arbiter/scratch/walk-$$
 $B cat /proc/self/mountinfo || exit 90
 printf '\000'
 find / -xdev -print0 > "$L" || { unlink "$L"; echo "find failed" >&2; exit 91; }
 $B cat "$L" || exit 92
 printf '\000'
-xargs -0 -r stat -c "$1" < "$L"; r=$?
+xargs -0 -r $B stat -c "$1" < "$L"; r=$?
 unlink "$L"; exit $r"#;
 
 /// Reads NUL-terminated paths on stdin; prints one line per path: the sha256 of a file's
@@ -421,5 +423,59 @@ impl KubernetesSandbox {
                 p.clone()
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// WALK run by the toolbox's shell over a tree of a few thousand names (more than one
+    /// buffer of `xargs`'s): every path is stat'ed once, by its own name, and the walk parses.
+    #[test]
+    fn the_walk_stats_every_path_it_lists_once() {
+        let root = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let mut want = vec![root.path().to_path_buf()];
+        for d in 0..20 {
+            let dir = root
+                .path()
+                .join(format!("a-fairly-long-directory-name-{d:02}"));
+            std::fs::create_dir(&dir).unwrap();
+            want.push(dir.clone());
+            for f in 0..100 {
+                let file = dir.join(format!("some-file-with-a-long-name-{f:03}.txt"));
+                std::fs::write(&file, b"x").unwrap();
+                want.push(file);
+            }
+        }
+        let script = WALK
+            .replace("find / ", &format!("find {} ", root.path().display()))
+            .replace("/.arbiter/scratch", &scratch.path().display().to_string());
+        let Some(mut cmd) =
+            super::super::hot::tests::toolbox_sh(&script, &["arbiter-walk", STAT_FORMAT])
+        else {
+            return;
+        };
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let walk = Walk::parse(&out.stdout).unwrap();
+        let mut want: Vec<Vec<u8>> = want
+            .iter()
+            .map(|p| p.as_os_str().as_encoded_bytes().to_vec())
+            .collect();
+        want.sort();
+        let got: Vec<Vec<u8>> = walk.entries.keys().cloned().collect();
+        assert_eq!(got, want);
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
     }
 }

@@ -1182,7 +1182,7 @@ mod tests {
     #[test]
     fn the_wrapper_sets_the_environment_it_reads_byte_for_byte() {
         use std::io::Write;
-        use std::process::{Command, Stdio};
+        use std::process::Stdio;
         let env = [
             ("PLAIN", "1"),
             ("QUOTES", "it's \"quoted\" 'twice''"),

@@ -214,12 +214,19 @@ pub(super) mod tests {
 
     /// A toolbox shell running `script` (its `/.arbiter/toolbox/busybox` this host's toolbox
     /// busybox) with `args`; `None`: no toolbox (skip).
-    pub(in super::super) fn toolbox_sh(script: &str, args: &[&str]) -> Option<std::process::Command> {
+    pub(in super::super) fn toolbox_sh(
+        script: &str,
+        args: &[&str],
+    ) -> Option<std::process::Command> {
         let busybox = toolbox_busybox()?;
         let at = busybox.to_string_lossy().to_string();
         let mut cmd = std::process::Command::new(&busybox);
-        cmd.args(["sh", "-c", &script.replace("/.arbiter/toolbox/busybox", &at)])
-            .args(args);
+        cmd.args([
+            "sh",
+            "-c",
+            &script.replace("/.arbiter/toolbox/busybox", &at),
+        ])
+        .args(args);
         Some(cmd)
     }
 

@@ -905,7 +905,9 @@ mod tests {
         left.sort();
         assert_eq!(
             left,
-            ["keep-x.e", "keep-x.f", "keep-x.o", "keep-y.e", "keep-y.f", "keep-y.o"],
+            [
+                "keep-x.e", "keep-x.f", "keep-x.o", "keep-y.e", "keep-y.f", "keep-y.o"
+            ],
             "the stale stem's files and the stream's own are gone"
         );
     }

@@ -1,6 +1,6 @@
 //! The pod of one [`ContainerSpec`] (pure: tested without a cluster).
 //!
-//! - the harness toolbox (its static busybox, the relay gzipped) from two ConfigMaps
+//! - the harness toolbox (its static busybox and relay) from two ConfigMaps
 //!   (toolbox_maps.rs), projected read-only at the path the Docker backend bind-mounts it
 //!   (`/.arbiter/toolbox`), so every harness command has the same argv on both backends and
 //!   no container starts before the main one; a root-only scratch emptyDir beside it;

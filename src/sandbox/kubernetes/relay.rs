@@ -2,8 +2,8 @@
 //! stream (SPEC §11, §14): how a pod with network `none` reaches the model gateway and the
 //! egress allowlist proxy, with no ingress to this machine and no egress from the pod.
 //!
-//! Inside the pod the toolbox's static `relay` (`docker/toolbox/relay`, run as root, unpacked
-//! at each start from the read-only toolbox's `relay.gz`: [`RELAY_START`]) listens on `127.0.0.1:PORT` and multiplexes
+//! Inside the pod the toolbox's static `relay` (`docker/toolbox/relay`, run as root from the
+//! read-only toolbox volume, as the busybox is) listens on `127.0.0.1:PORT` and multiplexes
 //! every connection made to it over its stdin and stdout: frames of `kind: u8`, `id: u32`,
 //! `len: u32` (big-endian), `len` bytes. Here each `OPEN` (with what the client sent first,
 //! so a new HTTP connection is one write, not two: see the relay) becomes a TCP connection to
@@ -132,23 +132,10 @@ pub(crate) fn host_listener(port: u16) -> std::io::Result<TcpListener> {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
 }
 
-/// Starts the relay (`$1`: its port): unpacked from the toolbox's read-only `relay.gz`
-/// (toolbox_maps.rs) into a file of its own in the root-only scratch, created exclusively
-/// (noclobber: whatever else is at that name makes it fail, never followed), then run in
-/// place of the shell.
-const RELAY_START: &str = r#"B=/.arbiter/toolbox/busybox; f=/.arbiter/scratch/relay-$$
-$B rm -f "$f"
-( set -C; $B gunzip -c /.arbiter/toolbox/relay.gz >"$f" ) && $B chmod 0700 "$f" && exec "$f" "$@"
-echo "the relay could not be unpacked into $f" >&2; exit 125"#;
-
-/// The argv of the in-pod relay listening on `port`.
+/// The argv of the in-pod relay listening on `port`: the toolbox's own file, run as it is.
 fn relay_argv(port: u16) -> Vec<String> {
     vec![
-        format!("{TOOLBOX_MOUNT}/busybox"),
-        "sh".to_string(),
-        "-c".to_string(),
-        RELAY_START.to_string(),
-        "arbiter-relay".to_string(),
+        format!("{TOOLBOX_MOUNT}/{}", super::toolbox_maps::RELAY),
         port.to_string(),
     ]
 }

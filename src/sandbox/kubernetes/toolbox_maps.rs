@@ -1,23 +1,19 @@
 //! The harness toolbox in pods without an init container: its static busybox and its relay
-//! (gzipped) in two ConfigMaps of the namespace, named by the toolbox's content and created
-//! once (however many jobs share the namespace), which every pod mounts read-only at
+//! in two ConfigMaps of the namespace, named by the toolbox's content and created once
+//! (however many jobs share the namespace), which every pod mounts read-only at
 //! `/.arbiter/toolbox` through one projected volume (pod.rs).
 //!
 //! An init container that copied the toolbox into an emptyDir cost every pod a container
 //! start and the kubelet's next relist before the main container could start (measured on
 //! the test cluster: 0.96 s from create to a first exec, against 0.36 s without one). A
 //! ConfigMap volume is as read-only as that emptyDir was (the kubelet writes it; the pod
-//! mounts it read-only), so the agent, root or not, can no more replace the busybox the
-//! harness runs than on Docker's read-only bind mount. A ConfigMap holds at most 1 MiB:
-//! docker/toolbox/build.sh builds a busybox under that; the relay (statically linked
-//! against glibc, 1.2 MB) rides gzipped in its own map and is unpacked into the root-only
-//! scratch each time it is started (relay.rs).
+//! mounts it read-only), so the agent, root or not, can no more replace the busybox or the
+//! relay the harness runs than on Docker's read-only bind mount. A ConfigMap holds at most
+//! 1 MiB: docker/toolbox/build.sh builds both under that (the busybox with musl-gcc, the
+//! relay for Rust's musl target), so each runs from the volume as it is, unpacked nowhere.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 
-use flate2::Compression;
-use flate2::write::GzEncoder;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapProjection, KeyToPath, ProjectedVolumeSource, Volume, VolumeProjection,
@@ -34,8 +30,8 @@ use crate::sandbox::SandboxError;
 pub(crate) const CONFIGMAP_LIMIT: usize = 1024 * 1024;
 /// Label of the toolbox's ConfigMaps: the toolbox's content id.
 const LABEL_TOOLBOX: &str = "arbiter.toolbox";
-/// The gzipped relay's name in the toolbox volume.
-pub(crate) const RELAY_GZ: &str = "relay.gz";
+/// The relay's name in the toolbox volume (as in the toolbox's directory).
+pub(crate) const RELAY: &str = "relay";
 
 /// The two ConfigMaps of one toolbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +46,9 @@ impl ToolboxMaps {
         let id = toolbox_id(content_sha256);
         ToolboxMaps {
             busybox: format!("arbiter-toolbox-{id}"),
-            relay: format!("arbiter-relay-{id}"),
+            // Not `arbiter-relay-<id>`: arbiter before the musl relay kept it gzipped under
+            // that name (key `relay.gz`), for a toolbox of the same content too.
+            relay: format!("arbiter-relay-exe-{id}"),
         }
     }
 
@@ -74,7 +72,7 @@ impl ToolboxMaps {
                 default_mode: Some(0o444),
                 sources: Some(vec![
                     item(&self.busybox, "busybox", 0o555),
-                    item(&self.relay, RELAY_GZ, 0o444),
+                    item(&self.relay, RELAY, 0o555),
                 ]),
             }),
             ..Default::default()
@@ -110,12 +108,6 @@ fn map_of(name: &str, id: &str, key: &str, bytes: Vec<u8>) -> Result<ConfigMap, 
     })
 }
 
-fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut encoder = GzEncoder::new(Vec::new(), Compression::best());
-    encoder.write_all(bytes)?;
-    encoder.finish()
-}
-
 impl KubernetesSandbox {
     /// The toolbox's ConfigMaps in the namespace: listed (one request), the missing ones
     /// created (a map another job created meanwhile is as good: same name, same content).
@@ -148,10 +140,7 @@ impl KubernetesSandbox {
                     wanted.push(map_of(&maps.busybox, id, "busybox", read("busybox")?)?);
                 }
                 if !have(&maps.relay) {
-                    let relay = gzip(&read("relay")?).map_err(|e| {
-                        KubeError::Setup(format!("compressing the toolbox's relay: {e}"))
-                    })?;
-                    wanted.push(map_of(&maps.relay, id, RELAY_GZ, relay)?);
+                    wanted.push(map_of(&maps.relay, id, RELAY, read(RELAY)?)?);
                 }
                 for map in wanted {
                     match api.create(&PostParams::default(), &map).await {
@@ -181,7 +170,7 @@ mod tests {
     fn the_maps_are_named_by_the_toolbox_content_and_projected_read_only() {
         let maps = ToolboxMaps::of("0123456789abcdef0123");
         assert_eq!(maps.busybox, "arbiter-toolbox-0123456789abcdef");
-        assert_eq!(maps.relay, "arbiter-relay-0123456789abcdef");
+        assert_eq!(maps.relay, "arbiter-relay-exe-0123456789abcdef");
         let volume = maps.volume();
         let projected = volume.projected.unwrap();
         let sources = projected.sources.unwrap();
@@ -197,7 +186,7 @@ mod tests {
             items,
             [
                 (maps.busybox.clone(), "busybox".to_string(), 0o555),
-                (maps.relay.clone(), RELAY_GZ.to_string(), 0o444),
+                (maps.relay.clone(), RELAY.to_string(), 0o555),
             ]
         );
     }
@@ -212,18 +201,5 @@ mod tests {
         let ok = map_of("m", "id", "busybox", vec![1; 10]).unwrap();
         assert_eq!(ok.immutable, Some(true));
         assert_eq!(ok.binary_data.unwrap()["busybox"].0, vec![1; 10]);
-    }
-
-    #[test]
-    fn the_relay_gzipped_unpacks_to_itself() {
-        let relay: Vec<u8> = (0..50_000u32)
-            .flat_map(|i| (i % 251).to_le_bytes())
-            .collect();
-        let packed = gzip(&relay).unwrap();
-        assert!(packed.len() < relay.len());
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&packed[..]), &mut out)
-            .unwrap();
-        assert_eq!(out, relay);
     }
 }

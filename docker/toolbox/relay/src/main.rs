@@ -95,7 +95,7 @@ fn send_all(out: &Out, frames: &[Vec<u8>]) {
     }
 }
 
-/// glibc's `sigset_t` on Linux: 1024 bits.
+/// The C library's `sigset_t` on Linux (musl's, as glibc's): 1024 bits.
 #[repr(C)]
 struct SigSet([u64; 16]);
 
