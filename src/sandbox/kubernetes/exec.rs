@@ -143,7 +143,9 @@ pub(super) const HOLD_HALT: usize = 72 * 1024;
 /// line says why (`x<code> <message>` after the five facts) and the exit code is 125.
 ///
 /// Kept (`kept.rs`), the command's stdout and stderr go through `tee` both to the exec's
-/// streams and to a reader that keeps their first `$5` bytes (and counts the rest); once the
+/// streams and to a reader that keeps their first `$5` bytes (and counts the rest: `dd`
+/// reads no byte past them, where `head -c` reads a buffer ahead that `wc` would not count);
+/// once the
 /// command ended, the facts line (exit code, sizes and sha256 of what was kept, the bytes of
 /// each stream in all) ends stderr
 /// after a `\x1f`. The wrapper and its tees ignore SIGTERM (the deadline's), so that what a
@@ -188,8 +190,8 @@ if [ -n "$wd" ]; then cd "$wd" 2>/dev/null || { echo "cannot enter the working d
   exec $B nsenter -S "$uid" -G "$gid" "$@"
 fi
 trap '' TERM INT HUP
-{ head -c "$_cap" >"$_k.o"; $B wc -c >"$_k.ot"; } <"$_k.po" &
-{ head -c "$_cap" >"$_k.e"; $B wc -c >"$_k.et"; } <"$_k.pe" &
+{ $B dd bs=65536 count="$_cap" iflag=count_bytes,fullblock status=none >"$_k.o"; $B wc -c >"$_k.ot"; } <"$_k.po" &
+{ $B dd bs=65536 count="$_cap" iflag=count_bytes,fullblock status=none >"$_k.e"; $B wc -c >"$_k.et"; } <"$_k.pe" &
 { { ( trap - TERM INT HUP
       if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
       exec $B nsenter -S "$uid" -G "$gid" "$@" ); echo $? >"$_k.r"; } 2>&1 >&3 3>&- | $B tee "$_k.pe" >&2; } 3>&1 | $B tee "$_k.po"
@@ -1230,6 +1232,54 @@ mod tests {
         let got = String::from_utf8(out.stdout).unwrap();
         let want: String = env.iter().map(|(_, v)| format!("{v}\x1f")).collect();
         assert_eq!(got, want);
+    }
+
+    /// The keeping wrapper, run by the toolbox's shell on output past its cap: the first
+    /// bytes of each stream kept, every byte counted (nothing read ahead and lost to the
+    /// count), the streams passed on whole.
+    #[test]
+    fn the_wrapper_keeps_the_cap_and_counts_every_byte_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let stem = dir.path().join("keep-w");
+        let spec = ExecSpec {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "head -c 100000 /dev/zero; printf err >&2".into(),
+            ],
+            env: Vec::new(),
+            user: None,
+            workdir: None,
+            stdout: None,
+            stderr: None,
+            cap_bytes: 10,
+            timeout: None,
+            grace: Duration::ZERO,
+        };
+        let (argv, _) = wrapped(
+            &spec,
+            None,
+            (Some(stem.to_str().unwrap()), false, false),
+            Carried::default(),
+        );
+        let args: Vec<&str> = argv[4..].iter().map(String::as_str).collect();
+        let Some(mut cmd) = super::super::hot::tests::toolbox_sh(&argv[3], &args) else {
+            return;
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{:?}", out.status);
+        assert_eq!(out.stdout.len(), 100_000);
+        let at = out
+            .stderr
+            .iter()
+            .position(|&b| b == 0x1f)
+            .expect("a facts line");
+        assert_eq!(&out.stderr[..at], b"err");
+        let facts = String::from_utf8(out.stderr[at + 1..].to_vec()).unwrap();
+        let words: Vec<&str> = facts.split_whitespace().collect();
+        assert_eq!(words[..4], ["arbiter-kept", "0", "10", "3"], "{facts}");
+        assert_eq!(words[6], "t100000:3", "{facts}");
+        assert_eq!(std::fs::read(stem.with_extension("o")).unwrap(), [0; 10]);
     }
 
     #[test]
