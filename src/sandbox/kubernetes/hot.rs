@@ -198,12 +198,12 @@ pub(super) mod tests {
         );
     }
 
-    /// The toolbox's busybox (the shell every harness script runs in, in a pod), or `None`
-    /// (skip) when no toolbox is built and Docker is not required (scripts/bootstrap builds
-    /// it; CI requires it).
-    pub(in super::super) fn toolbox_busybox() -> Option<std::path::PathBuf> {
+    /// The toolbox's file `name` (its busybox: the shell every harness script runs in, in a
+    /// pod), or `None` (skip) when no toolbox is built and Docker is not required
+    /// (scripts/bootstrap builds it; CI requires it).
+    pub(in super::super) fn toolbox_file(name: &str) -> Option<std::path::PathBuf> {
         match crate::sandbox::toolbox::locate_toolbox() {
-            Ok(tb) => Some(tb.dir.join("busybox")),
+            Ok(tb) => Some(tb.dir.join(name)),
             Err(e) if std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() != Ok("1") => {
                 eprintln!("skipping: {e}");
                 None
@@ -218,7 +218,7 @@ pub(super) mod tests {
         script: &str,
         args: &[&str],
     ) -> Option<std::process::Command> {
-        let busybox = toolbox_busybox()?;
+        let busybox = toolbox_file("busybox")?;
         let at = busybox.to_string_lossy().to_string();
         let mut cmd = std::process::Command::new(&busybox);
         cmd.args([
@@ -238,6 +238,11 @@ pub(super) mod tests {
         argv: &[String],
         rest: &[u8],
     ) -> Option<std::process::Output> {
+        fed(script, args, &[&argv_line(argv)[..], rest].concat())
+    }
+
+    /// `script` run by the toolbox's shell with `args`, `stdin` on its stdin, to its end.
+    fn fed(script: &str, args: &[&str], stdin: &[u8]) -> Option<std::process::Output> {
         use std::io::Write;
         use std::process::Stdio;
         let mut child = toolbox_sh(script, args)?
@@ -246,10 +251,7 @@ pub(super) mod tests {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(&argv_line(argv)).unwrap();
-        stdin.write_all(rest).unwrap();
-        drop(stdin);
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
         Some(child.wait_with_output().unwrap())
     }
 
@@ -257,7 +259,6 @@ pub(super) mod tests {
     /// sent, word for word, with the rest of its stdin as the command's.
     #[test]
     fn the_trampoline_runs_what_it_is_sent() {
-        use std::process::Stdio;
         let argv = vec![
             "sh".to_string(),
             "-c".to_string(),
@@ -282,19 +283,7 @@ pub(super) mod tests {
         );
         // Dropped before its argv, or in the middle of it: it runs nothing.
         for sent in [&b""[..], b"'sh' '-c' 'echo ran'"] {
-            let mut child = toolbox_sh(TRAMPOLINE, &[])
-                .unwrap()
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            {
-                use std::io::Write;
-                let mut stdin = child.stdin.take().unwrap();
-                stdin.write_all(sent).unwrap();
-            }
-            let out = child.wait_with_output().unwrap();
+            let out = fed(TRAMPOLINE, &[], sent).unwrap();
             assert!(out.status.success());
             assert!(out.stdout.is_empty(), "{:?}", out.stdout);
             assert_eq!(out.stderr, READY);

@@ -45,14 +45,7 @@ fn the_host_side_keeps_the_port_on_another_loopback_address() {
 /// The toolbox's real relay binary, or `None` (skip) when no toolbox is built and Docker is
 /// not required (scripts/bootstrap builds it; CI requires it).
 fn relay_binary() -> Option<std::path::PathBuf> {
-    match crate::sandbox::toolbox::locate_toolbox() {
-        Ok(tb) => Some(tb.dir.join("relay")),
-        Err(e) if std::env::var("ARBITER_REQUIRE_DOCKER").as_deref() != Ok("1") => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
+    super::super::hot::tests::toolbox_file("relay")
 }
 
 /// The real relay run on this host (its "pod" is this machine's loopback), carried by
