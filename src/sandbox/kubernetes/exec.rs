@@ -54,26 +54,18 @@ pub(super) use resolve_command;
 
 /// Shell lines writing the facts of the kept files `$k.o` and `$k.e` of a command that
 /// ended with `$rc` to `$k.f` and into `$f`: `arbiter-kept CODE OUT_BYTES ERR_BYTES
-/// SHA256_OF_OUT SHA256_OF_ERR`. A macro, so that `concat!` takes it into the scripts.
-/// `(totals)`: then also `t<OUT>:<ERR>`, the bytes the command wrote to each stream in all
-/// (the kept ones and those past the cap, counted in `$ot` and `$et`), so that a count never
-/// depends on the exec's stream: a stream can lose its tail with exit 0 (kubernetes#124571),
-/// and what is past the cap is not kept to read again. Two processes (one `wc`, one
-/// `sha256sum`, each of both files), each figure only where its line names its file.
+/// SHA256_OF_OUT SHA256_OF_ERR` (kept.rs's `KEEP`; the exec wrapper has them from `keep`, with
+/// `t<OUT>:<ERR>`, the bytes the command wrote to each stream in all, after them: a count that
+/// never depends on the exec's stream, which can lose its tail with exit 0,
+/// kubernetes#124571). A macro, so that `concat!` takes it into the script. Two processes
+/// (one `wc`, one `sha256sum`, each of both files), each figure only where its line names its
+/// file.
 macro_rules! facts_line {
     () => {
-        $crate::sandbox::kubernetes::exec::facts_line!(@with "")
-    };
-    (totals) => {
-        $crate::sandbox::kubernetes::exec::facts_line!(@with " t$((o+${ot:-0})):$((e+${et:-0}))$hf")
-    };
-    (@with $more:literal) => {
         concat!(
             r#"set -- $($B wc -c "$k.o" "$k.e" 2>/dev/null); o= e=; [ "$2" = "$k.o" ] && o=$1; [ "$4" = "$k.e" ] && e=$3
 set -- $(sha256sum "$k.o" "$k.e" 2>/dev/null); so= se=; [ "$2" = "$k.o" ] && so=$1; [ "$4" = "$k.e" ] && se=$3
-f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"#,
-            $more,
-            r#""; printf '%s\n' "$f" >"$k.f""#
+f="arbiter-kept $rc $((o+0)) $((e+0)) ${so%% *} ${se%% *}"; printf '%s\n' "$f" >"$k.f""#
         )
     };
 }
@@ -142,14 +134,13 @@ pub(super) const HOLD_HALT: usize = 72 * 1024;
 /// `transfer.rs`'s upload does). When one did not hold, the command is not run: the facts
 /// line says why (`x<code> <message>` after the five facts) and the exit code is 125.
 ///
-/// Kept (`kept.rs`), the command's stdout and stderr go through `tee` both to the exec's
-/// streams and to a reader that keeps their first `$5` bytes (and counts the rest: `dd`
-/// reads no byte past them, where `head -c` reads a buffer ahead that `wc` would not count);
-/// once the
-/// command ended, the facts line (exit code, sizes and sha256 of what was kept, the bytes of
-/// each stream in all) ends stderr
-/// after a `\x1f`. The wrapper and its tees ignore SIGTERM (the deadline's), so that what a
-/// command writes in its grace period is kept too; the command itself gets it.
+/// Kept (`kept.rs`), the command runs under the toolbox relay's `keep`
+/// (`docker/toolbox/relay/src/keep.rs`, one process): its stdout and stderr are passed on to
+/// the exec's streams as they come, their first `$5` bytes kept in `$4.o` and `$4.e`, every
+/// byte counted; once the command ended, the facts line (exit code, sizes and sha256 of what
+/// was kept, the bytes of each stream in all, as `keep` wrote them to `$4.n`) ends stderr
+/// after a `\x1f`. The wrapper ignores SIGTERM (the deadline's) and `keep` blocks it, so that
+/// what a command writes in its grace period is kept too; the command itself gets it.
 const WRAPPER: &str = concat!(
     r#"B=/.arbiter/toolbox/busybox
 u=$1 wd=$2 fl=$3 _k=$4 _cap=$5 _h=$6 _rp=; shift 6
@@ -185,28 +176,23 @@ fi
 if [ -n "$wd" ]; then cd "$wd" 2>/dev/null || { echo "cannot enter the working dir $wd" >&2; exit 126; }; fi
 "#,
     resolve_command!(),
-    r#"if [ -z "$_k" ] || ! { : >"$_k.o" && : >"$_k.e" && mkfifo "$_k.po" "$_k.pe"; } 2>/dev/null; then
+    r#"if [ -z "$_k" ] || ! { : >"$_k.o" && : >"$_k.e"; } 2>/dev/null; then
   if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
   exec $B nsenter -S "$uid" -G "$gid" "$@"
 fi
 trap '' TERM INT HUP
-{ $B dd bs=65536 count="$_cap" iflag=count_bytes,fullblock status=none >"$_k.o"; $B wc -c >"$_k.ot"; } <"$_k.po" &
-{ $B dd bs=65536 count="$_cap" iflag=count_bytes,fullblock status=none >"$_k.e"; $B wc -c >"$_k.et"; } <"$_k.pe" &
-{ { ( trap - TERM INT HUP
-      if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec "$@"; fi
-      exec $B nsenter -S "$uid" -G "$gid" "$@" ); echo $? >"$_k.r"; } 2>&1 >&3 3>&- | $B tee "$_k.pe" >&2; } 3>&1 | $B tee "$_k.po"
-wait
-k=$_k; rc=; read -r rc 2>/dev/null <"$k.r"; rc=${rc:-125}; ot=0 et=0
-read -r ot 2>/dev/null <"$k.ot"; read -r et 2>/dev/null <"$k.et"; for x in po pe r ot et; do unlink "$k.$x"; done 2>/dev/null
+( trap - TERM INT HUP
+  if [ "$uid" = 0 ] && [ "$gid" = 0 ]; then exec /.arbiter/toolbox/relay keep "$_cap" "$_k" -- "$@"; fi
+  exec /.arbiter/toolbox/relay keep "$_cap" "$_k" -- $B nsenter -S "$uid" -G "$gid" "$@" )
+k=$_k rc=125 o=0 e=0 so=$_z se=$_z to=0 te=0
+read -r rc o e so se to te 2>/dev/null <"$k.n"; unlink "$k.n" 2>/dev/null
 hf=
 if [ -n "$_h" ]; then {
 "#,
     super::after_stop::kill_all!(),
     halt_send!(),
     r#"} 2>/dev/null; fi
-"#,
-    facts_line!(totals),
-    r#"
+f="arbiter-kept $rc $o $e $so $se t$to:$te$hf"; printf '%s\n' "$f" >"$k.f"
 printf '\037%s\n' "$f" >&2; exit "$rc""#
 );
 

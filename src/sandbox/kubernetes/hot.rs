@@ -212,19 +212,19 @@ pub(super) mod tests {
         }
     }
 
-    /// A toolbox shell running `script` (its `/.arbiter/toolbox/busybox` this host's toolbox
-    /// busybox) with `args`; `None`: no toolbox (skip).
+    /// A toolbox shell running `script` (its `/.arbiter/toolbox/` this host's toolbox
+    /// directory) with `args`; `None`: no toolbox (skip).
     pub(in super::super) fn toolbox_sh(
         script: &str,
         args: &[&str],
     ) -> Option<std::process::Command> {
         let busybox = toolbox_file("busybox")?;
-        let at = busybox.to_string_lossy().to_string();
+        let dir = busybox.parent()?.to_string_lossy().to_string();
         let mut cmd = std::process::Command::new(&busybox);
         cmd.args([
             "sh",
             "-c",
-            &script.replace("/.arbiter/toolbox/busybox", &at),
+            &script.replace("/.arbiter/toolbox/", &format!("{dir}/")),
         ])
         .args(args);
         Some(cmd)

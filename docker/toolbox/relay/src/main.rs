@@ -31,9 +31,15 @@
 //! SIGINT and SIGHUP (a deadline's `kill -TERM -1` leaves it serving through the grace
 //! period); SIGKILL ends it.
 //!
+//! `arbiter-relay keep CAP STEM -- ARGV...` is another tool in the same file (`keep.rs`): the
+//! Kubernetes backend's exec wrapper runs a command through it to keep its output in the pod.
+//!
 //! The end of stdin (arbiter or its exec gone) ends the process and every connection. A
 //! malformed frame from stdin ends it too. Exit codes: 0 stdin ended, 2 usage, 3 the port is
 //! taken in the pod, 4 another listen error.
+
+mod keep;
+mod sha256;
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
@@ -132,6 +138,9 @@ fn main() {
         pthread_sigmask(SIG_BLOCK, &set, std::ptr::null_mut());
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "keep") {
+        keep::run(&args[1..]);
+    }
     let (port, command) = match args.split_first() {
         Some((p, rest)) => match (p.parse::<u16>(), rest) {
             (Ok(p), []) => (p, None),
@@ -175,7 +184,7 @@ fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: arbiter-relay PORT [-- ARGV...]");
+    eprintln!("usage: arbiter-relay PORT [-- ARGV...] | arbiter-relay keep CAP STEM -- ARGV...");
     std::process::exit(2);
 }
 
@@ -196,7 +205,10 @@ fn carry(argv: &[String], out: &Out, conns: &Conns) {
             let why = format!("the relay could not run {}: {e}\n", argv[0]);
             send_all(
                 out,
-                &[frame(ERR, COMMAND, why.as_bytes()), frame(EXIT, COMMAND, b"127")],
+                &[
+                    frame(ERR, COMMAND, why.as_bytes()),
+                    frame(EXIT, COMMAND, b"127"),
+                ],
             );
             return;
         }

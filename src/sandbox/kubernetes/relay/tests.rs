@@ -399,3 +399,64 @@ async fn the_real_relay_outlives_a_sigterm_its_command_does_not() {
     assert_eq!(code.as_deref(), Some("143"), "128 + SIGTERM");
     assert!(child.try_wait().unwrap().is_none(), "the relay serves on");
 }
+
+/// The relay's `keep` (the exec wrapper's keeper), the real binary: the streams passed on
+/// whole, the first CAP bytes of each kept, every byte counted, the kept bytes' sha256 as
+/// the `sha2` crate makes it, the exit code (128 + a signal); a command that cannot run is
+/// 127 with the reason kept as its stderr.
+#[test]
+fn keep_passes_on_keeps_counts_and_digests() {
+    use crate::digest::sha256_hex;
+    let Some(relay) = relay_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let stem = dir.path().join("k");
+    let stem = stem.to_str().unwrap();
+    let facts = || -> Vec<String> {
+        let text = std::fs::read_to_string(format!("{stem}.n")).unwrap();
+        assert!(text.ends_with('\n'));
+        text.split_whitespace().map(String::from).collect()
+    };
+    // 200,001 bytes of stdout (past several 64 KiB reads and the cap), 7 of stderr.
+    let script = "i=0; while [ $i -lt 3 ]; do head -c 66667 /dev/urandom; i=$((i+1)); done | tee /tmp/.keep-all-$$; printf 'stderr!' >&2; cat /tmp/.keep-all-$$ > \"$0.all\"; rm /tmp/.keep-all-$$; exit 7";
+    let out = std::process::Command::new(&relay)
+        .args(["keep", "70000", stem, "--", "sh", "-c", script, stem])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let all = std::fs::read(format!("{stem}.all")).unwrap();
+    assert_eq!(all.len(), 200_001);
+    assert_eq!(out.stdout, all, "stdout passed on whole");
+    assert_eq!(out.stderr, b"stderr!");
+    let kept = std::fs::read(format!("{stem}.o")).unwrap();
+    assert_eq!(kept, all[..70_000]);
+    assert_eq!(std::fs::read(format!("{stem}.e")).unwrap(), b"stderr!");
+    assert_eq!(
+        facts(),
+        [
+            "7".to_string(),
+            "70000".into(),
+            "7".into(),
+            sha256_hex(&all[..70_000]),
+            sha256_hex(b"stderr!"),
+            "200001".into(),
+            "7".into()
+        ]
+    );
+    // Killed by a signal: 128 + it.
+    let out = std::process::Command::new(&relay)
+        .args(["keep", "10", stem, "--", "sh", "-c", "kill -9 $$"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(137));
+    assert_eq!(facts()[0], "137");
+    // Nothing to run: 127, and why, as its stderr.
+    let out = std::process::Command::new(&relay)
+        .args(["keep", "1000", stem, "--", "/nonexistent/cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let why = std::fs::read(format!("{stem}.e")).unwrap();
+    assert!(why.starts_with(b"/nonexistent/cmd: "), "{why:?}");
+    assert_eq!(out.stderr, why);
+    assert_eq!(facts()[2], why.len().to_string());
+}
