@@ -494,10 +494,13 @@ fn write_steering_task(root: &Path, mode: Mode, wheels: &Path, debs: &Path) -> P
          WORKDIR /app\n",
     )
     .expect("Dockerfile");
+    // The deadlines are far past what the work takes (the verifier's pip install is under a
+    // second of CPU): this test judges what the verifier measures, not how fast. A CI run with
+    // 120 s saw four verifiers time out together on a loaded 2-core machine.
     std::fs::write(
         dir.join("task.toml"),
         format!(
-            "version = \"1.0\"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 120\n{}[environment]\nnetwork_mode = \"no-network\"\nmemory_mb = 512\n",
+            "version = \"1.0\"\n[agent]\ntimeout_sec = 600\n[verifier]\ntimeout_sec = 600\n{}[environment]\nnetwork_mode = \"no-network\"\nmemory_mb = 512\n",
             mode.verifier_toml()
         ),
     )
@@ -607,9 +610,17 @@ fn network_steering_attacks_do_not_pass_and_genuine_installs_stay_clean() {
             }
             if STEERING_HONEST.iter().any(|(n, _)| n == agent) {
                 if r["verifier"]["status"] != "passed" || r["integrity"]["status"] != "clean" {
+                    let trial = format!("{task}__{agent}__default__1");
+                    let seen = std::fs::read_to_string(
+                        job_dir
+                            .join("trials")
+                            .join(&trial)
+                            .join("verifier/stdout.log"),
+                    )
+                    .unwrap_or_default();
                     failures.push(format!(
-                        "{at}: genuine work must pass and stay clean ({}; findings {})",
-                        r["verifier"]["detail"], r["integrity"]["findings"]
+                        "{at}: genuine work must pass and stay clean ({}; findings {}; phases {}; the verifier's output: {seen})",
+                        r["verifier"]["detail"], r["integrity"]["findings"], r["phases"]
                     ));
                 }
                 if agent == "installs" {
