@@ -1119,18 +1119,29 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_environment_goes_on_stdin_never_in_the_argv() {
-        let spec = ExecSpec {
-            argv: vec!["python3".into(), "-c".into(), "print(1)".into()],
-            env: vec![("TOKEN".into(), "s3cret\nline".into())],
+    /// A command of `argv` with `env`, its streams' cap 10 bytes, nothing else set.
+    fn spec(argv: &[&str], env: &[(&str, &str)]) -> ExecSpec {
+        ExecSpec {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             user: None,
-            workdir: Some("/app".into()),
+            workdir: None,
             stdout: None,
             stderr: None,
             cap_bytes: 10,
             timeout: None,
             grace: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn the_environment_goes_on_stdin_never_in_the_argv() {
+        let spec = ExecSpec {
+            workdir: Some("/app".into()),
+            ..spec(&["python3", "-c", "print(1)"], &[("TOKEN", "s3cret\nline")])
         };
         let (argv, stdin) = wrapped(
             &spec,
@@ -1179,24 +1190,14 @@ mod tests {
             ("EMPTY", ""),
             ("UNICODE", "héllo wörld ✓"),
         ];
-        let spec = ExecSpec {
-            argv: vec![
-                "sh".into(),
-                "-c".into(),
-                "printf '%s\\037' \"$PLAIN\" \"$QUOTES\" \"$LINES\" \"$SHELLY\" \"$EMPTY\" \"$UNICODE\"".into(),
+        let spec = spec(
+            &[
+                "sh",
+                "-c",
+                "printf '%s\\037' \"$PLAIN\" \"$QUOTES\" \"$LINES\" \"$SHELLY\" \"$EMPTY\" \"$UNICODE\"",
             ],
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            user: None,
-            workdir: None,
-            stdout: None,
-            stderr: None,
-            cap_bytes: 10,
-            timeout: None,
-            grace: Duration::ZERO,
-        };
+            &env,
+        );
         let (argv, stdin) = wrapped(&spec, None, (None, false, false), Carried::default());
         let args: Vec<&str> = argv[4..].iter().map(String::as_str).collect();
         let Some(mut cmd) = super::super::hot::tests::toolbox_sh(&argv[3], &args) else {
@@ -1227,21 +1228,10 @@ mod tests {
     fn the_wrapper_keeps_the_cap_and_counts_every_byte_past_it() {
         let dir = tempfile::tempdir().unwrap();
         let stem = dir.path().join("keep-w");
-        let spec = ExecSpec {
-            argv: vec![
-                "sh".into(),
-                "-c".into(),
-                "head -c 100000 /dev/zero; printf err >&2".into(),
-            ],
-            env: Vec::new(),
-            user: None,
-            workdir: None,
-            stdout: None,
-            stderr: None,
-            cap_bytes: 10,
-            timeout: None,
-            grace: Duration::ZERO,
-        };
+        let spec = spec(
+            &["sh", "-c", "head -c 100000 /dev/zero; printf err >&2"],
+            &[],
+        );
         let (argv, _) = wrapped(
             &spec,
             None,
@@ -1270,17 +1260,7 @@ mod tests {
 
     #[test]
     fn what_a_command_carries_follows_its_environment_on_stdin() {
-        let spec = ExecSpec {
-            argv: vec!["true".into()],
-            env: vec![("A".into(), "1".into())],
-            user: None,
-            workdir: None,
-            stdout: None,
-            stderr: None,
-            cap_bytes: 10,
-            timeout: None,
-            grace: Duration::ZERO,
-        };
+        let spec = spec(&["true"], &[("A", "1")]);
         let upload = super::super::carried::HeldUpload {
             dest: "/".into(),
             replacing: vec!["/tests".into(), "/logs/verifier".into()],
