@@ -212,6 +212,14 @@ async fn watch_events(events: std::sync::Weak<StartedEvents>, api: kube::Api<Eve
                         version = e.metadata.resource_version.unwrap_or(version);
                     }
                     Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
+                    // An event the apiserver could not decode (a delete the store sent
+                    // without its previous value): watch again past it, still live. Nothing
+                    // is missed: the events before it came in order, and it is a delete.
+                    Ok(WatchEvent::Error(e)) if skippable(&e.message, &version).is_some() => {
+                        tracing::debug!("watching Started events past: {}", e.message);
+                        version = skippable(&e.message, &version).unwrap_or(version);
+                        break;
+                    }
                     // Too old a version (410), or another error: list again.
                     Ok(WatchEvent::Error(e)) => {
                         tracing::debug!("watching Started events: {}", e.message);
@@ -225,9 +233,27 @@ async fn watch_events(events: std::sync::Weak<StartedEvents>, api: kube::Api<Eve
                     }
                 }
             }
-            // The watch timed out: watch again from where it was.
+            // The watch timed out (or skips an event): watch again from where it was.
         }
     }
+}
+
+/// The revision to watch from past an event the apiserver failed to decode, from its error
+/// (`etcd event received with PrevKv=nil (key=…, modRevision=N, type=DELETE)`): a delete
+/// whose previous value the store did not send, as kine does for an expired event and etcd
+/// after a compaction. `None` for any other error, or a revision not past `version`.
+fn skippable(message: &str, version: &str) -> Option<String> {
+    if !message.contains("PrevKv=nil") || !message.contains("type=DELETE") {
+        return None;
+    }
+    let at = message.find("modRevision=")? + "modRevision=".len();
+    let digits: String = message[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let revision: u64 = digits.parse().ok()?;
+    let past = version.parse::<u64>().map_or(true, |v| revision > v);
+    past.then(|| revision.to_string())
 }
 
 /// The API refused the request (no access): no use asking again.
@@ -272,5 +298,26 @@ mod tests {
         assert!(!said, "given up: not started");
         assert!(!events.settled().await, "settled, not live");
         assert!(selector().contains("involvedObject.fieldPath=spec.containers{main}"));
+    }
+
+    /// The error the test cluster's apiserver sent (kine expiring an event of an hour
+    /// before): watched again past it; any other error, or a revision not past the one
+    /// watched from, lists again.
+    #[test]
+    fn an_undecodable_delete_is_watched_past() {
+        let kine = "Internal error occurred: etcd event received with PrevKv=nil (key=\"/registry/events/arbiter-test/arb-pytest-check-read-tests-default-1-agent-e036dafc.18eefeb3e5ebc745\", modRevision=27269, type=DELETE)";
+        assert_eq!(skippable(kine, "27001").as_deref(), Some("27269"));
+        assert_eq!(skippable(kine, "").as_deref(), Some("27269"));
+        assert_eq!(skippable(kine, "27269"), None, "not past it");
+        assert_eq!(skippable(&kine.replace("DELETE", "PUT"), "1"), None);
+        assert_eq!(
+            skippable("too old resource version: 5 (27000)", "5"),
+            None,
+            "a 410 lists again"
+        );
+        assert_eq!(
+            skippable(&kine.replace("modRevision=27269", "modRevision=x"), "1"),
+            None
+        );
     }
 }
