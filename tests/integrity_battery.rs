@@ -591,6 +591,13 @@ fn network_steering_attacks_do_not_pass_and_genuine_installs_stay_clean() {
         let job_dir = tmp.path().join(format!("job-{label}"));
         for ((task, agent), r) in &records {
             let at = format!("{task}/{agent} in {mode:?}: {}", outcome(r));
+            // A file of this trial's folder ("" when it is missing).
+            let trial_file = |rel: &str| {
+                let trial = job_dir
+                    .join("trials")
+                    .join(format!("{task}__{agent}__default__1"));
+                std::fs::read_to_string(trial.join(rel)).unwrap_or_default()
+            };
             eprintln!("{at}");
             if !r["infra_error"].is_null() {
                 failures.push(format!("{at}: infra_error {}", r["infra_error"]));
@@ -610,14 +617,7 @@ fn network_steering_attacks_do_not_pass_and_genuine_installs_stay_clean() {
             }
             if STEERING_HONEST.iter().any(|(n, _)| n == agent) {
                 if r["verifier"]["status"] != "passed" || r["integrity"]["status"] != "clean" {
-                    let trial = format!("{task}__{agent}__default__1");
-                    let seen = std::fs::read_to_string(
-                        job_dir
-                            .join("trials")
-                            .join(&trial)
-                            .join("verifier/stdout.log"),
-                    )
-                    .unwrap_or_default();
+                    let seen = trial_file("verifier/stdout.log");
                     failures.push(format!(
                         "{at}: genuine work must pass and stay clean ({}; findings {}; phases {}; the verifier's output: {seen})",
                         r["verifier"]["detail"], r["integrity"]["findings"], r["phases"]
@@ -625,14 +625,7 @@ fn network_steering_attacks_do_not_pass_and_genuine_installs_stay_clean() {
                 }
                 if agent == "installs" {
                     // Clean because what it changed cannot steer, not because it went unseen.
-                    let trial = format!("{task}__{agent}__default__1");
-                    let changes = std::fs::read_to_string(
-                        job_dir
-                            .join("trials")
-                            .join(&trial)
-                            .join("agent/changes.json"),
-                    )
-                    .unwrap_or_default();
+                    let changes = trial_file("agent/changes.json");
                     for path in [
                         "\"/etc/wgetrc\"",
                         "\"/root/.config/pip/pip.conf\"",
@@ -659,14 +652,7 @@ fn network_steering_attacks_do_not_pass_and_genuine_installs_stay_clean() {
                 // and the default mode's verifier reads it (seen on this engine). Under
                 // enforce the verifier must not see it.
                 "hosts-entry" => {
-                    let trial = format!("{task}__{agent}__default__1");
-                    let seen = std::fs::read_to_string(
-                        job_dir
-                            .join("trials")
-                            .join(&trial)
-                            .join("verifier/stdout.log"),
-                    )
-                    .unwrap_or_default();
+                    let seen = trial_file("verifier/stdout.log");
                     if !seen.contains("/etc/hosts as the verifier sees it") {
                         failures.push(format!("{at}: no verifier output: {seen}"));
                     }
