@@ -212,20 +212,23 @@ async fn watch_events(events: std::sync::Weak<StartedEvents>, api: kube::Api<Eve
                         version = e.metadata.resource_version.unwrap_or(version);
                     }
                     Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
-                    // An event the apiserver could not decode (a delete the store sent
-                    // without its previous value): watch again past it, still live. Nothing
-                    // is missed: the events before it came in order, and it is a delete.
-                    Ok(WatchEvent::Error(e)) if skippable(&e.message, &version).is_some() => {
-                        tracing::debug!("watching Started events past: {}", e.message);
-                        version = skippable(&e.message, &version).unwrap_or(version);
-                        break;
-                    }
-                    // Too old a version (410), or another error: list again.
-                    Ok(WatchEvent::Error(e)) => {
-                        tracing::debug!("watching Started events: {}", e.message);
-                        failures += 1;
-                        continue 'list;
-                    }
+                    Ok(WatchEvent::Error(e)) => match skippable(&e.message, &version) {
+                        // An event the apiserver could not decode (a delete the store sent
+                        // without its previous value): watch again past it, still live.
+                        // Nothing is missed: the events before it came in order, and it is
+                        // a delete.
+                        Some(past) => {
+                            tracing::debug!("watching Started events past: {}", e.message);
+                            version = past;
+                            break;
+                        }
+                        // Too old a version (410), or another error: list again.
+                        None => {
+                            tracing::debug!("watching Started events: {}", e.message);
+                            failures += 1;
+                            continue 'list;
+                        }
+                    },
                     Err(e) => {
                         tracing::debug!("watching Started events: {e}");
                         failures += 1;
