@@ -36,7 +36,7 @@ here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 . "$here/../../scripts/lib.sh"
 
 # Must match TOOLBOX_VERSION / TOOLBOX_SCHEMA in src/sandbox/toolbox.rs.
-toolbox_version=3
+toolbox_version=4
 toolbox_schema=arbiter.toolbox.v1
 
 cache=${XDG_CACHE_HOME:-}

@@ -16,7 +16,7 @@ use crate::digest::sha256_hex;
 /// Where the toolbox is mounted (read-only) in every container.
 pub(crate) const TOOLBOX_MOUNT: &str = "/.arbiter/toolbox";
 /// The toolbox layout this arbiter expects (`toolbox_version` in docker/toolbox/build.sh).
-pub const TOOLBOX_VERSION: &str = "3";
+pub const TOOLBOX_VERSION: &str = "4";
 /// Schema tag of the toolbox's `manifest.json`.
 pub const TOOLBOX_SCHEMA: &str = "arbiter.toolbox.v1";
 /// The static executables a toolbox must hold (each listed, executable, no `PT_INTERP`).

@@ -34,18 +34,11 @@ use crate::sandbox::{
 };
 
 /// Prints the mount table, a NUL, every path of the root filesystem NUL-terminated, a NUL,
-/// then each path's `stat -c "$1"` line (see `walk.rs`). Dates in UTC whatever the image's
-/// zone; the list goes through the harness's scratch volume (not walked: another filesystem).
-/// `xargs` runs `stat` by its path, an exec: an applet it ran in a fork of itself would, on
-/// exit, seek the list's shared offset back to where its copy of `xargs`'s buffer stood.
-pub(super) const WALK: &str = r#"B=/.arbiter/toolbox/busybox; export TZ=UTC0; L=/.arbiter/scratch/walk-$$
-$B cat /proc/self/mountinfo || exit 90
-printf '\000'
-find / -xdev -print0 > "$L" || { unlink "$L"; echo "find failed" >&2; exit 91; }
-$B cat "$L" || exit 92
-printf '\000'
-xargs -0 -r $B stat -c "$1" < "$L"; r=$?
-unlink "$L"; exit $r"#;
+/// then each path's `stat -c "$1"` line (see `walk.rs`), dates in UTC: the toolbox relay's
+/// `walk` (`docker/toolbox/relay/src/walk.rs`), one process for what busybox's `cat`, `find
+/// -xdev`, `xargs` and `stat` printed byte for byte (half the CPU on a Debian image, a sixth
+/// on a small one).
+pub(super) const WALK: &str = r#"exec /.arbiter/toolbox/relay walk "$1""#;
 
 /// Reads NUL-terminated paths on stdin; prints one line per path: the sha256 of a file's
 /// bytes or of a symlink's target, `other` for anything else, `missing` when gone.
@@ -430,10 +423,35 @@ impl KubernetesSandbox {
 mod tests {
     use super::*;
 
-    /// WALK run by the toolbox's shell over a tree of a few thousand names (more than one
-    /// buffer of `xargs`'s): every path is stat'ed once, by its own name, and the walk parses.
+    /// The toolbox relay's walk of `root` (WALK's, but for its root); `None`: no toolbox.
+    fn relay_walk(root: &std::path::Path) -> Option<std::process::Output> {
+        let relay = super::super::hot::tests::toolbox_file("relay")?;
+        Some(
+            std::process::Command::new(relay)
+                .args(["walk", STAT_FORMAT])
+                .arg(root)
+                .output()
+                .unwrap(),
+        )
+    }
+
+    /// What WALK ran before the relay walked (busybox's `find`, `xargs` and `stat`), for
+    /// [`the_relay_walks_as_busybox_did`] to hold the relay to, with the root as `$2`.
+    const BUSYBOX_WALK: &str = r#"B=/.arbiter/toolbox/busybox; export TZ=UTC0; L=$3/walk-$$
+$B cat /proc/self/mountinfo || exit 90
+printf '\000'
+find "$2" -xdev -print0 > "$L" || { unlink "$L"; echo "find failed" >&2; exit 91; }
+$B cat "$L" || exit 92
+printf '\000'
+xargs -0 -r $B stat -c "$1" < "$L"; r=$?
+unlink "$L"; exit $r"#;
+
+    /// The relay's walk over a tree of a few thousand names, of every kind a root filesystem
+    /// holds (directories, files, hard links, symlinks, a fifo, names with a space and a
+    /// newline, dates before 1970 and far ahead): every path once, and the same bytes as
+    /// busybox's `find`, `xargs` and `stat` printed, which `Walk::parse` reads.
     #[test]
-    fn the_walk_stats_every_path_it_lists_once() {
+    fn the_relay_walks_as_busybox_did() {
         let root = tempfile::tempdir().unwrap();
         let scratch = tempfile::tempdir().unwrap();
         let mut want = vec![root.path().to_path_buf()];
@@ -449,15 +467,55 @@ mod tests {
                 want.push(file);
             }
         }
-        let script = WALK
-            .replace("find / ", &format!("find {} ", root.path().display()))
-            .replace("/.arbiter/scratch", &scratch.path().display().to_string());
-        let Some(mut cmd) =
-            super::super::hot::tests::toolbox_sh(&script, &["arbiter-walk", STAT_FORMAT])
-        else {
+        let odd = root.path().join("odd");
+        std::fs::create_dir(&odd).unwrap();
+        let old = odd.join("a name\nwith a newline");
+        std::fs::write(&old, b"old").unwrap();
+        let at = |secs: i64| {
+            let span = std::time::Duration::from_secs(secs.unsigned_abs());
+            if secs < 0 {
+                std::time::UNIX_EPOCH - span
+            } else {
+                std::time::UNIX_EPOCH + span
+            }
+        };
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(at(-86_400 * 400 - 7))
+            .unwrap();
+        let late = odd.join("late");
+        std::fs::write(&late, b"").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&late)
+            .unwrap()
+            .set_modified(at(4_102_444_800 + 86_400 * 59))
+            .unwrap();
+        std::fs::hard_link(&late, odd.join("late-too")).unwrap();
+        std::os::unix::fs::symlink("../nowhere", odd.join("dangling")).unwrap();
+        let fifo = odd.join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        for p in [
+            "a name\nwith a newline",
+            "late",
+            "late-too",
+            "dangling",
+            "fifo",
+        ] {
+            want.push(odd.join(p));
+        }
+        want.push(odd);
+        let Some(out) = relay_walk(root.path()) else {
             return;
         };
-        let out = cmd.output().unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -476,6 +534,52 @@ mod tests {
         want.sort();
         let got: Vec<Vec<u8>> = walk.entries.keys().cloned().collect();
         assert_eq!(got, want);
-        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+        let before = super::super::hot::tests::toolbox_sh(
+            BUSYBOX_WALK,
+            &[
+                "arbiter-walk",
+                STAT_FORMAT,
+                &root.path().display().to_string(),
+                &scratch.path().display().to_string(),
+            ],
+        )
+        .unwrap()
+        .output()
+        .unwrap();
+        assert!(
+            before.status.success(),
+            "{}",
+            String::from_utf8_lossy(&before.stderr)
+        );
+        // The relay's walk is busybox's, byte for byte (the first line apart shown).
+        let lines = |b: &[u8]| -> Vec<String> {
+            b.split(|&c| c == b'\n' || c == 0)
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+                .collect()
+        };
+        let (got, want) = (lines(&out.stdout), lines(&before.stdout));
+        let apart = got.iter().zip(&want).position(|(g, w)| g != w);
+        assert_eq!(
+            (apart.map(|i| (&got[i], &want[i])), got.len()),
+            (None, want.len())
+        );
+        assert_eq!(out.stdout, before.stdout);
+    }
+
+    /// A directory that cannot be read fails the walk (91), its path named, with nothing on
+    /// stdout: a change set is never computed from part of a filesystem.
+    #[test]
+    fn an_unreadable_directory_fails_the_walk() {
+        let root = tempfile::tempdir().unwrap();
+        let Some(out) = relay_walk(&root.path().join("missing")) else {
+            return;
+        };
+        assert_eq!(out.status.code(), Some(91));
+        assert!(out.stdout.is_empty());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("missing"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -33,6 +33,8 @@
 //!
 //! `arbiter-relay keep CAP STEM -- ARGV...` is another tool in the same file (`keep.rs`): the
 //! Kubernetes backend's exec wrapper runs a command through it to keep its output in the pod.
+//! `arbiter-relay walk FORMAT [ROOT]` is a third (`walk.rs`): the walk of a root filesystem
+//! the backend's change set reads.
 //!
 //! The end of stdin (arbiter or its exec gone) ends the process and every connection. A
 //! malformed frame from stdin ends it too. Exit codes: 0 stdin ended, 2 usage, 3 the port is
@@ -40,6 +42,7 @@
 
 mod keep;
 mod sha256;
+mod walk;
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
@@ -141,6 +144,9 @@ fn main() {
     if args.first().is_some_and(|a| a == "keep") {
         keep::run(&args[1..]);
     }
+    if args.first().is_some_and(|a| a == "walk") {
+        walk::run(&args[1..]);
+    }
     let (port, command) = match args.split_first() {
         Some((p, rest)) => match (p.parse::<u16>(), rest) {
             (Ok(p), []) => (p, None),
@@ -184,7 +190,9 @@ fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: arbiter-relay PORT [-- ARGV...] | arbiter-relay keep CAP STEM -- ARGV...");
+    eprintln!(
+        "usage: arbiter-relay PORT [-- ARGV...] | arbiter-relay keep CAP STEM -- ARGV... | arbiter-relay walk FORMAT [ROOT]"
+    );
     std::process::exit(2);
 }
 
