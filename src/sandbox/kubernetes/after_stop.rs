@@ -85,25 +85,29 @@ if [ -n "$_lc" ] && [ -d /logs ] && [ ! -L /logs ]; then
   if tar -c -f - -C / logs 2>/dev/null | head -c "$_lc" >"$t"; then _pf="$_pf logs:$t"; else unlink "$t"; fi 2>/dev/null
 fi"#;
 
-/// Shell lines the stop runs after [`SEND_LOGS`]: the walk script `$_ws` (its format `$_wf`)
-/// run into a part file, sent when it exited 0 within 20 s under `$_wk` bytes (else nothing
-/// is sent, and the change set walks in its own exec).
-pub(super) const SEND_WALK: &str = r#"if [ -n "$_wk" ]; then
-  t=/.arbiter/scratch/stop-$$.walk
-  if timeout 20 $B sh -c "$_ws" arbiter-walk "$_wf" >"$t" 2>/dev/null; then _pf="$_pf walk:$t"; else unlink "$t"; fi 2>/dev/null
+/// Shell lines the stop runs after [`SEND_LOGS`]: the toolbox relay's walk (`changes.rs`'s
+/// `WALK`, its format `$_wf`) run into a part file, sent when it exited 0 within 20 s under
+/// `$_wk` bytes (else nothing is sent, and the change set walks in its own exec). With
+/// `$_cc` set, the same walk lists what [`SEND_CHANGED`] archives into `$_cl`: every entry
+/// of the root filesystem whose ctime is younger than the pod's first process plus two
+/// minutes (`--recent`, as `find / -xdev -cmin` listed them).
+pub(super) const SEND_WALK: &str = r#"_cl=
+if [ -n "$_wk" ]; then
+  t=/.arbiter/scratch/stop-$$.walk; _r=
+  if [ -n "$_cc" ] && read -r s </proc/1/stat && set -- ${s##*) } && read -r up x </proc/uptime && up=${up%.*}; then
+    _r=$(( (up - ${20}/100) / 60 + 2 )) && _cl=$t.list
+  fi
+  if [ -n "$_cl" ]; then set -- --recent "$_r" "$_cl"; else set --; fi
+  if timeout 20 /.arbiter/toolbox/relay walk "$_wf" "$@" >"$t" 2>/dev/null; then _pf="$_pf walk:$t"; else unlink "$t"; unlink "$_cl"; _cl=; fi 2>/dev/null
 fi"#;
 
-/// Shell lines the stop runs after [`SEND_WALK`] (when it walked): every entry of the root
-/// filesystem whose ctime is younger than the pod's first process plus two minutes, archived
-/// without recursion into a part file, sent when all of it was archived under `$_cc` bytes
-/// (else nothing is sent).
-pub(super) const SEND_CHANGED: &str = r#"if [ -n "$_cc" ]; then
+/// Shell lines the stop runs after [`SEND_WALK`] (when it walked and listed): what the walk
+/// listed, archived without recursion into a part file, sent when all of it was archived
+/// under `$_cc` bytes (else nothing is sent).
+pub(super) const SEND_CHANGED: &str = r#"if [ -n "$_cl" ]; then
   t=/.arbiter/scratch/stop-$$.changed; set -o pipefail
-  read -r s </proc/1/stat && set -- ${s##*) } && read -r up x </proc/uptime && up=${up%.*} &&
-  m=$(( (up - ${20}/100) / 60 + 2 )) &&
-  find / -xdev -cmin "-$m" 2>/dev/null | $B sed -e 's|^/||' -e '/^$/d' >"$t.list" &&
-  tar -c -f - -C / --no-recursion -T "$t.list" 2>/dev/null | head -c "$_cc" >"$t" && _pf="$_pf changed:$t"
-  unlink "$t.list" 2>/dev/null
+  tar -c -f - -C / --no-recursion -T "$_cl" 2>/dev/null | head -c "$_cc" >"$t" && _pf="$_pf changed:$t"
+  unlink "$_cl" 2>/dev/null
 fi"#;
 
 /// Shell lines the stop runs after its parts were made (`$_pf`: `KIND:FILE` words in the

@@ -1,8 +1,8 @@
 //! [`Sandbox::changes`](crate::sandbox::Sandbox::changes) on a cluster: computed from inside
 //! the pod with the harness toolbox, since no cluster gives access to a container's layers.
 //!
-//! The toolbox walks the pod's root filesystem (`find -xdev`, every path's `lstat`: see
-//! `walk.rs`, which compares the walks). The image's side is the same walk in a pod of the
+//! The toolbox relay walks the pod's root filesystem (`relay walk`: the paths `find -xdev`
+//! lists, every path's `lstat`; see `walk.rs`, which compares the walks). The image's side is the same walk in a pod of the
 //! image that nothing of the image ran in, pinned to the agent pod's node (ctimes of the
 //! image's files are the node's), made once per (image digest, node) and kept in memory for
 //! the process. A file whose ctime changed but whose every attribute is the image's is
@@ -26,19 +26,25 @@ use super::exec::{RawEnd, Sink};
 use super::names::annotated_labels;
 use super::pod::MAIN;
 use super::walk::{STAT_FORMAT, Walk, compare, finish_paths, lossy};
-use crate::sandbox::toolbox::toolbox_argv;
+use crate::sandbox::toolbox::{TOOLBOX_MOUNT, toolbox_argv};
 use crate::sandbox::{
     Base, Change, ChangeKind, ContainerId, ContainerLimits, ContainerSpec, FrozenId, ImageRef,
     LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, LABEL_TRIAL, Network, Owner, Resource, Role,
     SandboxError, StartSpec,
 };
 
-/// Prints the mount table, a NUL, every path of the root filesystem NUL-terminated, a NUL,
-/// then each path's `stat -c "$1"` line (see `walk.rs`), dates in UTC: the toolbox relay's
-/// `walk` (`docker/toolbox/relay/src/walk.rs`), one process for what busybox's `cat`, `find
-/// -xdev`, `xargs` and `stat` printed byte for byte (half the CPU on a Debian image, a sixth
-/// on a small one).
-pub(super) const WALK: &str = r#"exec /.arbiter/toolbox/relay walk "$1""#;
+/// The walk of a pod's root filesystem: the mount table, a NUL, every path NUL-terminated, a
+/// NUL, then each path's [`STAT_FORMAT`] line (see `walk.rs`), dates in UTC. The toolbox
+/// relay's `walk` (`docker/toolbox/relay/src/walk.rs`): one process for what busybox's `cat`,
+/// `find -xdev`, `xargs` and `stat` printed, byte for byte (a sixth of their CPU on a small
+/// image, half on Debian's).
+pub(super) fn walk_argv() -> Vec<String> {
+    vec![
+        format!("{TOOLBOX_MOUNT}/{}", super::toolbox_maps::RELAY),
+        "walk".to_string(),
+        STAT_FORMAT.to_string(),
+    ]
+}
 
 /// Reads NUL-terminated paths on stdin; prints one line per path: the sha256 of a file's
 /// bytes or of a symlink's target, `other` for anything else, `missing` when gone.
@@ -302,7 +308,7 @@ impl KubernetesSandbox {
         if let Some(walk) = self.stopped_logs.take_walk(pod) {
             return Ok(walk);
         }
-        let argv = toolbox_argv("sh", &["-c", WALK, "arbiter-walk", STAT_FORMAT]);
+        let argv = walk_argv();
         let mut out = Vec::new();
         let kept = self
             .run_kept(
@@ -423,7 +429,7 @@ impl KubernetesSandbox {
 mod tests {
     use super::*;
 
-    /// The toolbox relay's walk of `root` (WALK's, but for its root); `None`: no toolbox.
+    /// The toolbox relay's walk of `root` (`walk_argv`'s, but of its root); `None`: no toolbox.
     fn relay_walk(root: &std::path::Path) -> Option<std::process::Output> {
         let relay = super::super::hot::tests::toolbox_file("relay")?;
         Some(
@@ -435,7 +441,7 @@ mod tests {
         )
     }
 
-    /// What WALK ran before the relay walked (busybox's `find`, `xargs` and `stat`), for
+    /// What the walk ran before the relay walked (busybox's `find`, `xargs` and `stat`), for
     /// [`the_relay_walks_as_busybox_did`] to hold the relay to, with the root as `$2`.
     const BUSYBOX_WALK: &str = r#"B=/.arbiter/toolbox/busybox; export TZ=UTC0; L=$3/walk-$$
 $B cat /proc/self/mountinfo || exit 90

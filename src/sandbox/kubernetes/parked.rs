@@ -93,7 +93,7 @@ impl Scanner {
 type Failed = String;
 
 impl KubernetesSandbox {
-    /// Run the stop's `argv` (`$6` set: it parks) in `pod`: its stdout up to its end line,
+    /// Run the stop's `argv` (`$5` set: it parks) in `pod`: its stdout up to its end line,
     /// and its exec, the trampoline waiting for the pod's next command; `Ok(None)` when it did
     /// not end as it should (the exec is closed: the caller stops the pod again the old way),
     /// an error when no exec could be opened (as the old way's would be).

@@ -45,7 +45,7 @@ impl KubernetesSandbox {
             .get_mut(pod)
             .is_some_and(|s| std::mem::take(&mut s.walk_on_stop));
         let script = format!(
-            "_lc=$1 _wk=$2 _ws=$3 _wf=$4 _cc=$5 _pk=$6 _rp=\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}\n{SEND_PARTS}\n{}",
+            "_lc=$1 _wk=$2 _wf=$3 _cc=$4 _pk=$5 _rp=\n{STOP}\n{SEND_LOGS}\n{SEND_WALK}\n{SEND_CHANGED}\n{SEND_PARTS}\n{}",
             super::parked::park_lines()
         );
         let cap = (LOGS_MAX + 1).to_string();
@@ -63,7 +63,6 @@ impl KubernetesSandbox {
                     "arbiter-stop",
                     &cap,
                     &walk_cap,
-                    super::changes::WALK,
                     super::walk::STAT_FORMAT,
                     &changed_cap,
                     park,

@@ -14,9 +14,15 @@
 //!   `stat -c` prints it with `TZ=UTC0` (mode and device numbers in hex, the two dates as
 //!   `YYYY-MM-DD HH:MM:SS.NNNNNNNNN +0000`), the name last, as listed.
 //!
+//! With `--recent MINUTES LIST` it also writes LIST: every path it walked whose ctime is less
+//! than MINUTES minutes old but ROOT itself, without its leading `/`, one per line: what the
+//! stop's `find / -xdev -cmin -MINUTES | sed 's|^/||'` listed for `tar --no-recursion -T` (the
+//! archive of what changed, after_stop.rs), without walking again.
+//!
 //! Only that format: another is a usage error (2). Nothing is written unless the whole walk
 //! was read: exit 90 when the mount table cannot be read, 91 when a directory or a path
-//! cannot (the path and the error on stderr), 92 when stdout cannot be written.
+//! cannot (the path and the error on stderr), 92 when stdout cannot be written, 93 when LIST
+//! cannot.
 
 use std::ffi::OsStr;
 use std::fs::Metadata;
@@ -29,9 +35,17 @@ use std::path::Path;
 pub const FORMAT: &str = "%f %u %g %s %Y %y %z %t %T %i %h %n";
 
 pub fn run(args: &[String]) -> ! {
-    let (format, root) = match args {
-        [format] => (format, "/"),
-        [format, root] => (format, root.as_str()),
+    let (format, rest) = args.split_first().unwrap_or_else(|| usage());
+    let (root, rest) = match rest {
+        [root, rest @ ..] if !root.starts_with("--") => (root.as_str(), rest),
+        rest => ("/", rest),
+    };
+    let recent = match rest {
+        [] => None,
+        [flag, minutes, list] if flag == "--recent" => match minutes.parse::<i64>() {
+            Ok(minutes) => Some((minutes, list)),
+            Err(_) => usage(),
+        },
         _ => usage(),
     };
     if format != FORMAT {
@@ -46,6 +60,16 @@ pub fn run(args: &[String]) -> ! {
         eprintln!("walk: {}: {e}", String::from_utf8_lossy(&path));
         std::process::exit(91)
     });
+    if let Some((minutes, list)) = recent {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let written = std::fs::write(list, walked.recent(root.as_bytes(), now, minutes));
+        if let Err(e) = written {
+            eprintln!("walk: cannot write {list}: {e}");
+            std::process::exit(93);
+        }
+    }
     let mut out = io::stdout().lock();
     let written = out
         .write_all(&mounts)
@@ -62,15 +86,16 @@ pub fn run(args: &[String]) -> ! {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: arbiter-relay walk '{FORMAT}' [ROOT]");
+    eprintln!("usage: arbiter-relay walk '{FORMAT}' [ROOT] [--recent MINUTES LIST]");
     std::process::exit(2);
 }
 
-/// The paths (NUL-terminated) and their stat lines, in walk order.
+/// The paths (NUL-terminated) and their stat lines, in walk order, and each path's ctime.
 #[derive(Default)]
 pub struct Walked {
     pub paths: Vec<u8>,
     pub lines: Vec<u8>,
+    ctimes: Vec<i64>,
 }
 
 impl Walked {
@@ -78,6 +103,21 @@ impl Walked {
         self.paths.extend_from_slice(path);
         self.paths.push(0);
         stat_line(&mut self.lines, path, meta);
+        self.ctimes.push(meta.ctime());
+    }
+
+    /// Busybox `find -cmin -MINUTES` at `now` (an age in whole seconds under MINUTES * 60),
+    /// `root` left out, each path without its leading `/` on a line.
+    fn recent(&self, root: &[u8], now: i64, minutes: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        let paths = self.paths.split(|&b| b == 0);
+        for (path, ctime) in paths.zip(&self.ctimes) {
+            if path != root && now - ctime < minutes * 60 {
+                out.extend_from_slice(path.strip_prefix(b"/").unwrap_or(path));
+                out.push(b'\n');
+            }
+        }
+        out
     }
 }
 
@@ -207,6 +247,23 @@ mod tests {
             "2100-02-28 23:59:59.000000000 +0000"
         );
         assert_eq!(human_time(-1, 5), "1969-12-31 23:59:59.000000005 +0000");
+    }
+
+    #[test]
+    fn recent_paths_are_those_find_cmin_lists() {
+        let root = std::env::temp_dir().join(format!("relay-recent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), b"x").unwrap();
+        let walked = walk(root.as_os_str().as_bytes()).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        let now = *walked.ctimes.iter().max().unwrap();
+        let rel = root.to_string_lossy()[1..].to_string();
+        let listed = String::from_utf8(walked.recent(root.as_os_str().as_bytes(), now, 2)).unwrap();
+        assert_eq!(listed, format!("{rel}/d\n{rel}/d/f\n"), "the root left out");
+        // An age of exactly MINUTES * 60 seconds is no longer recent.
+        let later = walked.recent(root.as_os_str().as_bytes(), now + 120, 2);
+        assert!(later.is_empty(), "{}", String::from_utf8_lossy(&later));
     }
 
     #[test]
