@@ -431,6 +431,10 @@ impl KubernetesSandbox {
                         Some(Err(why)) => break why,
                         None => {}
                     }
+                    // Waiting for room: warm pods would take it (warm.rs).
+                    if super::starting::unschedulable_reason(&p).is_some() {
+                        self.warm.no_room();
+                    }
                     // Only where its image ran before: the kubelet pulls a main container's
                     // image after the init containers, and a pull that fails is the start's.
                     if early

@@ -32,6 +32,14 @@
 //!   waiting, and every unclaimed pod is deleted; `arbiter gc` removes those of a dead job
 //!   (they carry its owner labels).
 //!
+//! - **Only where there is room.** Warm pods take the room trials would start in: once a
+//!   pod of the job waits for the scheduler for want of room (its `PodScheduled` condition
+//!   false, seen by a trial's own watch: `no_room`), the job starts no more warm pods, and
+//!   those not started yet are given up (deleted), so that the trials' own pods take their
+//!   place; started ones are still claimed. On a cluster the job fills, warm pods would
+//!   only queue before the trials' pods at the scheduler (each refused placement an event,
+//!   each retry later than the last).
+//!
 //! The first trial of a spec creates its own pod (and starts the pool); a job whose trials
 //! all start at once gains nothing, a job whose trials come in waves gains from the second.
 
@@ -187,6 +195,9 @@ pub(crate) struct WarmPools {
     starts: Starts,
     /// `true` once the pools closed: warm pods still starting stop waiting.
     closing: watch::Sender<bool>,
+    /// `true` once a pod of the job waited for room (`no_room`): no more warm pods, and
+    /// those still starting are given up.
+    full: watch::Sender<bool>,
     /// Trials of the job that will still start (`usize::MAX`: not told): no more warm pods
     /// are started than can still be claimed.
     demand: AtomicUsize,
@@ -212,6 +223,7 @@ impl WarmPools {
             shared: Arc::new(Mutex::new(Shared::default())),
             starts,
             closing: watch::Sender::new(false),
+            full: watch::Sender::new(false),
             demand: AtomicUsize::new(usize::MAX),
             claimed: AtomicU64::new(0),
             offered: Arc::new(watch::Sender::new(0)),
@@ -247,6 +259,16 @@ impl WarmPools {
     /// How many trials will still start ([`crate::sandbox::Sandbox::trials_waiting`]).
     pub(crate) fn set_demand(&self, waiting: usize) {
         self.demand.store(waiting, Ordering::SeqCst);
+    }
+
+    /// A pod of the job waits for the scheduler for want of room: start no more warm pods,
+    /// and give up those not started yet (module docs).
+    pub(super) fn no_room(&self) {
+        if self.enabled() && !self.full.send_replace(true) {
+            tracing::info!(
+                "a pod waits for room on the cluster: no more warm pods for this job, those not started given up"
+            );
+        }
     }
 
     pub(crate) fn claimed(&self) -> u64 {
@@ -362,7 +384,7 @@ impl WarmPools {
     /// trials will still start if fewer (the last wave's claims start none).
     async fn top_up(&self, key: &str) {
         let mut shared = self.shared.lock().await;
-        if shared.closed {
+        if shared.closed || *self.full.borrow() {
             return;
         }
         shared.tasks.retain(|t| !t.is_finished());
@@ -382,6 +404,7 @@ impl WarmPools {
                     shared: Arc::clone(&self.shared),
                     starts: self.starts.clone(),
                     closing: self.closing.subscribe(),
+                    full: self.full.subscribe(),
                     offered: Arc::clone(&self.offered),
                 },
                 key.to_string(),
@@ -460,11 +483,13 @@ struct Warming {
     shared: Arc<Mutex<Shared>>,
     starts: Starts,
     closing: watch::Receiver<bool>,
+    full: watch::Receiver<bool>,
     offered: Arc<watch::Sender<u64>>,
 }
 
 /// Create one warm pod (under a start slot), wait until it started, and offer it; delete it
-/// when it does not start, or when the pools closed meanwhile. (A warm pod with network
+/// when it does not start, or when the pools closed or a pod of the job waited for room
+/// (`no_room`) meanwhile. (A warm pod with network
 /// `none` is under the namespace's deny-all policy from its creation: the trial whose pod it
 /// copies put the policy in place first.)
 async fn create_warm(w: Warming, key: String, pod: Pod) {
@@ -474,10 +499,16 @@ async fn create_warm(w: Warming, key: String, pod: Pod) {
         let _ = closing.wait_for(|c| *c).await;
     };
     let mut closed = std::pin::pin!(closed);
+    let mut full = w.full;
+    let no_room = async move {
+        let _ = full.wait_for(|f| *f).await;
+    };
+    let mut no_room = std::pin::pin!(no_room);
     // The start slot: held until the pod runs or is deleted.
     let slot = tokio::select! {
         slot = w.starts.slots.take() => Some(slot),
         () = &mut closed => None,
+        () = &mut no_room => None,
     };
     let created = match slot {
         None => false,
@@ -499,6 +530,10 @@ async fn create_warm(w: Warming, key: String, pod: Pod) {
                 }
             },
             () = &mut closed => None,
+            () = &mut no_room => {
+                tracing::debug!(pod = name, "warm pod given up: no room");
+                None
+            }
         }
     } else {
         None
@@ -658,6 +693,43 @@ mod tests {
             }),
             status: None,
         }
+    }
+
+    /// Once a pod of the job waited for room, the pools ask for no more warm pods (those
+    /// asked for before end: here never created, the API answering nothing).
+    #[tokio::test]
+    async fn a_job_with_no_room_starts_no_more_warm_pods() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let starts = Starts {
+            slots: Arc::new(StartSlots::new(None)),
+            early: Arc::default(),
+            started: Arc::default(),
+        };
+        let pools = WarmPools::new(2, client, "ns", starts);
+        let pod = trial_pod("t1", "img@sha256:1");
+        let key = spec_key(&pod);
+        pools.shared.lock().await.pools.insert(
+            key.clone(),
+            Pool {
+                template: pod,
+                free: VecDeque::new(),
+                creating: VecDeque::new(),
+                waiting: 0,
+            },
+        );
+        pools.top_up(&key).await;
+        assert_eq!(pools.shared.lock().await.pools[&key].creating.len(), 2);
+        pools.no_room();
+        let tasks = std::mem::take(&mut pools.shared.lock().await.tasks);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        pools.top_up(&key).await;
+        let shared = pools.shared.lock().await;
+        assert!(shared.tasks.is_empty(), "none asked for again");
+        assert!(shared.pools[&key].creating.is_empty());
+        assert!(shared.pools[&key].free.is_empty());
     }
 
     #[test]
