@@ -86,7 +86,7 @@ if [ -n "$_lc" ] && [ -d /logs ] && [ ! -L /logs ]; then
 fi"#;
 
 /// Shell lines the stop runs after [`SEND_LOGS`]: the toolbox relay's walk (`changes.rs`'s
-/// `WALK`, its format `$_wf`) run into a part file, sent when it exited 0 within 20 s under
+/// `walk_argv`, its format `$_wf`) run into a part file, sent when it exited 0 within 20 s under
 /// `$_wk` bytes (else nothing is sent, and the change set walks in its own exec). With
 /// `$_cc` set, the same walk lists what [`SEND_CHANGED`] archives into `$_cl`: every entry
 /// of the root filesystem whose ctime is younger than the pod's first process plus two

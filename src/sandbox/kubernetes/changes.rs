@@ -2,12 +2,12 @@
 //! the pod with the harness toolbox, since no cluster gives access to a container's layers.
 //!
 //! The toolbox relay walks the pod's root filesystem (`relay walk`: the paths `find -xdev`
-//! lists, every path's `lstat`; see `walk.rs`, which compares the walks). The image's side is the same walk in a pod of the
-//! image that nothing of the image ran in, pinned to the agent pod's node (ctimes of the
-//! image's files are the node's), made once per (image digest, node) and kept in memory for
-//! the process. A file whose ctime changed but whose every attribute is the image's is
-//! compared by content: its sha256 (a symlink's target's) in the pod and in a pod of its base,
-//! made only when there is such a file. A pod started from a frozen filesystem counts its
+//! lists, every path's `lstat`; see `walk.rs`, which compares the walks). The image's side
+//! is the same walk in a pod of the image that nothing of the image ran in, pinned to the
+//! agent pod's node (ctimes of the image's files are the node's), made once per (image
+//! digest, node) and kept in memory for the process. A file whose ctime changed but whose
+//! every attribute is the image's is compared by content: its sha256 (a symlink's target's)
+//! in the pod and in a pod of its base, made only when there is such a file. A pod started from a frozen filesystem counts its
 //! changes against its own walk right after the replay (what the frozen filesystem held), as
 //! a Docker container of a committed image does.
 
