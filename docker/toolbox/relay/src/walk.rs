@@ -206,7 +206,8 @@ fn human_time(out: &mut Vec<u8>, secs: i64, nanos: i64) {
 }
 
 /// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
+/// `civil_from_days`, as arbiter's `src/timefmt.rs` has it: the relay is a crate of its own,
+/// std only, and takes nothing of arbiter's).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -249,14 +250,24 @@ mod tests {
         assert_eq!(human_time(-1, 5), "1969-12-31 23:59:59.000000005 +0000");
     }
 
-    #[test]
-    fn recent_paths_are_those_find_cmin_lists() {
-        let root = std::env::temp_dir().join(format!("relay-recent-{}", std::process::id()));
+    /// The walk of a fresh tree `name` under the temp dir that `make` made; the tree is
+    /// removed again.
+    fn walked(name: &str, make: impl Fn(&Path)) -> (std::path::PathBuf, Walked) {
+        let root = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("d")).unwrap();
-        std::fs::write(root.join("d/f"), b"x").unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        make(&root);
         let walked = walk(root.as_os_str().as_bytes()).unwrap();
         let _ = std::fs::remove_dir_all(&root);
+        (root, walked)
+    }
+
+    #[test]
+    fn recent_paths_are_those_find_cmin_lists() {
+        let (root, walked) = walked("relay-recent", |root| {
+            std::fs::create_dir(root.join("d")).unwrap();
+            std::fs::write(root.join("d/f"), b"x").unwrap();
+        });
         let now = *walked.ctimes.iter().max().unwrap();
         let rel = root.to_string_lossy()[1..].to_string();
         let listed = String::from_utf8(walked.recent(root.as_os_str().as_bytes(), now, 2)).unwrap();
@@ -274,13 +285,11 @@ mod tests {
 
     #[test]
     fn a_tree_is_walked_directories_first_without_following_links() {
-        let root = std::env::temp_dir().join(format!("relay-walk-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("a/b")).unwrap();
-        std::fs::write(root.join("a/b/f"), b"xy").unwrap();
-        std::os::unix::fs::symlink("a", root.join("l")).unwrap();
-        let walked = walk(root.as_os_str().as_bytes()).unwrap();
-        let _ = std::fs::remove_dir_all(&root);
+        let (root, walked) = walked("relay-walk", |root| {
+            std::fs::create_dir_all(root.join("a/b")).unwrap();
+            std::fs::write(root.join("a/b/f"), b"xy").unwrap();
+            std::os::unix::fs::symlink("a", root.join("l")).unwrap();
+        });
         let paths: Vec<String> = walked
             .paths
             .split(|&b| b == 0)
