@@ -26,7 +26,7 @@ use super::exec::{RawEnd, Sink};
 use super::names::annotated_labels;
 use super::pod::MAIN;
 use super::walk::{STAT_FORMAT, Walk, compare, finish_paths, lossy};
-use crate::sandbox::toolbox::{TOOLBOX_MOUNT, toolbox_argv};
+use crate::sandbox::toolbox::toolbox_argv;
 use crate::sandbox::{
     Base, Change, ChangeKind, ContainerId, ContainerLimits, ContainerSpec, FrozenId, ImageRef,
     LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, LABEL_TRIAL, Network, Owner, Resource, Role,
@@ -40,7 +40,7 @@ use crate::sandbox::{
 /// image, half on Debian's).
 pub(super) fn walk_argv() -> Vec<String> {
     vec![
-        format!("{TOOLBOX_MOUNT}/{}", super::toolbox_maps::RELAY),
+        super::toolbox_maps::relay_path(),
         "walk".to_string(),
         STAT_FORMAT.to_string(),
     ]

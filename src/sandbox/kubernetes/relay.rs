@@ -36,7 +36,6 @@ use super::KubernetesSandbox;
 use super::ended::Ended;
 use super::exit_status::{exit_code_of, not_running_yet, status_of};
 use super::hot::HotExec;
-use crate::sandbox::toolbox::TOOLBOX_MOUNT;
 use crate::sandbox::{ContainerId, SandboxError};
 
 /// Connections one relay carries at once; further ones are refused (`GONE`) at once.
@@ -134,10 +133,7 @@ pub(crate) fn host_listener(port: u16) -> std::io::Result<TcpListener> {
 
 /// The argv of the in-pod relay listening on `port`: the toolbox's own file, run as it is.
 fn relay_argv(port: u16) -> Vec<String> {
-    vec![
-        format!("{TOOLBOX_MOUNT}/{}", super::toolbox_maps::RELAY),
-        port.to_string(),
-    ]
+    vec![super::toolbox_maps::relay_path(), port.to_string()]
 }
 
 /// What the pod sent for one connection.

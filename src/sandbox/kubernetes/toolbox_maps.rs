@@ -33,6 +33,11 @@ const LABEL_TOOLBOX: &str = "arbiter.toolbox";
 /// The relay's name in the toolbox volume (as in the toolbox's directory).
 pub(crate) const RELAY: &str = "relay";
 
+/// The relay's path in a pod (the toolbox volume's file, run as it is).
+pub(crate) fn relay_path() -> String {
+    format!("{}/{RELAY}", crate::sandbox::toolbox::TOOLBOX_MOUNT)
+}
+
 /// The two ConfigMaps of one toolbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ToolboxMaps {
